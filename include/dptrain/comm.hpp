@@ -1,0 +1,36 @@
+// Implements: the collective interface among ranks (DESIGN.md section 1).
+// Buffers live in the memory of the rank's Backend (host for mpi, device for
+// nccl). One call per arena or bucket, never per tensor.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <mpi.h>
+
+namespace dptrain {
+
+class Backend;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;  // "mpi" or "nccl"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // In-place sum over all ranks of n floats.
+  virtual void allreduce_sum(float* buf, std::size_t n) = 0;
+  // Broadcast bytes from root, in place.
+  virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// MPI over host memory; comm is duplicated so our traffic never mixes with
+// anything else on it.
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+// NCCL over device memory of the CUDA backend (unique id sent by MPI_Bcast
+// on comm). Throws an exit-2 Error when built without CUDA.
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend& backend);
+
+}  // namespace dptrain

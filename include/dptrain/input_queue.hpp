@@ -1,0 +1,129 @@
+// Implements: the sample order (a pure function of seed and epoch), the batch
+// plan every rank computes alike, and rank 0's input queue: a background
+// thread that reads ahead into a bounded queue of global batches.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "dptrain/dataset.hpp"
+
+namespace dptrain {
+
+enum class ShuffleMode { kNone, kFull, kBlock };
+
+struct ShuffleConfig {
+  ShuffleMode mode = ShuffleMode::kFull;
+  std::uint64_t seed = 0;
+  std::uint64_t block_rows = 1024;   // block mode: rows per contiguous block
+  std::uint64_t window_blocks = 64;  // block mode: blocks shuffled together
+};
+
+// Which dataset index sits at each position of each epoch. Depends on
+// (N, config, epoch) only, never on the number of ranks or the batch size.
+class SampleOrder {
+ public:
+  SampleOrder(std::uint64_t n, ShuffleConfig cfg);
+  // out[i] = index at position pos + i of `epoch`, for i < count.
+  void indices(std::uint64_t epoch, std::uint64_t pos, std::uint64_t count,
+               std::vector<std::uint64_t>& out);
+  std::uint64_t size() const { return n_; }
+  const ShuffleConfig& config() const { return cfg_; }
+
+ private:
+  std::uint64_t n_;
+  ShuffleConfig cfg_;
+  // Cached permutation (full: whole epoch; block: block order of the epoch
+  // plus the permutation inside the current window).
+  std::int64_t cached_epoch_ = -1;
+  std::vector<std::uint64_t> perm_;
+  std::vector<std::uint64_t> block_perm_;
+  std::int64_t cached_window_ = -1;
+  std::vector<std::uint64_t> window_perm_;
+};
+
+// Global batch schedule: step s of a run covers positions
+// [position, position + rows) of epoch `epoch`. The last batch of an epoch
+// is smaller (never dropped or padded).
+struct BatchSlot {
+  std::uint64_t step = 0, epoch = 0, position = 0, rows = 0;
+};
+class BatchPlan {
+ public:
+  BatchPlan(std::uint64_t n, std::uint64_t batch_size);
+  std::uint64_t steps_per_epoch() const { return steps_per_epoch_; }
+  BatchSlot slot(std::uint64_t step) const;
+  std::uint64_t n() const { return n_; }
+  std::uint64_t batch_size() const { return batch_; }
+
+ private:
+  std::uint64_t n_, batch_, steps_per_epoch_;
+};
+
+struct Batch {
+  BatchSlot slot;
+  std::vector<float> features;   // rows * dim, converted to float
+  std::vector<std::int32_t> labels;  // rows (class labels)
+  std::vector<float> targets;    // rows * K (regression targets)
+};
+
+struct InputQueueConfig {
+  std::uint64_t batch_size = 128;
+  ShuffleConfig shuffle;
+  std::uint64_t first_step = 0;  // produce steps [first_step, end_step)
+  std::uint64_t end_step = 0;
+  std::size_t capacity = 4;      // batches held ahead
+  // Hold the whole set in memory (raw dtype) when it fits this; otherwise
+  // stream from the file (block/none read contiguous runs).
+  std::size_t cache_bytes = std::size_t(1) << 30;
+};
+
+class InputQueue {
+ public:
+  // Starts the reader thread. The Dataset must outlive the queue, and no
+  // other thread may use it while the queue runs.
+  InputQueue(Dataset& data, const InputQueueConfig& cfg);
+  ~InputQueue();  // stops and joins the thread; never throws
+  InputQueue(const InputQueue&) = delete;
+  InputQueue& operator=(const InputQueue&) = delete;
+
+  // Next batch in step order; nullopt after end_step. Rethrows an error of
+  // the reader thread (Error with kData for bad data).
+  std::optional<Batch> pop();
+  // Return a consumed batch so its buffers are reused.
+  void recycle(Batch&& b);
+  // Whether the set is held in memory.
+  bool cached() const { return cached_; }
+
+ private:
+  void run();
+  void produce(std::uint64_t step, Batch& b);
+
+  Dataset& data_;
+  InputQueueConfig cfg_;
+  BatchPlan plan_;
+  SampleOrder order_;
+  bool cached_ = false;
+  std::vector<unsigned char> cache_features_, cache_labels_;
+  std::vector<unsigned char> window_features_, window_labels_;
+  std::int64_t window_loaded_epoch_ = -1, window_loaded_ = -1;
+  std::vector<std::uint64_t> idx_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> ready_;
+  std::vector<Batch> free_;
+  std::uint64_t next_pop_step_;
+  bool stop_ = false, done_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,10 @@
+// Implements: the factory of the CPU reference backend (internal header).
+#pragma once
+
+#include <memory>
+
+#include "dptrain/backend.hpp"
+
+namespace dptrain {
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);
+}

@@ -1,0 +1,15 @@
+// Implements: throw_error, the one place errors get their file:line.
+#include "dptrain/error.hpp"
+
+#include <string>
+
+namespace dptrain {
+
+[[noreturn]] void throw_error(ExitCode code, const std::string& what, const char* file, int line) {
+  std::string f(file);
+  auto slash = f.find_last_of('/');
+  if (slash != std::string::npos) f = f.substr(slash + 1);
+  throw Error(code, what, f + ":" + std::to_string(line));
+}
+
+}  // namespace dptrain

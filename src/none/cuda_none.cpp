@@ -1,0 +1,15 @@
+// Implements: the CUDA factory of a build without CUDA.
+#include "cuda/cuda_backend.hpp"
+#include "dptrain/error.hpp"
+
+namespace dptrain {
+
+int cuda_visible_devices() { return 0; }
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&) {
+  DPT_REQUIRE(false, ExitCode::kUsage,
+              "--device cuda: this dptrain was built without CUDA (rebuild with -DDPTRAIN_CUDA=ON)");
+  return nullptr;
+}
+
+}  // namespace dptrain
