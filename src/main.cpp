@@ -1,1 +1,67 @@
-int main() { return 0; }
+// Implements: the dptrain command. Parses the command line, runs the command
+// and turns every failure into one message and one exit code on every rank
+// (DESIGN.md section 6).
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "dptrain/config.hpp"
+#include "dptrain/error.hpp"
+#include "dptrain/launch.hpp"
+#include "dptrain/trainer.hpp"
+
+using dptrain::ExitCode;
+
+namespace {
+
+ExitCode run(const dptrain::Options& opts, dptrain::MpiSession& mpi) {
+  switch (opts.command) {
+    case dptrain::Command::kTrain: return dptrain::run_train(opts, mpi);
+    case dptrain::Command::kEval: return dptrain::run_eval(opts, mpi);
+    case dptrain::Command::kPredict: return dptrain::run_predict(opts, mpi);
+    case dptrain::Command::kInspect: return dptrain::run_inspect(opts, mpi);
+  }
+  return ExitCode::kOther;
+}
+
+// A failure that was not agreed on may leave peers inside a collective:
+// abort the whole job with the code (mpirun exits with it).
+[[noreturn]] void abort_job(dptrain::MpiSession& mpi, ExitCode code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, static_cast<int>(code));
+  std::_Exit(static_cast<int>(code));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dptrain::MpiSession mpi(argc, argv);
+  dptrain::Options opts;
+  try {
+    // Every rank parses the same argv and files, so every rank reaches the
+    // same verdict; only rank 0 speaks.
+    opts = dptrain::parse_options(argc, argv);
+  } catch (const dptrain::Error& e) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "dptrain: error: %s\n", e.what());
+    return static_cast<int>(e.code());
+  }
+  if (!opts.help.empty()) {
+    if (mpi.rank() == 0) std::fputs(opts.help.c_str(), stdout);
+    return 0;
+  }
+  try {
+    return static_cast<int>(run(opts, mpi));
+  } catch (const dptrain::AgreedFailure& e) {
+    return static_cast<int>(e.code());
+  } catch (const dptrain::Error& e) {
+    dptrain::report_error(e.message(), mpi.rank(), mpi.size());
+    abort_job(mpi, e.code());
+  } catch (const std::bad_alloc&) {
+    dptrain::report_error("out of memory", mpi.rank(), mpi.size());
+    abort_job(mpi, ExitCode::kOther);
+  } catch (const std::exception& e) {
+    dptrain::report_error(e.what(), mpi.rank(), mpi.size());
+    abort_job(mpi, ExitCode::kOther);
+  }
+}

@@ -1,0 +1,58 @@
+// Implements: the command line of DESIGN.md section 2 (Boost.ProgramOptions):
+// commands, options, --config INI files with the command line winning, and
+// --help per command.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dptrain {
+
+enum class Command { kTrain, kEval, kPredict, kInspect };
+
+struct Options {
+  Command command = Command::kTrain;
+  std::string help;  // non-empty: print this and exit 0
+
+  // data and model
+  std::string data, train_set = "train", val_set = "test";
+  std::string model = "dense:256,relu,dense:256,relu,dense:10";
+  std::string loss = "xent";
+  std::int64_t batch_size = 128, eval_batch_size = 0;  // 0: same as batch size
+  std::int64_t epochs = 1, steps = 0;                   // steps > 0 wins
+  // optimizer and schedule
+  std::string optimizer = "adam";
+  double lr = 1e-3, momentum = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool nesterov = false;
+  std::string lr_schedule = "constant";
+  std::int64_t warmup_steps = 0, lr_step_size = 1000;
+  double lr_gamma = 0.1, min_lr = 0.0;
+  // input
+  std::string shuffle = "auto";  // auto = full when the set fits the cache, else block
+  std::int64_t input_cache_mb = 1024, prefetch = 4, shuffle_block_rows = 1024,
+               shuffle_window_blocks = 64;
+  std::uint64_t seed = 0;
+  // device
+  std::string device = "auto", precision = "fp32";
+  std::int64_t threads = 0;  // 0: cores of the node / ranks on the node
+  // checkpoints
+  std::string init_from, checkpoint_dir, resume = "auto", save;
+  std::int64_t checkpoint_every = 0, keep_checkpoints = 3;
+  // output and safety
+  std::string metrics;
+  std::int64_t log_every = 100, check_every = 200, skip_nonfinite = 0;
+  double comm_timeout = 300.0;
+  // eval / predict / inspect
+  std::string checkpoint, set = "test", output, file;
+
+  std::string config_text;  // resolved options as INI, stored in checkpoints
+};
+
+// Parses argv (argv[1] is the command). Throws Error(ExitCode::kUsage) with a
+// message naming the bad option. Identical on every rank, so ranks agree on
+// usage errors without communicating.
+Options parse_options(int argc, const char* const* argv);
+
+const char* command_name(Command c);
+
+}  // namespace dptrain

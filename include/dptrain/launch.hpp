@@ -1,0 +1,59 @@
+// Implements: the MPI session (init/finalize), where each rank runs (node,
+// node-local rank, device), and the agreement helpers that keep every rank's
+// exit code identical (DESIGN.md section 6).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <mpi.h>
+
+#include "dptrain/error.hpp"
+
+namespace dptrain {
+
+class MpiSession {
+ public:
+  MpiSession(int& argc, char**& argv);
+  ~MpiSession();  // MPI_Finalize; never throws
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  MPI_Comm world() const { return world_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // rank among the ranks of this node
+  int local_size() const { return local_size_; }
+  int nodes() const { return nodes_; }
+  const std::string& host() const { return host_; }
+  std::string mpi_version() const;
+
+ private:
+  MPI_Comm world_ = MPI_COMM_NULL;  // a dup of MPI_COMM_WORLD, errors returned
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
+  std::string host_;
+};
+
+// Thrown after all ranks agreed on a failure; the rank(s) that failed have
+// already printed the message.
+class AgreedFailure : public std::exception {
+ public:
+  explicit AgreedFailure(ExitCode code) : code_(code) {}
+  ExitCode code() const noexcept { return code_; }
+  const char* what() const noexcept override { return "agreed failure"; }
+
+ private:
+  ExitCode code_;
+};
+
+// Prints "dptrain: error: <message>" once, from this rank, prefixed by the
+// rank number when there is more than one rank.
+void report_error(const std::string& message, int rank, int size);
+
+// Runs f on every rank, then agrees (one all-reduce) on the outcome: if any
+// rank threw, the ranks that threw print their message and every rank throws
+// AgreedFailure with the largest exit code seen (a usage error outranks a
+// generic one). Use before collectives, so no rank is left waiting.
+void agree(MPI_Comm comm, const std::function<void()>& f);
+
+}  // namespace dptrain

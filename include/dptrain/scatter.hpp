@@ -1,0 +1,48 @@
+// Implements: splitting a global batch into per-rank shards and moving them
+// from rank 0 with MPI_Scatterv. Rank r of P gets B/P or B/P+1 rows (the first
+// B%P ranks take the extra row); with B < P the last ranks get empty shards
+// and contribute zero gradients, so the global mean stays exact.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <mpi.h>
+
+#include "dptrain/input_queue.hpp"
+
+namespace dptrain {
+
+// Rows of each rank's shard of a batch of `rows`.
+std::vector<int> shard_counts(std::uint64_t rows, int ranks);
+// First row of each rank's shard.
+std::vector<int> shard_offsets(const std::vector<int>& counts);
+// Largest shard any rank gets from a batch of `rows`.
+int max_shard_rows(std::uint64_t rows, int ranks);
+
+// The shard one rank receives; buffers are sized for the largest shard once.
+struct Shard {
+  int rows = 0;
+  float* features = nullptr;      // [rows, dim]
+  std::int32_t* labels = nullptr; // [rows] (class labels) or null
+  float* targets = nullptr;       // [rows, label_width] (targets) or null
+};
+
+class Scatter {
+ public:
+  // dim: features per row; label_width: 1 for class ids, K for targets.
+  Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels);
+  // Collective. `batch` is read on rank 0 only (may be null elsewhere); every
+  // rank passes the same `rows` (from the BatchPlan). Fills out.rows and
+  // writes into out's buffers, which must hold max_shard_rows rows.
+  void scatter(const Batch* batch, std::uint64_t rows, Shard& out);
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::uint64_t dim_, label_width_;
+  bool class_labels_;
+  std::vector<int> counts_, displs_;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,247 @@
+// Implements: run_train, the synchronized data-parallel step loop:
+// rank 0's queue -> scatter -> forward/loss/backward on every rank ->
+// all-reduce SUM of gradients scaled by 1/B_global -> identical optimizer
+// step. Evaluation at each epoch end, metrics and progress on rank 0.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "dptrain/metrics.hpp"
+#include "dptrain/optimizer.hpp"
+#include "dptrain/trainer.hpp"
+#include "runtime.hpp"
+
+namespace dptrain {
+namespace {
+
+OptimizerConfig optimizer_config(const Options& o) {
+  OptimizerConfig c;
+  c.kind = parse_optimizer(o.optimizer);
+  c.momentum = static_cast<float>(o.momentum);
+  c.nesterov = o.nesterov;
+  c.weight_decay = static_cast<float>(o.weight_decay);
+  c.beta1 = static_cast<float>(o.beta1);
+  c.beta2 = static_cast<float>(o.beta2);
+  c.eps = static_cast<float>(o.eps);
+  return c;
+}
+
+ShuffleMode shuffle_mode(const Options& o, const SetInfo& info, std::size_t cache_bytes) {
+  if (o.shuffle == "none") return ShuffleMode::kNone;
+  if (o.shuffle == "full") return ShuffleMode::kFull;
+  if (o.shuffle == "block") return ShuffleMode::kBlock;
+  const std::uint64_t bytes =
+      info.rows * (info.feature_bytes_per_row() + info.label_bytes_per_row());
+  return bytes <= cache_bytes ? ShuffleMode::kFull : ShuffleMode::kBlock;
+}
+
+const char* shuffle_name(ShuffleMode m) {
+  return m == ShuffleMode::kNone ? "none" : m == ShuffleMode::kFull ? "full" : "block";
+}
+
+void print_eval(const MpiSession& mpi, MetricsWriter& metrics, std::uint64_t step,
+                std::uint64_t epoch, const std::string& set, LossKind loss, const EvalResult& r) {
+  if (mpi.rank() != 0) return;
+  nlohmann::json e = {{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"set", set},
+                      {"loss", r.loss}};
+  if (loss == LossKind::kXent) {
+    e["accuracy"] = r.accuracy;
+    std::printf("eval  step %llu epoch %llu %s: loss %.4f accuracy %.4f\n",
+                static_cast<unsigned long long>(step), static_cast<unsigned long long>(epoch),
+                set.c_str(), r.loss, r.accuracy);
+  } else {
+    std::printf("eval  step %llu epoch %llu %s: loss %.6f\n", static_cast<unsigned long long>(step),
+                static_cast<unsigned long long>(epoch), set.c_str(), r.loss);
+  }
+  std::fflush(stdout);
+  metrics.write(e);
+}
+
+}  // namespace
+
+ExitCode run_train(const Options& opts, MpiSession& mpi) {
+  const LossKind loss = parse_loss(opts.loss);
+  const std::vector<LayerSpec> layers = parse_model_spec(opts.model);
+  const int outputs = layers.back().units;
+  const std::size_t cache_bytes = static_cast<std::size_t>(opts.input_cache_mb) << 20;
+
+  MetricsWriter metrics;
+  agree(mpi.world(), [&] {
+    if (mpi.rank() == 0 && !opts.metrics.empty()) metrics.open(opts.metrics);
+  });
+  Runtime rt = make_runtime(opts, mpi);
+  Backend& be = *rt.backend;
+  Communicator& comm = *rt.comm;
+
+  DataSet train = open_set(mpi, opts.data, opts.train_set, loss, outputs);
+  std::optional<DataSet> val;
+  if (!opts.val_set.empty()) val.emplace(open_set(mpi, opts.data, opts.val_set, loss, outputs));
+  if (val) {
+    agree(mpi.world(), [&] {
+      DPT_REQUIRE(val->info.dim == train.info.dim, ExitCode::kData,
+                  opts.data + ": /" + opts.val_set + "/features has " +
+                      std::to_string(val->info.dim) + " values per sample, /" + opts.train_set +
+                      "/features has " + std::to_string(train.info.dim));
+    });
+  }
+
+  const std::uint64_t batch = static_cast<std::uint64_t>(opts.batch_size);
+  const std::uint64_t eval_batch =
+      opts.eval_batch_size > 0 ? static_cast<std::uint64_t>(opts.eval_batch_size) : batch;
+  const BatchPlan plan(train.info.rows, batch);
+  const std::uint64_t total_steps = opts.steps > 0
+                                        ? static_cast<std::uint64_t>(opts.steps)
+                                        : static_cast<std::uint64_t>(opts.epochs) * plan.steps_per_epoch();
+  const int max_rows =
+      std::max(max_shard_rows(batch, mpi.size()), max_shard_rows(eval_batch, mpi.size()));
+
+  std::unique_ptr<Model> model;
+  agree(mpi.world(), [&] {
+    model = std::make_unique<Model>(be, layers, static_cast<int>(train.info.dim), max_rows);
+    model->init(opts.seed);
+  });
+  // Rank 0's weights are the reference: every tower starts bitwise identical.
+  comm.broadcast(model->params(), model->num_params() * sizeof(float), 0);
+  Optimizer optimizer(be, optimizer_config(opts), model->num_params());
+  LrScheduleConfig sched;
+  sched.kind = parse_lr_schedule(opts.lr_schedule);
+  sched.base_lr = static_cast<float>(opts.lr);
+  sched.warmup_steps = opts.warmup_steps;
+  sched.total_steps = static_cast<std::int64_t>(total_steps);
+  sched.step_size = opts.lr_step_size;
+  sched.gamma = static_cast<float>(opts.lr_gamma);
+  sched.min_lr = static_cast<float>(opts.min_lr);
+
+  const std::uint64_t first_step = 0;
+  const ShuffleMode mode = shuffle_mode(opts, train.info, cache_bytes);
+  std::unique_ptr<InputQueue> queue;
+  agree(mpi.world(), [&] {
+    if (mpi.rank() != 0) return;
+    InputQueueConfig qc;
+    qc.batch_size = batch;
+    qc.shuffle.mode = mode;
+    qc.shuffle.seed = opts.seed;
+    qc.shuffle.block_rows = static_cast<std::uint64_t>(opts.shuffle_block_rows);
+    qc.shuffle.window_blocks = static_cast<std::uint64_t>(opts.shuffle_window_blocks);
+    qc.first_step = first_step;
+    qc.end_step = total_steps;
+    qc.capacity = static_cast<std::size_t>(opts.prefetch);
+    qc.cache_bytes = cache_bytes;
+    queue = std::make_unique<InputQueue>(*train.data, qc);
+  });
+
+  if (mpi.rank() == 0) {
+    std::printf(
+        "dptrain: %d rank(s) on %d node(s), %d per node, device %s, %d thread(s)/rank, %s\n"
+        "dptrain: data %s: /%s %llu x %llu, shuffle %s; model %s (%zu parameters); "
+        "batch %llu (shards of %d..%d); %llu steps (%llu per epoch)\n",
+        mpi.size(), mpi.nodes(), mpi.local_size(), be.name().c_str(), rt.threads,
+        mpi.mpi_version().c_str(), opts.data.c_str(), opts.train_set.c_str(),
+        static_cast<unsigned long long>(train.info.rows),
+        static_cast<unsigned long long>(train.info.dim), shuffle_name(mode), model->spec().c_str(),
+        model->num_params(), static_cast<unsigned long long>(batch),
+        shard_counts(batch, mpi.size()).back(), shard_counts(batch, mpi.size()).front(),
+        static_cast<unsigned long long>(total_steps),
+        static_cast<unsigned long long>(plan.steps_per_epoch()));
+    std::fflush(stdout);
+  }
+
+  ShardBuffers shard(be, max_rows, train.info.dim, train.info.label_width, loss);
+  Scatter scatter(mpi.world(), train.info.dim, train.info.label_width, loss == LossKind::kXent);
+  DeviceBuffer<float> stats(be, 2);  // loss sum and correct count since the last log
+
+  PhaseTimer timer;
+  double train_ms = 0.0, interval_ms = 0.0;
+  std::uint64_t interval_samples = 0, interval_steps = 0, samples = 0, skipped = 0;
+  float lr = 0.0f;
+  std::uint64_t step = first_step;
+  for (; step < total_steps; ++step) {
+    const BatchSlot slot = plan.slot(step);
+    timer.start();
+    const auto t0 = PhaseTimer::Clock::now();
+
+    std::optional<Batch> global;
+    if (queue) global = queue->pop();
+    scatter.scatter(global ? &*global : nullptr, slot.rows, shard.host());
+    if (queue && global) queue->recycle(std::move(*global));
+    Shard& dev = shard.to_device();
+    timer.lap(Phase::kData);
+
+    const float step_lr = learning_rate(sched, optimizer.step_count());
+    if (train_step(be, comm, *model, optimizer, loss, dev, slot.rows, step_lr, stats.get(), &timer)) {
+      lr = step_lr;
+    } else {
+      ++skipped;
+      if (mpi.rank() == 0)
+        std::fprintf(stderr, "dptrain: warning: non-finite gradient at step %llu (%llu of %lld allowed)\n",
+                     static_cast<unsigned long long>(step), static_cast<unsigned long long>(skipped),
+                     static_cast<long long>(opts.skip_nonfinite));
+      if (skipped > static_cast<std::uint64_t>(opts.skip_nonfinite)) {
+        if (mpi.rank() == 0)
+          report_error("non-finite loss or gradient at step " + std::to_string(step) +
+                           " (epoch " + std::to_string(slot.epoch) + "); lower --lr or check the data",
+                       0, 1);
+        throw AgreedFailure(ExitCode::kNumeric);
+      }
+    }
+
+    const double step_ms =
+        std::chrono::duration<double, std::milli>(PhaseTimer::Clock::now() - t0).count();
+    train_ms += step_ms;
+    interval_ms += step_ms;
+    samples += slot.rows;
+    interval_samples += slot.rows;
+    ++interval_steps;
+
+    const bool epoch_end = slot.position + slot.rows == plan.n();
+    const bool last = step + 1 == total_steps;
+    if ((step + 1) % static_cast<std::uint64_t>(opts.log_every) == 0 || last) {
+      comm.allreduce_sum(stats.get(), 2);
+      float host[2] = {0, 0};
+      be.copy_to_host(host, stats.get(), sizeof host);
+      be.fill(stats.get(), 0.0f, 2);
+      if (mpi.rank() == 0) {
+        const double mean_loss = host[0] / static_cast<double>(interval_samples);
+        const double sps = interval_samples / (interval_ms / 1000.0);
+        nlohmann::json ms = timer.per_step_json(static_cast<double>(interval_steps));
+        metrics.write({{"event", "train"}, {"step", step + 1}, {"epoch", slot.epoch},
+                       {"loss", mean_loss}, {"lr", lr}, {"samples_per_s", std::round(sps)},
+                       {"ms", ms}});
+        std::printf("step %llu/%llu epoch %llu loss %.4f lr %.3g %.0f samples/s | ms/step data %.2f "
+                    "fwd %.2f bwd %.2f comm %.2f opt %.2f\n",
+                    static_cast<unsigned long long>(step + 1),
+                    static_cast<unsigned long long>(total_steps),
+                    static_cast<unsigned long long>(slot.epoch), mean_loss, lr, sps,
+                    ms["data"].get<double>(), ms["forward"].get<double>(),
+                    ms["backward"].get<double>(), ms["comm"].get<double>(),
+                    ms["optimizer"].get<double>());
+        std::fflush(stdout);
+      }
+      timer.reset();
+      interval_ms = 0;
+      interval_samples = 0;
+      interval_steps = 0;
+    }
+    if (val && (epoch_end || last)) {
+      const EvalResult r = evaluate(rt, mpi, *val, *model, loss, eval_batch, cache_bytes);
+      print_eval(mpi, metrics, step + 1, epoch_end ? slot.epoch + 1 : slot.epoch, opts.val_set,
+                 loss, r);
+    }
+  }
+
+  if (mpi.rank() == 0) {
+    const double wall_s = train_ms / 1000.0;
+    const double sps = wall_s > 0 ? samples / wall_s : 0.0;
+    metrics.write({{"event", "summary"}, {"steps", step - first_step}, {"samples", samples},
+                   {"wall_s", std::round(wall_s * 1000.0) / 1000.0}, {"samples_per_s", std::round(sps)},
+                   {"ranks", mpi.size()}, {"device", be.name()}});
+    std::printf("done: %llu steps, %llu samples in %.2f s (%.0f samples/s, %d ranks, %s)\n",
+                static_cast<unsigned long long>(step - first_step),
+                static_cast<unsigned long long>(samples), wall_s, sps, mpi.size(), be.name().c_str());
+    std::fflush(stdout);
+  }
+  return ExitCode::kOk;
+}
+
+}  // namespace dptrain

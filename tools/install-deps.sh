@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dptrain needs to build, test and run. Safe to
+# run again: only missing packages are installed.
+#   tools/install-deps.sh            build + test dependencies
+#   tools/install-deps.sh --demo     also the Fashion-MNIST dataset package
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libopenmpi-dev openmpi-bin
+  libhdf5-dev
+  libboost-program-options-dev
+  libopenblas-dev
+  libgtest-dev
+  nlohmann-json3-dev
+  python3 python3-numpy python3-h5py
+)
+if [[ "${1:-}" == "--demo" ]]; then
+  packages+=(dataset-fashion-mnist)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
