@@ -10,8 +10,9 @@ namespace dptrain {
 
 MpiSession::MpiSession(int& argc, char**& argv) {
   int provided = 0;
-  // Only the main thread calls MPI; the input thread and the watchdog do not.
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // Collectives run on the main thread only; MULTIPLE lets the watchdog
+  // thread call MPI_Abort when a collective hangs.
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_dup(MPI_COMM_WORLD, &world_);
   MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(world_, &rank_);

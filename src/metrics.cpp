@@ -7,9 +7,9 @@
 
 namespace dptrain {
 
-void MetricsWriter::open(const std::string& path) {
+void MetricsWriter::open(const std::string& path, bool append) {
   if (f_) std::fclose(f_);
-  f_ = std::fopen(path.c_str(), "w");
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   DPT_REQUIRE(f_ != nullptr, ExitCode::kUsage, "--metrics: cannot create '" + path + "'");
 }
 

@@ -4,13 +4,17 @@
 // step. Evaluation at each epoch end, metrics and progress on rank 0.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <optional>
 
+#include "dptrain/checkpoint.hpp"
 #include "dptrain/metrics.hpp"
 #include "dptrain/optimizer.hpp"
 #include "dptrain/trainer.hpp"
+#include "dptrain/watchdog.hpp"
 #include "runtime.hpp"
+#include "train_state.hpp"
 
 namespace dptrain {
 namespace {
@@ -58,6 +62,23 @@ void print_eval(const MpiSession& mpi, MetricsWriter& metrics, std::uint64_t ste
   metrics.write(e);
 }
 
+// Test hooks (fault-handling tests only): "RANK:STEP" from the environment.
+struct TestHook {
+  int rank = -1;
+  std::uint64_t step = 0;
+  explicit TestHook(const char* var) {
+    if (const char* v = std::getenv(var)) {
+      unsigned long long st = 0;
+      if (std::sscanf(v, "%d:%llu", &rank, &st) == 2) step = st;
+      else rank = -1;
+    }
+  }
+  bool fires(int r, std::uint64_t s) const { return rank == r && step == s; }
+};
+
+// Sets one value of a device arena from the host.
+void poke(Backend& be, float* arena, float value) { be.copy_to_device(arena, &value, sizeof value); }
+
 }  // namespace
 
 ExitCode run_train(const Options& opts, MpiSession& mpi) {
@@ -66,11 +87,9 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   const int outputs = layers.back().units;
   const std::size_t cache_bytes = static_cast<std::size_t>(opts.input_cache_mb) << 20;
 
-  MetricsWriter metrics;
-  agree(mpi.world(), [&] {
-    if (mpi.rank() == 0 && !opts.metrics.empty()) metrics.open(opts.metrics);
-  });
+  install_stop_signal_handlers();
   Runtime rt = make_runtime(opts, mpi);
+  Watchdog watchdog(opts.comm_timeout, mpi.rank(), mpi.size());
   Backend& be = *rt.backend;
   Communicator& comm = *rt.comm;
 
@@ -113,7 +132,14 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   sched.gamma = static_cast<float>(opts.lr_gamma);
   sched.min_lr = static_cast<float>(opts.min_lr);
 
-  const std::uint64_t first_step = 0;
+  const StartPoint start = restore_state(opts, mpi, rt, *model, optimizer, loss, plan);
+  const std::uint64_t first_step = std::min(start.step, total_steps);
+  MetricsWriter metrics;
+  agree(mpi.world(), [&] {
+    // A resumed run appends, so one file holds the whole history.
+    if (mpi.rank() == 0 && !opts.metrics.empty()) metrics.open(opts.metrics, start.resumed);
+  });
+
   const ShuffleMode mode = shuffle_mode(opts, train.info, cache_bytes);
   std::unique_ptr<InputQueue> queue;
   agree(mpi.world(), [&] {
@@ -151,6 +177,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   Scatter scatter(mpi.world(), train.info.dim, train.info.label_width, loss == LossKind::kXent);
   DeviceBuffer<float> stats(be, 2);  // loss sum and correct count since the last log
 
+  const TestHook nan_hook("DPTRAIN_TEST_NAN_AT"), perturb_hook("DPTRAIN_TEST_PERTURB_AT");
   PhaseTimer timer;
   double train_ms = 0.0, interval_ms = 0.0;
   std::uint64_t interval_samples = 0, interval_steps = 0, samples = 0, skipped = 0;
@@ -161,15 +188,25 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     timer.start();
     const auto t0 = PhaseTimer::Clock::now();
 
-    std::optional<Batch> global;
-    if (queue) global = queue->pop();
-    scatter.scatter(global ? &*global : nullptr, slot.rows, shard.host());
-    if (queue && global) queue->recycle(std::move(*global));
+    {
+      Watchdog::Wait wait(&watchdog, "scatter (waiting for rank 0's data)", step);
+      std::optional<Batch> global;
+      if (queue) global = queue->pop();
+      scatter.scatter(global ? &*global : nullptr, slot.rows, shard.host());
+      if (queue && global) queue->recycle(std::move(*global));
+    }
     Shard& dev = shard.to_device();
+    if (nan_hook.fires(mpi.rank(), step) && dev.rows > 0) poke(be, dev.features, NAN);
     timer.lap(Phase::kData);
 
     const float step_lr = learning_rate(sched, optimizer.step_count());
-    if (train_step(be, comm, *model, optimizer, loss, dev, slot.rows, step_lr, stats.get(), &timer)) {
+    bool finite;
+    {
+      Watchdog::Wait wait(&watchdog, "gradient all-reduce", step);
+      finite = train_step(be, comm, *model, optimizer, loss, dev, slot.rows, step_lr, stats.get(), &timer);
+    }
+    if (perturb_hook.fires(mpi.rank(), step)) poke(be, model->params(), 1234.5f);
+    if (finite) {
       lr = step_lr;
     } else {
       ++skipped;
@@ -197,6 +234,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     const bool epoch_end = slot.position + slot.rows == plan.n();
     const bool last = step + 1 == total_steps;
     if ((step + 1) % static_cast<std::uint64_t>(opts.log_every) == 0 || last) {
+      Watchdog::Wait wait(&watchdog, "loss all-reduce", step);
       comm.allreduce_sum(stats.get(), 2);
       float host[2] = {0, 0};
       be.copy_to_host(host, stats.get(), sizeof host);
@@ -223,13 +261,52 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
       interval_samples = 0;
       interval_steps = 0;
     }
+    if (opts.check_every > 0 && (step + 1) % static_cast<std::uint64_t>(opts.check_every) == 0) {
+      Watchdog::Wait wait(&watchdog, "tower consistency check", step);
+      check_towers(mpi, be, *model, step + 1);
+    }
     if (val && (epoch_end || last)) {
+      Watchdog::Wait wait(&watchdog, "evaluation", step);
       const EvalResult r = evaluate(rt, mpi, *val, *model, loss, eval_batch, cache_bytes);
       print_eval(mpi, metrics, step + 1, epoch_end ? slot.epoch + 1 : slot.epoch, opts.val_set,
                  loss, r);
     }
+
+    // Preemption: any rank's SIGTERM/SIGUSR1 stops every rank after this
+    // same step (one tiny all-reduce per step is the agreement).
+    int stop = stop_requested() ? 1 : 0, any_stop = 0;
+    {
+      Watchdog::Wait wait(&watchdog, "stop-signal agreement", step);
+      DPT_MPI_CHECK(MPI_Allreduce(&stop, &any_stop, 1, MPI_INT, MPI_MAX, mpi.world()));
+    }
+    const bool periodic = opts.checkpoint_every > 0 &&
+                          (step + 1) % static_cast<std::uint64_t>(opts.checkpoint_every) == 0;
+    if ((periodic || any_stop) && !opts.checkpoint_dir.empty()) {
+      save_state(checkpoint_path(opts.checkpoint_dir, static_cast<std::int64_t>(step + 1)), true,
+                 opts, mpi, rt, *model, optimizer, loss, plan, step + 1);
+    }
+    if (any_stop) {
+      if (opts.checkpoint_dir.empty() && !opts.save.empty())
+        save_state(opts.save, false, opts, mpi, rt, *model, optimizer, loss, plan, step + 1);
+      if (mpi.rank() == 0) {
+        std::fprintf(stderr, "dptrain: stopped by a signal after step %llu%s; exit 75 (requeue)\n",
+                     static_cast<unsigned long long>(step + 1),
+                     opts.checkpoint_dir.empty() && opts.save.empty()
+                         ? " WITHOUT a checkpoint (no --checkpoint-dir or --save)"
+                         : " with a checkpoint");
+      }
+      return ExitCode::kPreempted;
+    }
   }
 
+  if (!opts.save.empty())
+    save_state(opts.save, false, opts, mpi, rt, *model, optimizer, loss, plan, step);
+  // The end is always checkpointed in --checkpoint-dir (unless the periodic
+  // save just wrote this very step).
+  if (!opts.checkpoint_dir.empty() && step > first_step &&
+      (opts.checkpoint_every == 0 || step % static_cast<std::uint64_t>(opts.checkpoint_every) != 0))
+    save_state(checkpoint_path(opts.checkpoint_dir, static_cast<std::int64_t>(step)), true, opts,
+               mpi, rt, *model, optimizer, loss, plan, step);
   if (mpi.rank() == 0) {
     const double wall_s = train_ms / 1000.0;
     const double sps = wall_s > 0 ? samples / wall_s : 0.0;

@@ -14,8 +14,8 @@ class MetricsWriter {
  public:
   MetricsWriter() = default;  // disabled until open(): write() does nothing
   ~MetricsWriter();
-  // Creates (truncates) path; Error(kUsage) naming it if that fails.
-  void open(const std::string& path);
+  // Creates (truncates, or appends to) path; Error(kUsage) naming it on failure.
+  void open(const std::string& path, bool append = false);
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   // One line, flushed, so a killed job keeps every event written so far.

@@ -1,0 +1,68 @@
+// Implements: the never-hang guarantee (DESIGN.md section 6, --comm-timeout).
+// The main thread marks each wait on peers (scatter, all-reduce, eval,
+// checkpoint broadcast) with a Watchdog::Wait; a background thread aborts
+// the whole job with exit 6 when one lasts longer than the timeout, naming
+// the rank, step and phase. Also the SIGTERM/SIGUSR1 flag behind preemption.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace dptrain {
+
+class Watchdog {
+ public:
+  // on_timeout runs on the watchdog thread after the message is printed
+  // (e.g. to abort an NCCL communicator); then the job is aborted.
+  Watchdog(double timeout_s, int rank, int size);
+  ~Watchdog();  // stops the thread; never throws
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void set_on_timeout(std::function<void()> f) { on_timeout_ = std::move(f); }
+
+  // Marks a wait on peers; phase must be a string literal.
+  class Wait {
+   public:
+    Wait(Watchdog* w, const char* phase, std::uint64_t step) : w_(w) {
+      if (w_) w_->enter(phase, step);
+    }
+    ~Wait() {
+      if (w_) w_->leave();
+    }
+    Wait(const Wait&) = delete;
+    Wait& operator=(const Wait&) = delete;
+
+   private:
+    Watchdog* w_;
+  };
+
+  void enter(const char* phase, std::uint64_t step);
+  void leave();
+
+ private:
+  void run();
+
+  double timeout_s_;
+  int rank_, size_;
+  std::function<void()> on_timeout_;
+  std::atomic<const char*> phase_{nullptr};
+  std::atomic<std::uint64_t> step_{0};
+  std::atomic<std::int64_t> since_ns_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// SIGTERM and SIGUSR1 set a flag (the handler does nothing else); the step
+// loop agrees on it at a step boundary. install() is idempotent.
+void install_stop_signal_handlers();
+bool stop_requested();
+int stop_signal();  // the last signal received, 0 if none
+
+}  // namespace dptrain

@@ -1,0 +1,41 @@
+// Implements: moving the training state between the towers and checkpoint
+// files (internal): --resume / --init-from on start, periodic and final
+// saves, and the tower consistency checksum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dptrain/checkpoint.hpp"
+#include "dptrain/config.hpp"
+#include "dptrain/optimizer.hpp"
+#include "runtime.hpp"
+
+namespace dptrain {
+
+struct StartPoint {
+  std::uint64_t step = 0;  // first step to run
+  std::string from;        // checkpoint resumed or initialised from ("" if fresh)
+  bool resumed = false;    // full training state restored (vs weights only)
+};
+
+// Applies --resume (auto | never | FILE) and --init-from on every rank: rank
+// 0 reads and validates, the outcome is agreed, then weights, optimizer
+// state and cursor are broadcast. `plan` checks that the checkpoint's cursor
+// is a batch boundary of this run (same --batch-size).
+StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt, Model& model,
+                         Optimizer& opt, LossKind loss, const BatchPlan& plan);
+
+// Rank 0 writes the state after `step` completed steps (atomically) and, for
+// periodic checkpoints in a directory, prunes old ones. Agreed: a failed
+// write ends the job with exit 4 on every rank.
+void save_state(const std::string& path, bool in_checkpoint_dir, const Options& opts,
+                const MpiSession& mpi, Runtime& rt, Model& model, Optimizer& opt, LossKind loss,
+                const BatchPlan& plan, std::uint64_t step);
+
+// Agreed check that every tower holds the same parameters: a checksum per
+// rank, min and max all-reduced. On a mismatch rank 0 names the ranks that
+// differ from it and every rank throws AgreedFailure(kNumeric).
+void check_towers(const MpiSession& mpi, Backend& be, Model& model, std::uint64_t step);
+
+}  // namespace dptrain

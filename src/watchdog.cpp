@@ -1,0 +1,86 @@
+// Implements: Watchdog and the stop-signal flag (see watchdog.hpp).
+#include "dptrain/watchdog.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include "dptrain/error.hpp"
+
+namespace dptrain {
+namespace {
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+}  // namespace
+
+Watchdog::Watchdog(double timeout_s, int rank, int size)
+    : timeout_s_(timeout_s), rank_(rank), size_(size), thread_([this] { run(); }) {}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::enter(const char* phase, std::uint64_t step) {
+  step_.store(step, std::memory_order_relaxed);
+  since_ns_.store(now_ns(), std::memory_order_relaxed);
+  phase_.store(phase, std::memory_order_release);
+}
+
+void Watchdog::leave() { phase_.store(nullptr, std::memory_order_release); }
+
+void Watchdog::run() {
+  // Poll often enough that the abort comes within a small fraction of the
+  // timeout, rarely enough to cost nothing.
+  const auto period = std::chrono::milliseconds(
+      static_cast<int>(std::clamp(timeout_s_ * 1000.0 / 20.0, 10.0, 1000.0)));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, period, [this] { return stop_; })) {
+    const char* phase = phase_.load(std::memory_order_acquire);
+    if (!phase) continue;
+    const double waited = (now_ns() - since_ns_.load(std::memory_order_relaxed)) / 1e9;
+    if (waited < timeout_s_) continue;
+    std::fprintf(stderr,
+                 "dptrain: error: [rank %d] no progress for %.0f s in %s at step %llu "
+                 "(--comm-timeout %.0f): a peer rank died or hung; aborting all %d ranks\n",
+                 rank_, waited, phase, static_cast<unsigned long long>(step_.load()), timeout_s_,
+                 size_);
+    std::fflush(stderr);
+    if (on_timeout_) on_timeout_();
+    // MPI was initialised with MPI_THREAD_MULTIPLE when available, so this
+    // thread may call MPI_Abort; mpirun then ends every rank with code 6.
+    MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kComm));
+    std::_Exit(static_cast<int>(ExitCode::kComm));
+  }
+}
+
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+bool stop_requested() { return g_stop_signal != 0; }
+int stop_signal() { return g_stop_signal; }
+
+}  // namespace dptrain
