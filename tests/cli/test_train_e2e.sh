@@ -1,0 +1,47 @@
+# End to end on 2 ranks: a learnable synthetic set is learned, the metrics
+# file holds train, eval and summary events with the DESIGN.md fields, and
+# --help, --config with command-line override work.
+source "$(dirname "$0")/lib.sh"
+
+synthetic "$WORK/d.h5" --n 1200 --val-n 300 --shape 4,5 --classes 4 --dtype uint8 --seed 3
+cat >"$WORK/job.ini" <<INI
+# a comment
+data = $WORK/d.h5
+model = dense:32,relu,dense:4
+batch-size = 50
+epochs = 99
+lr = 0.01
+log-every = 5
+INI
+run 2 120 train --config "$WORK/job.ini" --epochs 4 --metrics "$WORK/m.jsonl" --device cpu --seed 5
+expect_rc 0 "training"
+grep -q "^step 10/96" "$OUT" || { cat "$OUT"; fail "no progress line for step 10"; }
+
+"$PYTHON" - "$WORK/m.jsonl" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+train = [e for e in ev if e["event"] == "train"]
+evals = [e for e in ev if e["event"] == "eval"]
+summ = [e for e in ev if e["event"] == "summary"]
+assert len(summ) == 1, summ
+s = summ[0]
+assert s["steps"] == 96 and s["samples"] == 4800 and s["ranks"] == 2 and s["device"] == "cpu", s
+assert s["samples_per_s"] > 0 and s["wall_s"] > 0
+assert len(train) == 96 // 5 + 1, len(train)        # every 5 steps, and the last
+assert [e["step"] for e in train][:2] == [5, 10]
+for e in train:
+    assert set(e["ms"]) == {"data", "forward", "backward", "comm", "optimizer"}, e
+    assert e["lr"] > 0 and e["samples_per_s"] > 0
+assert [e["epoch"] for e in evals] == [1, 2, 3, 4], evals
+assert all(e["set"] == "test" for e in evals)
+assert train[-1]["loss"] < train[0]["loss"], "loss did not go down"
+assert evals[-1]["accuracy"] > 0.8, evals[-1]
+PY
+
+run 1 30 train --help
+expect_rc 0 "train --help"
+grep -q -- "--batch-size" "$OUT" || fail "train --help does not list --batch-size"
+run 1 30 --help
+expect_rc 0 "--help"
+grep -q "inspect" "$OUT" || fail "--help does not list the commands"
+echo PASS

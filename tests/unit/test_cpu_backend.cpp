@@ -1,0 +1,211 @@
+// Implements: unit tests of the CPU backend's GEMM, bias, activation, loss
+// and utility kernels against naive host loops and std:: formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cpu/cpu_backend.hpp"
+#include "dptrain/error.hpp"
+#include "dptrain/random.hpp"
+
+namespace dptrain {
+namespace {
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, double lo = -1.0,
+                                 double hi = 1.0) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(lo + (hi - lo) * rng.uniform());
+  return v;
+}
+
+// Naive row-major reference; a stored [rows, cols] with op(A)[i][p].
+void naive_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const std::vector<float>& a,
+                int lda, const std::vector<float>& b, int ldb, float beta, std::vector<float>& c,
+                int ldc) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int p = 0; p < k; ++p) {
+        const float av = ta ? a[p * lda + i] : a[i * lda + p];
+        const float bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        acc += static_cast<double>(av) * bv;
+      }
+      c[i * ldc + j] = static_cast<float>(alpha * acc + beta * c[i * ldc + j]);
+    }
+}
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be_ = make_cpu_backend(BackendOptions{});
+};
+
+TEST_F(CpuBackendTest, Identity) {
+  EXPECT_EQ(be_->kind(), DeviceKind::kCpu);
+  EXPECT_EQ(be_->name(), "cpu");
+}
+
+TEST_F(CpuBackendTest, AllocateIsZeroedAndAligned) {
+  for (std::size_t bytes : {std::size_t(0), std::size_t(4), std::size_t(100), std::size_t(4096)}) {
+    void* p = be_->allocate(bytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u);
+    const auto* bytes_p = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < bytes; ++i) ASSERT_EQ(bytes_p[i], 0);
+    be_->deallocate(p);
+  }
+}
+
+TEST_F(CpuBackendTest, NonFp32PrecisionIsAUsageError) {
+  for (Precision p : {Precision::kTf32, Precision::kBf16}) {
+    BackendOptions opts;
+    opts.precision = p;
+    try {
+      make_cpu_backend(opts);
+      FAIL() << "expected an Error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::kUsage);
+      EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos);
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, GemmAllTransposesAndOddSizes) {
+  const int sizes[] = {1, 3, 17};
+  std::uint64_t seed = 1;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int m : sizes)
+        for (int n : sizes)
+          for (int k : sizes) {
+            // Padded leading dimensions catch lda/ldb/ldc mix-ups.
+            const int lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
+            const auto a = random_floats(static_cast<std::size_t>(ta ? k : m) * lda, seed++);
+            const auto b = random_floats(static_cast<std::size_t>(tb ? n : k) * ldb, seed++);
+            auto c = random_floats(static_cast<std::size_t>(m) * ldc, seed++);
+            auto expect = c;
+            naive_gemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, 0.5f, expect, ldc);
+            be_->gemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), ldc);
+            for (std::size_t i = 0; i < c.size(); ++i)
+              ASSERT_NEAR(c[i], expect[i], 1e-5f) << "ta=" << ta << " tb=" << tb << " m=" << m
+                                                  << " n=" << n << " k=" << k << " i=" << i;
+          }
+}
+
+TEST_F(CpuBackendTest, GemmWithZeroKScalesC) {
+  std::vector<float> c = {1, 2, 3, 4, 5, 6};
+  const float dummy = 42.0f;
+  be_->gemm(false, true, 2, 3, 0, 1.0f, &dummy, 1, &dummy, 1, 0.5f, c.data(), 3);
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1, 1.5f, 2, 2.5f, 3}));
+  // beta == 0 must give exact zeros even over NaN garbage.
+  std::vector<float> d(6, std::numeric_limits<float>::quiet_NaN());
+  be_->gemm(true, false, 2, 3, 0, 1.0f, nullptr, 1, nullptr, 1, 0.0f, d.data(), 3);
+  for (float x : d) EXPECT_EQ(x, 0.0f);
+}
+
+TEST_F(CpuBackendTest, GemmWithEmptyOutputDoesNothing) {
+  std::vector<float> c = {7.0f};
+  be_->gemm(false, false, 0, 1, 5, 1.0f, nullptr, 5, nullptr, 1, 0.0f, c.data(), 1);
+  be_->gemm(false, false, 1, 0, 5, 1.0f, nullptr, 5, nullptr, 1, 0.0f, c.data(), 1);
+  EXPECT_EQ(c[0], 7.0f);
+}
+
+TEST_F(CpuBackendTest, BiasOps) {
+  std::vector<float> y = {1, 2, 3, 4, 5, 6};  // [2, 3]
+  const std::vector<float> bias = {10, 20, 30};
+  be_->add_bias(y.data(), bias.data(), 2, 3);
+  EXPECT_EQ(y, (std::vector<float>{11, 22, 33, 14, 25, 36}));
+
+  std::vector<float> db = {9, 9, 9};
+  be_->bias_grad(y.data(), db.data(), 2, 3);
+  EXPECT_EQ(db, (std::vector<float>{25, 47, 69}));
+  be_->bias_grad(y.data(), db.data(), 0, 3);
+  EXPECT_EQ(db, (std::vector<float>{0, 0, 0}));
+}
+
+TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
+  const auto x = random_floats(257, 7, -6.0, 6.0);
+  std::vector<float> y(x.size());
+  for (Activation f :
+       {Activation::kRelu, Activation::kTanh, Activation::kGelu, Activation::kSigmoid}) {
+    be_->activation_forward(f, x.data(), y.data(), x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i];
+      double want = 0.0;
+      switch (f) {
+        case Activation::kRelu:
+          want = v > 0 ? v : 0;
+          break;
+        case Activation::kTanh:
+          want = std::tanh(v);
+          break;
+        case Activation::kGelu:
+          want = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+          break;
+        case Activation::kSigmoid:
+          want = 1.0 / (1.0 + std::exp(-v));
+          break;
+      }
+      ASSERT_NEAR(y[i], want, 1e-6 + 1e-6 * std::abs(want)) << "f=" << int(f) << " x=" << v;
+    }
+  }
+  // GELU is the exact erf form, not the tanh approximation (they differ ~1e-4 here).
+  const float x1 = 1.5f;
+  float y1 = 0.0f;
+  be_->activation_forward(Activation::kGelu, &x1, &y1, 1);
+  EXPECT_NEAR(y1, 1.3997892f, 1e-6f);
+}
+
+TEST_F(CpuBackendTest, SoftmaxXentValuesAndStats) {
+  // Row 0: logits (1, 2, 3), label 2: loss = log(e^1+e^2+e^3) - 3 = 0.40760596.
+  // Row 1: ties (5, 5, 0) with label 1: the first max (0) wins, so wrong.
+  // Row 2: huge logits must not overflow: (1000, 0, 0), label 0 -> loss ~ 0, correct.
+  const std::vector<float> logits = {1, 2, 3, 5, 5, 0, 1000, 0, 0};
+  const std::vector<std::int32_t> labels = {2, 1, 0};
+  std::vector<float> d(9);
+  float stats[2] = {1.0f, 10.0f};  // accumulates
+  be_->softmax_xent(logits.data(), labels.data(), 3, 3, 0.5f, d.data(), stats);
+  const double row1 = std::log(2.0 + std::exp(-5.0));
+  EXPECT_NEAR(stats[0], 1.0 + 0.40760596 + row1, 1e-5);
+  EXPECT_EQ(stats[1], 12.0f);  // rows 0 and 2 correct
+  const double s0 = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(d[0], 0.5 * std::exp(1.0) / s0, 1e-6);
+  EXPECT_NEAR(d[2], 0.5 * (std::exp(3.0) / s0 - 1.0), 1e-6);
+  EXPECT_NEAR(d[6], 0.0f, 1e-6);
+  for (float v : d) EXPECT_TRUE(std::isfinite(v));
+  // Each row of the gradient sums to zero.
+  for (int r = 0; r < 3; ++r) EXPECT_NEAR(d[3 * r] + d[3 * r + 1] + d[3 * r + 2], 0.0f, 1e-6);
+}
+
+TEST_F(CpuBackendTest, MseValuesAndStats) {
+  const std::vector<float> pred = {1, 2, 3, 4};
+  const std::vector<float> target = {0, 2, 1, 1};  // diffs (1,0) and (2,3)
+  std::vector<float> d(4);
+  float stats[2] = {0.0f, 5.0f};
+  be_->mse(pred.data(), target.data(), 2, 2, 0.25f, d.data(), stats);
+  EXPECT_NEAR(stats[0], 0.5 + 6.5, 1e-6);  // (1+0)/2 + (4+9)/2
+  EXPECT_EQ(stats[1], 5.0f);
+  // 0.25 * 2 * diff / 2
+  EXPECT_EQ(d, (std::vector<float>{0.25f, 0.0f, 0.5f, 0.75f}));
+}
+
+TEST_F(CpuBackendTest, ScaleFillCopyAndNonfinite) {
+  std::vector<float> x = {1, -2, 4};
+  be_->scale(x.data(), 0.5f, x.size());
+  EXPECT_EQ(x, (std::vector<float>{0.5f, -1, 2}));
+  be_->fill(x.data(), 3.0f, 2);
+  EXPECT_EQ(x, (std::vector<float>{3, 3, 2}));
+  std::vector<float> y(3);
+  be_->copy_device(y.data(), x.data(), 3 * sizeof(float));
+  EXPECT_EQ(y, x);
+  EXPECT_EQ(be_->count_nonfinite(x.data(), 3), 0u);
+  x[0] = std::numeric_limits<float>::infinity();
+  x[2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(be_->count_nonfinite(x.data(), 3), 2u);
+}
+
+}  // namespace
+}  // namespace dptrain

@@ -1,0 +1,216 @@
+// Implements: unit tests of --model parsing, the parameter arena layout,
+// seeded initialization, the forward pass against host loops, and the
+// empty-shard case.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_backend.hpp"
+#include "dptrain/error.hpp"
+#include "dptrain/model.hpp"
+
+namespace dptrain {
+namespace {
+
+TEST(ModelSpec, ParsesGoodSpecs) {
+  const auto layers = parse_model_spec("dense:256,relu,dense:10");
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[0].kind, LayerSpec::Kind::kDense);
+  EXPECT_EQ(layers[0].units, 256);
+  EXPECT_EQ(layers[1].kind, LayerSpec::Kind::kActivation);
+  EXPECT_EQ(layers[1].activation, Activation::kRelu);
+  EXPECT_EQ(layers[2].units, 10);
+
+  const auto all = parse_model_spec(" dense:8 ,tanh,dense:7,gelu,dense:6,sigmoid,dense:1");
+  ASSERT_EQ(all.size(), 7u);
+  EXPECT_EQ(all[0].units, 8);
+  EXPECT_EQ(all[1].activation, Activation::kTanh);
+  EXPECT_EQ(all[3].activation, Activation::kGelu);
+  EXPECT_EQ(all[5].activation, Activation::kSigmoid);
+  EXPECT_EQ(parse_model_spec("dense:1").size(), 1u);
+}
+
+TEST(ModelSpec, ActivationNames) {
+  EXPECT_EQ(activation_name(Activation::kRelu), "relu");
+  EXPECT_EQ(activation_name(Activation::kTanh), "tanh");
+  EXPECT_EQ(activation_name(Activation::kGelu), "gelu");
+  EXPECT_EQ(activation_name(Activation::kSigmoid), "sigmoid");
+}
+
+TEST(ModelSpec, BadSpecsAreUsageErrorsNamingTheToken) {
+  struct Case {
+    const char* spec;
+    const char* token;  // must appear in the message
+  };
+  const Case cases[] = {
+      {"", ""},
+      {"dense:0", "dense:0"},
+      {"dense:-3", "dense:-3"},
+      {"dense:abc", "dense:abc"},
+      {"dense:5x", "dense:5x"},
+      {"dense:", "dense:"},
+      {"dense", "dense"},
+      {"conv:3,dense:2", "conv:3"},
+      {"dense:4,swish,dense:2", "swish"},
+      {"dense:4,,dense:2", ""},
+      {"dense:4,RELU,dense:2", "RELU"},
+      {"dense:4,relu", "dense"},  // the last layer must be dense
+      {"relu", "dense"},
+  };
+  for (const Case& c : cases) {
+    try {
+      parse_model_spec(c.spec);
+      ADD_FAILURE() << "accepted '" << c.spec << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::kUsage) << c.spec;
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(c.token), std::string::npos) << c.spec << ": " << msg;
+    }
+  }
+  // A bad token's message lists the valid layers.
+  try {
+    parse_model_spec("dense:4,swish,dense:2");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* valid : {"dense:N", "relu", "tanh", "gelu", "sigmoid"})
+      EXPECT_NE(msg.find(valid), std::string::npos) << msg;
+  }
+}
+
+class ModelTest : public ::testing::Test {
+ protected:
+  std::vector<float> host_params(Model& m) {
+    std::vector<float> p(m.num_params());
+    be_->copy_to_host(p.data(), m.params(), p.size() * sizeof(float));
+    return p;
+  }
+  std::unique_ptr<Backend> be_ = make_cpu_backend(BackendOptions{});
+};
+
+TEST_F(ModelTest, ArenaLayoutAndSpec) {
+  Model m(*be_, parse_model_spec("dense:5, relu,dense:3"), 4, 8);
+  EXPECT_EQ(m.spec(), "dense:5,relu,dense:3");
+  EXPECT_EQ(m.input_dim(), 4);
+  EXPECT_EQ(m.output_dim(), 3);
+  EXPECT_EQ(m.max_rows(), 8);
+  ASSERT_EQ(m.dense_layers().size(), 2u);
+  const DenseInfo& d0 = m.dense_layers()[0];
+  const DenseInfo& d1 = m.dense_layers()[1];
+  EXPECT_EQ(d0.name, "dense0");
+  EXPECT_EQ(d0.in, 4);
+  EXPECT_EQ(d0.out, 5);
+  EXPECT_EQ(d0.weight_offset, 0u);
+  EXPECT_EQ(d0.bias_offset, 20u);
+  EXPECT_EQ(d1.name, "dense1");
+  EXPECT_EQ(d1.in, 5);
+  EXPECT_EQ(d1.out, 3);
+  EXPECT_EQ(d1.weight_offset, 25u);
+  EXPECT_EQ(d1.bias_offset, 40u);
+  EXPECT_EQ(m.num_params(), 43u);
+}
+
+TEST_F(ModelTest, InitIsSeededHeOrGlorotWithZeroBiases) {
+  const auto layers = parse_model_spec("dense:40,relu,dense:30,tanh,dense:20,gelu,dense:10");
+  Model a(*be_, layers, 50, 1), b(*be_, layers, 50, 1), c(*be_, layers, 50, 1);
+  a.init(7);
+  b.init(7);
+  c.init(8);
+  const auto pa = host_params(a), pb = host_params(b), pc = host_params(c);
+  EXPECT_EQ(pa, pb);
+  EXPECT_NE(pa, pc);
+
+  // dense0 -> relu: He; dense1 -> tanh: Glorot; dense2 -> gelu: He; dense3 last: Glorot.
+  const double limits[] = {std::sqrt(6.0 / 50), std::sqrt(6.0 / (40 + 30)), std::sqrt(6.0 / 30),
+                           std::sqrt(6.0 / (20 + 10))};
+  for (std::size_t i = 0; i < a.dense_layers().size(); ++i) {
+    const DenseInfo& d = a.dense_layers()[i];
+    double max_abs = 0.0, sum = 0.0;
+    const std::size_t n = static_cast<std::size_t>(d.in) * d.out;
+    for (std::size_t j = 0; j < n; ++j) {
+      const double w = pa[d.weight_offset + j];
+      max_abs = std::max(max_abs, std::abs(w));
+      sum += w;
+    }
+    EXPECT_LE(max_abs, limits[i] * (1 + 1e-6)) << d.name;
+    EXPECT_GT(max_abs, 0.9 * limits[i]) << d.name;            // fills the range
+    EXPECT_LT(std::abs(sum / n), 0.1 * limits[i]) << d.name;  // centred
+    for (int j = 0; j < d.out; ++j) EXPECT_EQ(pa[d.bias_offset + j], 0.0f) << d.name;
+  }
+  // Layers draw from different streams, so dense1 does not repeat dense0.
+  EXPECT_NE(pa[a.dense_layers()[0].weight_offset] / limits[0],
+            pa[a.dense_layers()[1].weight_offset] / limits[1]);
+}
+
+TEST_F(ModelTest, ForwardMatchesHostLoops) {
+  const int in = 3, hidden = 4, out = 2, rows = 2;
+  Model m(*be_, parse_model_spec("dense:4,tanh,dense:2"), in, rows);
+  m.init(3);
+  auto p = host_params(m);
+  // Non-zero biases so that add_bias is exercised.
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (i >= m.dense_layers()[0].bias_offset && i < m.dense_layers()[1].weight_offset)
+      p[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
+  p[m.dense_layers()[1].bias_offset + 1] = 0.7f;
+  be_->copy_to_device(m.params(), p.data(), p.size() * sizeof(float));
+
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 0.0f, 0.25f, -0.75f};
+  std::vector<float> y(rows * out);
+  be_->copy_to_host(y.data(), m.forward(x.data(), rows), y.size() * sizeof(float));
+
+  const auto& d0 = m.dense_layers()[0];
+  const auto& d1 = m.dense_layers()[1];
+  for (int r = 0; r < rows; ++r) {
+    double h[hidden];
+    for (int j = 0; j < hidden; ++j) {
+      double acc = p[d0.bias_offset + j];
+      for (int k = 0; k < in; ++k) acc += p[d0.weight_offset + j * in + k] * x[r * in + k];
+      h[j] = std::tanh(acc);
+    }
+    for (int j = 0; j < out; ++j) {
+      double acc = p[d1.bias_offset + j];
+      for (int k = 0; k < hidden; ++k) acc += p[d1.weight_offset + j * hidden + k] * h[k];
+      EXPECT_NEAR(y[r * out + j], acc, 1e-5) << "r=" << r << " j=" << j;
+    }
+  }
+}
+
+TEST_F(ModelTest, EmptyShardGivesZeroGradients) {
+  Model m(*be_, parse_model_spec("dense:6,relu,dense:4,gelu,dense:3"), 5, 4);
+  m.init(11);
+  std::vector<float> x(4 * 5);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i) - 1.0f;
+  // A real step first, so stale non-zero gradients would show.
+  m.forward(x.data(), 4);
+  be_->fill(m.output_grad(), 0.25f, 4 * 3);
+  m.backward(x.data(), m.output_grad(), 4);
+  std::vector<float> g(m.num_params());
+  be_->copy_to_host(g.data(), m.grads(), g.size() * sizeof(float));
+  double norm = 0.0;
+  for (float v : g) norm += std::abs(v);
+  ASSERT_GT(norm, 0.0);
+
+  m.forward(x.data(), 0);
+  m.backward(x.data(), m.output_grad(), 0);
+  be_->copy_to_host(g.data(), m.grads(), g.size() * sizeof(float));
+  for (std::size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], 0.0f) << i;
+
+  // A model built for zero rows works too.
+  Model empty(*be_, parse_model_spec("dense:2"), 3, 0);
+  empty.init(1);
+  empty.forward(nullptr, 0);
+  empty.backward(nullptr, empty.output_grad(), 0);
+  std::vector<float> ge(empty.num_params(), 1.0f);
+  be_->copy_to_host(ge.data(), empty.grads(), ge.size() * sizeof(float));
+  for (float v : ge) EXPECT_EQ(v, 0.0f);
+}
+
+TEST_F(ModelTest, TooManyRowsIsAnError) {
+  Model m(*be_, parse_model_spec("dense:2"), 3, 2);
+  std::vector<float> x(9);
+  EXPECT_THROW(m.forward(x.data(), 3), Error);
+}
+
+}  // namespace
+}  // namespace dptrain
