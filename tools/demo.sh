@@ -12,8 +12,9 @@ build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA="${DPTRAIN_CUDA:-AUTO}"
 cmake --build "$build" -j "$(nproc)" --target dptrain
 
+py=$(tools/find-python.sh)
 if [[ ! -f data/fashion_mnist.h5 ]]; then
-  python3 tools/convert_fashion_mnist.py data/fashion_mnist.h5
+  "$py" tools/convert_fashion_mnist.py data/fashion_mnist.h5
 fi
 
 mkdir -p runs
@@ -21,7 +22,7 @@ metrics=runs/fashion_mnist.jsonl
 mpirun -np 2 --oversubscribe "$build/dptrain" train --config jobs/fashion_mnist.ini \
   --device cpu --metrics "$metrics" "$@"
 
-python3 - "$metrics" <<'PY'
+"$py" - "$metrics" <<'PY'
 import json, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
 evals = [e for e in events if e["event"] == "eval"]

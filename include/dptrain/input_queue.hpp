@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dptrain/dataset.hpp"
@@ -115,6 +116,10 @@ class InputQueue {
   std::vector<unsigned char> window_features_, window_labels_;
   std::int64_t window_loaded_epoch_ = -1, window_loaded_ = -1;
   std::vector<std::uint64_t> idx_;
+  // Streaming scratch: block ids held in window_features_ (ascending), and
+  // (index, batch row) pairs sorted by index for full-shuffle run reads.
+  std::vector<std::uint64_t> window_blocks_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs_;
 
   std::mutex mu_;
   std::condition_variable cv_;

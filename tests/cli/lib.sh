@@ -5,7 +5,7 @@ set -euo pipefail
 : "${DPTRAIN:?run through ctest}"
 : "${DPTRAIN_SOURCE_DIR:?run through ctest}"
 MPIEXEC=${MPIEXEC:-mpiexec}
-PYTHON=${PYTHON:-python3}
+PYTHON=$("$DPTRAIN_SOURCE_DIR/tools/find-python.sh")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Tests start many short jobs on few cores: no busy-polling in MPI waits.
 export OMPI_MCA_mpi_yield_when_idle=1

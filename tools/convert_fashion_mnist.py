@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+# Implements: Fashion-MNIST idx files (gzipped) to a dptrain data file with
+# /train and /test: uint8 features [N, 28, 28], int32 labels [N].
+"""Convert Fashion-MNIST to dptrain's HDF5 layout (DESIGN.md section 3).
+
+The default source is where Debian's dataset-fashion-mnist package puts the
+files; --src points elsewhere (same file names, gzipped or not).
+"""
+import argparse
+import gzip
+import os
+import struct
+import sys
+
+try:
+    import h5py
+    import numpy as np
+except ImportError as e:  # pyenv/venv pythons often lack Debian's python3-h5py
+    sys.exit(f"{sys.argv[0]}: {e}; install python3-h5py python3-numpy or run with /usr/bin/python3")
+
+DEFAULT_SRC = "/usr/share/datasets/fashion-mnist"
+IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
+SETS = {"train": "train", "test": "t10k"}
+CHUNK_BYTES = 1 << 20
+
+
+def read_idx(src, stem, magic):
+    for name in (stem + ".gz", stem):
+        path = os.path.join(src, name)
+        if os.path.exists(path):
+            break
+    else:
+        sys.exit(f"convert_fashion_mnist: {os.path.join(src, stem)}(.gz) not found")
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        sys.exit(f"convert_fashion_mnist: {path}: too short for an idx header")
+    got, count = struct.unpack(">II", data[:8])
+    if got != magic:
+        sys.exit(f"convert_fashion_mnist: {path}: magic {got}, expected {magic}")
+    dims = [count]
+    header = 8
+    if magic == IMAGES_MAGIC:
+        dims += list(struct.unpack(">II", data[8:16]))
+        header = 16
+    expected = header + int(np.prod(dims))
+    if len(data) != expected:
+        sys.exit(f"convert_fashion_mnist: {path}: {len(data)} bytes, expected {expected} for {dims}")
+    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--src", default=DEFAULT_SRC, help=f"directory of the idx files (default {DEFAULT_SRC})")
+    ap.add_argument("out", help="output HDF5 file")
+    args = ap.parse_args()
+    with h5py.File(args.out, "w") as f:
+        for name, stem in SETS.items():
+            images = read_idx(args.src, f"{stem}-images-idx3-ubyte", IMAGES_MAGIC)
+            labels = read_idx(args.src, f"{stem}-labels-idx1-ubyte", LABELS_MAGIC)
+            if len(images) != len(labels):
+                sys.exit(f"convert_fashion_mnist: {name}: {len(images)} images but {len(labels)} labels")
+            if labels.max() >= 10:
+                sys.exit(f"convert_fashion_mnist: {name}: label {labels.max()} outside [0, 10)")
+            row = int(np.prod(images.shape[1:]))
+            chunk = (max(1, min(len(images), CHUNK_BYTES // row)), *images.shape[1:])
+            f.create_dataset(f"{name}/features", data=images, chunks=chunk)
+            f.create_dataset(f"{name}/labels", data=labels.astype(np.int32),
+                             chunks=(min(len(labels), CHUNK_BYTES // 4),))
+            print(f"{args.out}: /{name}: {len(images)} images {images.shape[1:]}")
+        f.attrs["source"] = "Fashion-MNIST (Zalando Research), MIT license"
+
+
+if __name__ == "__main__":
+    main()
