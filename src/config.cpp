@@ -10,6 +10,8 @@
 #include <boost/program_options.hpp>
 
 #include "dptrain/error.hpp"
+#include "dptrain/model.hpp"
+#include "dptrain/optimizer.hpp"
 
 namespace po = boost::program_options;
 
@@ -150,6 +152,10 @@ void check_train(const Options& o) {
   require_nonnegative(static_cast<double>(o.keep_checkpoints), "keep-checkpoints");
   require_nonnegative(static_cast<double>(o.check_every), "check-every");
   require_nonnegative(static_cast<double>(o.skip_nonfinite), "skip-nonfinite");
+  // Parsed here, where every rank reaches the same verdict, so only rank 0
+  // speaks; the trainer parses the same strings again without failing.
+  const auto layers = parse_model_spec(o.model);
+  (void)layers;
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     usage_error("--checkpoint-every needs --checkpoint-dir");
   if (o.resume != "auto" && o.resume != "never" && !o.init_from.empty())

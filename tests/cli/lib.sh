@@ -25,7 +25,7 @@ run() {
   OUT=$WORK/out.txt
   ERR=$WORK/err.txt
   set +e
-  timeout -k 5 "$limit" "$MPIEXEC" -n "$np" --oversubscribe "$DPTRAIN" "$@" >"$OUT" 2>"$ERR"
+  timeout -k 5 "$limit" "$MPIEXEC" -n "$np" --oversubscribe "$DPTRAIN" "$@" </dev/null >"$OUT" 2>"$ERR"
   RC=$?
   set -e
   if [[ $RC -eq 124 || $RC -eq 137 ]]; then
@@ -48,7 +48,7 @@ expect_one_error() {
   local n
   n=$(grep -c "dptrain: error:" "$ERR" || true)
   [[ $n -eq 1 ]] || { cat "$ERR" >&2; fail "expected one error line, got $n"; }
-  grep -q -- "$1" "$ERR" || { cat "$ERR" >&2; fail "error line does not mention '$1'"; }
+  grep -qF -- "$1" "$ERR" || { cat "$ERR" >&2; fail "error line does not mention '$1'"; }
 }
 
 synthetic() {  # synthetic OUT [make_synthetic.py options]

@@ -13,7 +13,7 @@ start_job() {  # start_job NP MARKER ARGS... ; sets JOB
   shift 2
   set +e
   timeout -k 5 120 "$MPIEXEC" -n "$np" --oversubscribe "$DPTRAIN" "${common[@]}" --metrics "$marker" "$@" \
-    >"$WORK/j.out" 2>"$WORK/j.err" &
+    </dev/null >"$WORK/j.out" 2>"$WORK/j.err" &
   JOB=$!
   set -e
   local i

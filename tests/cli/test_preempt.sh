@@ -12,7 +12,7 @@ preempt() {  # preempt NP SIGNAL RANK
   local marker="$WORK/m-$np-$sig.jsonl"
   set +e
   timeout -k 5 120 "$MPIEXEC" -n "$np" --oversubscribe "$DPTRAIN" train "${common[@]}" --steps 100000 \
-    --checkpoint-dir "$dir" --metrics "$marker" >"$WORK/p.out" 2>"$WORK/p.err" &
+    --checkpoint-dir "$dir" --metrics "$marker" </dev/null >"$WORK/p.out" 2>"$WORK/p.err" &
   local job=$!
   set -e
   local pid="" i

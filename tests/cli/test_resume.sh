@@ -13,11 +13,13 @@ run 2 120 "${common[@]}" --steps $N --save "$WORK/straight.h5"
 expect_rc 0 "straight run"
 
 resume_case() {  # resume_case NP_FIRST NP_SECOND TOLERANCE
+  # The first run stands for a job that died after step N/2: same --steps
+  # (so the cosine schedule is the same), its checkpoint at N/2 resumed.
   local dir=$WORK/ck-$1-$2
-  run "$1" 120 "${common[@]}" --steps $((N / 2)) --checkpoint-dir "$dir"
-  expect_rc 0 "first half on $1 ranks"
+  run "$1" 120 "${common[@]}" --steps $N --checkpoint-dir "$dir" --checkpoint-every $((N / 2)) --keep-checkpoints 0
+  expect_rc 0 "first run on $1 ranks"
   [[ -f $dir/ckpt-000000020.h5 ]] || fail "no checkpoint at step 20"
-  run "$2" 120 "${common[@]}" --steps $N --checkpoint-dir "$dir" --resume auto --save "$WORK/resumed-$1-$2.h5"
+  run "$2" 120 "${common[@]}" --steps $N --resume "$dir/ckpt-000000020.h5" --save "$WORK/resumed-$1-$2.h5"
   expect_rc 0 "second half on $2 ranks"
   grep -q "resuming from .*ckpt-000000020.h5" "$OUT" || fail "did not resume from step 20"
   compare_models "$WORK/resumed-$1-$2.h5" "$WORK/straight.h5" "$3" || fail "resume $1 -> $2 ranks"
@@ -30,13 +32,23 @@ resume_case 3 2 1e-4
 "$PYTHON" - "$WORK/ck-2-2/ckpt-000000020.h5" <<'PY'
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
-a = f.attrs
+a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
 assert a["format"] == "dptrain-checkpoint" and a["version"] == 1
 assert (a["step"], a["epoch"], a["epoch_position"]) == (20, 1, 100), (a["step"], a["epoch"], a["epoch_position"])
 assert a["world_size"] == 2 and a["model"] == "dense:16,relu,dense:3" and a["loss"] == "xent"
 assert f["model/dense0/weight"].shape == (16, 5) and f["model/dense1/bias"].shape == (3,)
 assert "batch-size = 20" in a["config"]
 PY
+
+# A run that stops at --steps N/2 and is resumed with a longer --steps
+# continues too (constant schedule: the learning rate does not depend on it).
+const=("${common[@]/cosine/constant}")
+run 2 120 "${const[@]}" --steps $N --save "$WORK/straight-const.h5"
+run 2 120 "${const[@]}" --steps $((N / 2)) --checkpoint-dir "$WORK/ck-const"
+expect_rc 0 "first half"
+run 2 120 "${const[@]}" --steps $N --checkpoint-dir "$WORK/ck-const" --save "$WORK/resumed-const.h5"
+expect_rc 0 "second half with --resume auto"
+compare_models "$WORK/resumed-const.h5" "$WORK/straight-const.h5" exact || fail "--resume auto run differs"
 
 # A truncated newest checkpoint is reported and the previous one used.
 dir=$WORK/ck-fallback
@@ -64,6 +76,6 @@ expect_one_error "junk.h5"
 run 2 60 "${common[@]}" --steps 5 --resume "$WORK/missing.h5"
 expect_rc 4 "--resume missing"
 # A checkpoint of another model is refused.
-run 1 60 "${common[@]}" --model dense:8,relu,dense:3 --steps 5 --resume "$WORK/straight.h5"
+run 1 60 "${common[@]/dense:16,relu,dense:3/dense:8,relu,dense:3}" --steps 5 --resume "$WORK/straight.h5"
 expect_rc 4 "--resume with another model"
 echo PASS
