@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 
 tools/install-deps.sh --demo
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA="${DPTRAIN_CUDA:-AUTO}"
+# The demo trains on CPU ranks: skip compiling the CUDA backend unless asked.
+build=${BUILD_DIR:-build-demo}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA="${DPTRAIN_CUDA:-OFF}"
 cmake --build "$build" -j "$(nproc)" --target dptrain
 
 py=$(tools/find-python.sh)
