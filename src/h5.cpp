@@ -116,6 +116,17 @@ File create_file(const std::string& path, ExitCode code) {
                     path + ": cannot create HDF5 file"));
 }
 
+File create_file_checksummed(const std::string& path, ExitCode code) {
+  quiet();
+  PropList fapl(file_access_list());
+  // 1.10 is the first format whose chunk indexes (not only object headers)
+  // are checksummed; with an 1.8 low bound chunked data keeps v1 B-trees.
+  check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST), code,
+               path + ": cannot select the checksummed file format");
+  return File(check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), code,
+                    path + ": cannot create HDF5 file"));
+}
+
 void flush(hid_t file, ExitCode code) {
   quiet();
   check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), code, file_name(file) + ": flush failed");

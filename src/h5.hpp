@@ -76,6 +76,11 @@ std::string describe(hid_t obj);
 File open_read(const std::string& path, ExitCode code);
 File open_read_write(const std::string& path, ExitCode code);
 File create_file(const std::string& path, ExitCode code);  // truncates
+// Like create_file, in the HDF5 1.10+ file format: its superblock, object
+// headers and chunk indexes carry checksums, so damaged metadata fails to
+// open or read instead of being parsed (HDF5 1.10 can crash on some damaged
+// unchecksummed metadata). Readable by HDF5 >= 1.10 and h5py.
+File create_file_checksummed(const std::string& path, ExitCode code);
 void flush(hid_t file, ExitCode code);
 
 // --- groups, datasets, links ---------------------------------------------
@@ -134,6 +139,10 @@ void write_attr(hid_t obj, const std::string& name, const std::string& value, Ex
 inline void write_attr(hid_t obj, const std::string& name, const char* value, ExitCode code) {
   write_attr(obj, name, std::string(value), code);
 }
+// Fixed-length UTF-8 string, stored inside the object header (covered by its
+// checksum in create_file_checksummed files) instead of the global heap that
+// variable-length strings use, which has no checksum. h5py reads it as bytes.
+void write_attr_fixed(hid_t obj, const std::string& name, const std::string& value, ExitCode code);
 // Readers convert any stored integer/float type; a missing attribute or an
 // impossible conversion throws Error(code) naming object and attribute.
 std::int64_t read_attr_int64(hid_t obj, const std::string& name, ExitCode code);

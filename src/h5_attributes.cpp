@@ -97,6 +97,17 @@ void write_attr(hid_t obj, const std::string& name, const std::string& value, Ex
   write_attr_raw(obj, name, t.get(), t.get(), &p, code);
 }
 
+void write_attr_fixed(hid_t obj, const std::string& name, const std::string& value,
+                      ExitCode code) {
+  DataType t(check(H5Tcopy(H5T_C_S1), code, "string type"));
+  // NULLPAD stores exactly the bytes, no terminator; HDF5 needs size >= 1.
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  H5Tset_size(t.get(), padded.size());
+  H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  write_attr_raw(obj, name, t.get(), t.get(), padded.data(), code);
+}
+
 std::int64_t read_attr_int64(hid_t obj, const std::string& name, ExitCode code) {
   return read_attr_number<std::int64_t>(obj, name, H5T_NATIVE_INT64, code);
 }

@@ -1,0 +1,138 @@
+// Implements: unit tests of `dptrain inspect` (inspect_file, without MPI):
+// the checkpoint and data-file summaries hold the facts a user looks for, and
+// files that are neither fail with a message naming the file.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "dptrain/checkpoint.hpp"
+#include "dptrain/error.hpp"
+#include "h5.hpp"
+#include "h5_fixtures.hpp"
+#include "inspect.hpp"
+#include "test_paths.hpp"
+
+namespace dptrain {
+namespace {
+
+class InspectTest : public ::testing::Test {
+ protected:
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string inspect(const std::string& file) const {
+    std::ostringstream out;
+    inspect_file(file, out);
+    return out.str();
+  }
+  std::string dir_ = testing::scratch_dir("inspect");
+};
+
+void expect_has(const std::string& text, const std::vector<std::string>& parts) {
+  for (const auto& p : parts) EXPECT_NE(text.find(p), std::string::npos) << "'" << p << "' not in:\n" << text;
+}
+
+CheckpointData small_checkpoint() {
+  CheckpointData d;
+  d.meta = {"dense:4,relu,dense:2", "xent", 300, 2, 96, 17, 3, "lr = 0.5\nbatch-size = 32\n", "adam", 300};
+  std::size_t n = 0;
+  for (int i = 0; i < 2; ++i) {
+    DenseInfo l{"dense" + std::to_string(i), i == 0 ? 8 : 4, i == 0 ? 4 : 2, n, 0};
+    l.bias_offset = n + std::size_t(l.in) * l.out;
+    n = l.bias_offset + l.out;
+    d.layout.push_back(l);
+  }
+  d.params.assign(n, 0.125f);
+  d.optimizer_state = {{"m", std::vector<float>(n, 0.0f)}, {"v", std::vector<float>(n, 1.0f)}};
+  d.has_training_state = true;
+  return d;
+}
+
+TEST_F(InspectTest, CheckpointSummary) {
+  write_checkpoint(path("ck.h5"), small_checkpoint());
+  const std::string s = inspect(path("ck.h5"));
+  expect_has(s, {"dptrain checkpoint", "dense:4,relu,dense:2", "xent", "step:            300",
+                 "epoch 2, epoch_position 96", "seed:            17", "world size:      3",
+                 "adam, step 300, state: m v", "dense0", "weight [4, 8]", "bias [4]",
+                 "weight [2, 4]", "parameters:      46", "184 B", "lr = 0.5", "batch-size = 32"});
+}
+
+TEST_F(InspectTest, ModelOnlyCheckpoint) {
+  h5::File f = h5::create_file(path("m.h5"), ExitCode::kOther);
+  std::vector<float> w(6, 0.5f), b(2, 0.0f);
+  h5::write_array(f.get(), "/model/dense0/weight", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {2, 3},
+                  w.data(), ExitCode::kOther);
+  h5::write_array(f.get(), "/model/dense0/bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {2}, b.data(),
+                  ExitCode::kOther);
+  f.reset();
+  expect_has(inspect(path("m.h5")), {"model-only", "weight [2, 3]", "parameters:      8"});
+}
+
+TEST_F(InspectTest, BadCheckpointIsCheckpointError) {
+  write_checkpoint(path("ck.h5"), small_checkpoint());
+  {
+    h5::File f = h5::open_read_write(path("ck.h5"), ExitCode::kOther);
+    h5::write_attr(f.get(), "version", std::int64_t(7), ExitCode::kOther);
+  }
+  try {
+    inspect(path("ck.h5"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kCheckpoint);
+    expect_has(e.message(), {"version 7", "ck.h5"});
+  }
+}
+
+TEST_F(InspectTest, DataFileWithClassLabels) {
+  testing::FixtureSpec s;
+  s.rows = 100;
+  s.shape = {2, 3};
+  s.classes = 10;  // (7i + 3) mod 10: each class exactly 10 times
+  s.chunk_rows = 16;
+  s.int64_labels = true;
+  testing::write_fixture(path("d.h5"), s);
+  s.set = "test";
+  s.rows = 20;
+  s.uint8 = true;
+  s.int64_labels = false;
+  testing::write_fixture(path("d.h5"), s);
+  const std::string out = inspect(path("d.h5"));
+  expect_has(out, {"data file, 2 sets", "set train: N = 100", "[100, 2, 3] float32", "D = 6",
+                   "chunks of 16 rows", "class ids, int64 [100]", "classes:  10",
+                   "0: 10  1: 10  2: 10", "9: 10", "set test: N = 20", "uint8", "int32 [20]"});
+}
+
+TEST_F(InspectTest, DataFileWithTargets) {
+  testing::FixtureSpec s;
+  s.rows = 10;
+  s.targets = 2;  // i * 0.5 - k for column k
+  testing::write_fixture(path("t.h5"), s);
+  expect_has(inspect(path("t.h5")),
+             {"float targets, float32 [10, 2]", "targets:  min -1, mean 1.75, max 4.5",
+              "[0] min 0, mean 2.25, max 4.5", "[1] min -1, mean 1.25, max 3.5"});
+}
+
+TEST_F(InspectTest, NeitherCheckpointNorDataFails) {
+  {
+    h5::File f = h5::create_file(path("other.h5"), ExitCode::kOther);
+    std::vector<float> v(4, 1.0f);
+    h5::write_array(f.get(), "/stuff/values", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4}, v.data(),
+                    ExitCode::kOther);
+  }
+  try {
+    inspect(path("other.h5"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kData);
+    expect_has(e.message(), {"neither", "other.h5"});
+  }
+  std::ofstream(path("text.h5")) << "not hdf5";
+  try {
+    inspect(path("text.h5"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    expect_has(e.message(), {"not an HDF5 file", "text.h5"});
+  }
+}
+
+}  // namespace
+}  // namespace dptrain
