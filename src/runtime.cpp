@@ -2,9 +2,12 @@
 #include "runtime.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <vector>
 #include <thread>
 
+#include "cuda/cuda_backend.hpp"
 #include "dptrain/error.hpp"
 #include "dptrain/metrics.hpp"
 #include "dptrain/optimizer.hpp"
@@ -25,6 +28,36 @@ Precision parse_precision(const std::string& p) {
   if (p == "tf32") return Precision::kTf32;
   if (p == "bf16") return Precision::kBf16;
   return Precision::kFp32;
+}
+
+// Two ranks of a node on one GPU would halve its speed and can deadlock
+// NCCL: refuse to start, naming both ranks. UUIDs are exchanged within the
+// node (a UUID is 40 characters: "GPU-xxxxxxxx-...").
+void check_distinct_gpus(const MpiSession& mpi, int device) {
+  constexpr int kLen = 64;
+  char mine[kLen] = {};
+  const std::string uuid = cuda_device_uuid(device);
+  std::snprintf(mine, kLen, "%s", uuid.c_str());
+  std::vector<char> all(static_cast<std::size_t>(kLen) * mpi.size());
+  DPT_MPI_CHECK(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, mpi.world()));
+  std::vector<char> hosts(static_cast<std::size_t>(MPI_MAX_PROCESSOR_NAME) * mpi.size());
+  std::vector<char> host(MPI_MAX_PROCESSOR_NAME, 0);
+  std::snprintf(host.data(), host.size(), "%s", mpi.host().c_str());
+  DPT_MPI_CHECK(MPI_Allgather(host.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(),
+                              MPI_MAX_PROCESSOR_NAME, MPI_CHAR, mpi.world()));
+  agree(mpi.world(), [&] {
+    if (uuid.empty()) return;
+    for (int r = 0; r < mpi.size(); ++r) {
+      if (r == mpi.rank()) continue;
+      const char* other = &all[static_cast<std::size_t>(r) * kLen];
+      const char* other_host = &hosts[static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME];
+      if (r < mpi.rank() && uuid == other && mpi.host() == other_host)
+        throw Error(ExitCode::kUsage,
+                    "ranks " + std::to_string(r) + " and " + std::to_string(mpi.rank()) +
+                        " on " + mpi.host() + " share GPU " + uuid +
+                        "; start one rank per GPU (e.g. srun --gpus-per-task=1, or fewer ranks)");
+    }
+  });
 }
 
 }  // namespace
@@ -53,6 +86,7 @@ Runtime make_runtime(const Options& opts, const MpiSession& mpi) {
     bo.precision = parse_precision(opts.precision);
     rt.backend = make_backend(rt.device, bo);
   });
+  if (rt.device == DeviceKind::kCuda) check_distinct_gpus(mpi, rt.device_index);
   agree(mpi.world(), [&] {
     rt.comm = rt.device == DeviceKind::kCuda ? make_nccl_communicator(mpi.world(), *rt.backend)
                                              : make_mpi_communicator(mpi.world());

@@ -90,6 +90,8 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   install_stop_signal_handlers();
   Runtime rt = make_runtime(opts, mpi);
   Watchdog watchdog(opts.comm_timeout, mpi.rank(), mpi.size());
+  // NCCL calls can block on the device where MPI_Abort cannot reach them.
+  watchdog.set_on_timeout([&rt] { rt.comm->abort(); });
   Backend& be = *rt.backend;
   Communicator& comm = *rt.comm;
 

@@ -24,6 +24,12 @@ class Communicator {
   // Broadcast bytes from root, in place.
   virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Tears the communicator down so that blocked or later calls return
+  // instead of hanging; callable from any thread (the watchdog). MPI has no
+  // such call (the job is aborted instead): a no-op there.
+  virtual void abort() noexcept {}
+  // An error the transport found asynchronously (NCCL), "" when none.
+  virtual std::string async_error() const { return {}; }
 };
 
 // MPI over host memory; comm is duplicated so our traffic never mixes with

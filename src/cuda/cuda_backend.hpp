@@ -3,10 +3,22 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "dptrain/backend.hpp"
 
 namespace dptrain {
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);
 int cuda_visible_devices();  // 0 when no GPU is usable
-}
+
+// For the NCCL communicator, which must order its stream after the backend's
+// compute stream and live on the same device. Both throw Error(kUsage) when
+// the backend is not the CUDA backend. The stream is a cudaStream_t.
+void* cuda_stream_of(Backend& backend);
+int cuda_device_of(Backend& backend);
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" as nvidia-smi prints it, so that
+// ranks can tell whether two of them were given the same GPU; empty when the
+// device cannot be queried. Never throws.
+std::string cuda_device_uuid(int device);
+}  // namespace dptrain

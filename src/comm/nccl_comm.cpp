@@ -1,0 +1,185 @@
+// Implements: the NCCL communicator over device memory of the CUDA backend.
+// Collectives run on the communicator's own stream, ordered after the
+// backend's compute stream by an event and followed by another event the
+// compute stream waits on: the host never blocks, yet every later kernel or
+// copy on the compute stream sees the reduced data.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_handles.hpp"
+#include "cuda/error_cuda.hpp"
+#include "dptrain/comm.hpp"
+#include "dptrain/error.hpp"
+
+namespace dptrain {
+
+// In namespace dptrain (not anonymous) because the watchdog of a later
+// change needs abort() and async_error().
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm parent, Backend& backend)
+      : compute_(static_cast<cudaStream_t>(cuda_stream_of(backend))),
+        device_(cuda_device_of(backend)), unwinding_at_start_(std::uncaught_exceptions()) {
+    DPT_MPI_CHECK(MPI_Comm_dup(parent, &mpi_.comm));
+    DPT_MPI_CHECK(MPI_Comm_set_errhandler(mpi_.comm, MPI_ERRORS_RETURN));
+    DPT_MPI_CHECK(MPI_Comm_rank(mpi_.comm, &rank_));
+    DPT_MPI_CHECK(MPI_Comm_size(mpi_.comm, &size_));
+    DPT_CUDA_CHECK(cudaSetDevice(device_));
+    stream_ = cuda::Stream::create();
+    compute_done_ = cuda::Event::create();
+    comm_done_ = cuda::Event::create();
+
+    // Rank 0 always reaches the broadcast, with a flag when it has no id, so
+    // that a failure there leaves nobody waiting in MPI_Bcast.
+    struct {
+      ncclUniqueId id;
+      int ok;
+    } msg{};
+    std::string why;
+    if (rank_ == 0) {
+      const ncclResult_t rc = ncclGetUniqueId(&msg.id);
+      msg.ok = rc == ncclSuccess ? 1 : 0;
+      if (rc != ncclSuccess) why = ncclGetErrorString(rc);
+    }
+    DPT_MPI_CHECK(MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, mpi_.comm));
+    if (!msg.ok)
+      throw Error(ExitCode::kComm,
+                  "NCCL: rank 0 could not create the unique id" + (why.empty() ? "" : ": " + why));
+    ncclComm_t c = nullptr;
+    DPT_NCCL_CHECK(ncclCommInitRank(&c, size_, msg.id, rank_));
+    comm_.store(c);
+  }
+
+  ~NcclCommunicator() override {
+    if (!comm_.load()) return;
+    // Destroy waits for queued operations, which never finish when a peer
+    // is gone: abort unless the stream drained cleanly and we are not being
+    // unwound by an error.
+    if (std::uncaught_exceptions() > unwinding_at_start_ || !drained()) {
+      abort();
+    } else if (ncclComm_t c = comm_.exchange(nullptr)) {
+      ncclCommDestroy(c);
+    }
+  }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce_sum(float* buf, std::size_t n) override {
+    if (n == 0) return;
+    after_compute();
+    DPT_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, live(), stream_.get()));
+    before_compute();
+  }
+
+  void broadcast(void* buf, std::size_t bytes, int root) override {
+    if (bytes == 0) return;
+    after_compute();
+    DPT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclChar, root, live(), stream_.get()));
+    before_compute();
+  }
+
+  void barrier() override {
+    live();
+    // The compute stream waits on every collective, so draining it drains
+    // both; then the host-side barrier.
+    DPT_CUDA_CHECK(cudaStreamSynchronize(compute_));
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+    DPT_MPI_CHECK(MPI_Barrier(mpi_.comm));
+  }
+
+  // Tears the communicator down without waiting for peers; queued and
+  // running NCCL kernels end. Safe from another thread (the watchdog) and
+  // more than once. Later collectives throw Error(kComm).
+  void abort() noexcept override {
+    if (aborted_.exchange(true)) return;
+    if (ncclComm_t c = comm_.exchange(nullptr)) ncclCommAbort(c);
+  }
+
+  // Empty while healthy; otherwise what NCCL reports for errors found in the
+  // background (a peer died, the network failed). Polled by the watchdog.
+  std::string async_error() const override {
+    if (aborted_.load()) return "NCCL communicator was aborted";
+    ncclComm_t c = comm_.load();
+    if (!c) return {};
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t rc = ncclCommGetAsyncError(c, &state);
+    if (rc != ncclSuccess) return std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(rc);
+    if (state != ncclSuccess && state != ncclInProgress) return ncclGetErrorString(state);
+    return {};
+  }
+
+ private:
+  ncclComm_t live() const {
+    ncclComm_t c = comm_.load();
+    if (aborted_.load() || !c)
+      throw Error(ExitCode::kComm,
+                  "NCCL communicator was aborted (rank " + std::to_string(rank_) + ")");
+    return c;
+  }
+  void after_compute() {
+    DPT_CUDA_CHECK(cudaEventRecord(compute_done_.get(), compute_));
+    DPT_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), compute_done_.get(), 0));
+  }
+  void before_compute() {
+    DPT_CUDA_CHECK(cudaEventRecord(comm_done_.get(), stream_.get()));
+    DPT_CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_done_.get(), 0));
+  }
+
+  // True when the comm stream finishes within a short grace period without
+  // an NCCL error.
+  bool drained() const noexcept {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < deadline) {
+      if (!async_error().empty()) return false;
+      const cudaError_t q = cudaStreamQuery(stream_.get());
+      if (q == cudaSuccess) return true;
+      if (q != cudaErrorNotReady) {
+        cudaGetLastError();
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+
+  // Freed even when the constructor throws after the dup.
+  struct OwnedMpiComm {
+    MPI_Comm comm = MPI_COMM_NULL;
+    OwnedMpiComm() = default;
+    OwnedMpiComm(const OwnedMpiComm&) = delete;
+    OwnedMpiComm& operator=(const OwnedMpiComm&) = delete;
+    ~OwnedMpiComm() {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    }
+  };
+
+  OwnedMpiComm mpi_;
+  int rank_ = 0, size_ = 1;
+  cudaStream_t compute_;  // owned by the backend, which outlives us
+  int device_;
+  int unwinding_at_start_;
+  cuda::Stream stream_;
+  cuda::Event compute_done_, comm_done_;
+  std::atomic<ncclComm_t> comm_{nullptr};  // swapped out by abort() on any thread
+  std::atomic<bool> aborted_{false};
+};
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend& backend) {
+  return std::make_unique<NcclCommunicator>(comm, backend);
+}
+
+}  // namespace dptrain

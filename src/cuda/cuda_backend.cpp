@@ -1,0 +1,300 @@
+// Implements: the CUDA backend — device memory and copies on one non-blocking
+// compute stream, cuBLAS GEMMs (fp32, tf32, bf16 inputs) on row-major data
+// through operand order, and the kernels of kernels.hpp. Semantics are those
+// of the CPU reference (src/cpu/cpu_backend.cpp), which the GPU tests check.
+#include "cuda/cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "cuda/cuda_handles.hpp"
+#include "cuda/error_cuda.hpp"
+#include "cuda/kernels.hpp"
+#include "dptrain/error.hpp"
+
+namespace dptrain {
+namespace {
+
+// cudaMalloc aligns to 256 bytes anyway; a zero-byte request still gets a
+// real pointer so that deallocate and DeviceBuffer never special-case it.
+constexpr std::size_t kMinAllocation = 256;
+constexpr int kBlocksPerSm = 8;  // grid-stride kernels: a few waves, no more
+
+// cudaGetDeviceCount, or 0 and the reason. Clears the error, which is not
+// sticky, so later runtime calls in the process are unaffected.
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
+    return 0;
+  }
+  if (n == 0 && why) *why = "cudaGetDeviceCount found 0 devices";
+  return n;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& opts)
+      : device_(opts.device_index), precision_(opts.precision) {
+    DPT_CUDA_CHECK(cudaSetDevice(device_));
+    stream_ = cuda::Stream::create();
+    cublas_ = cuda::CublasHandle::create();
+    DPT_CUBLAS_CHECK(cublasSetStream(cublas_.get(), stream_.get()));
+    int sms = 0;
+    DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+    launch_ = {stream_.get(), std::max(1, sms) * kBlocksPerSm};
+    partials_ = cuda::DeviceMemory(2 * cuda::kMaxLossBlocks * sizeof(double));
+    counter_ = cuda::DeviceMemory(sizeof(unsigned long long));
+    host_counter_ = cuda::PinnedMemory(sizeof(unsigned long long));
+  }
+  ~CudaBackend() override {
+    // Members free memory next; nothing queued may still be using it.
+    if (stream_.get()) cudaStreamSynchronize(stream_.get());
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string name() const override { return "cuda"; }
+  cudaStream_t stream() const { return stream_.get(); }
+  int device() const { return device_; }
+
+  void* allocate(std::size_t bytes) override {
+    const std::size_t size = std::max(bytes, kMinAllocation);
+    void* p = nullptr;
+    const cudaError_t rc = cudaMalloc(&p, size);
+    if (rc == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      std::size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw Error(ExitCode::kOther, "GPU " + std::to_string(device_) + " is out of memory: " +
+                                        std::to_string(bytes) + " bytes requested, " +
+                                        std::to_string(free_b >> 20) + " of " +
+                                        std::to_string(total_b >> 20) + " MiB free");
+    }
+    DPT_CUDA_CHECK(rc);
+    // On our stream, not the legacy one, which a non-blocking stream does
+    // not wait for: later work on the stream sees the zeros.
+    const cudaError_t set = cudaMemsetAsync(p, 0, size, stream_.get());
+    if (set != cudaSuccess) {
+      cudaFree(p);
+      DPT_CUDA_CHECK(set);
+    }
+    return p;
+  }
+
+  void deallocate(void* p) noexcept override {
+    if (!p) return;
+    // Kernels queued on the stream may still read p.
+    cudaStreamSynchronize(stream_.get());
+    cudaFree(p);
+  }
+
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes) return;
+    DPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+    // The caller may reuse src at once (the CPU backend's memcpy contract).
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  }
+
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes) return;
+    DPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_.get()));
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  }
+
+  void copy_device(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes || dst == src) return;
+    const auto* s = static_cast<const char*>(src);
+    const auto* d = static_cast<const char*>(dst);
+    if (d < s + bytes && s < d + bytes) {
+      // cudaMemcpy is undefined for overlap; the CPU backend's memmove is
+      // not, so bounce through a temporary (rare: never on the step path).
+      cuda::DeviceMemory tmp(bytes);
+      DPT_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), src, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+      DPT_CUDA_CHECK(cudaMemcpyAsync(dst, tmp.get(), bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+      DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+      return;
+    }
+    DPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+  }
+
+  void fill(float* x, float value, std::size_t n) override { cuda::fill(launch_, x, value, n); }
+
+  void synchronize() override { DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+      cuda::scale_matrix(launch_, c, m, n, ldc, beta);
+      return;
+    }
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
+    // stored row-major matrices are already the column-major transposes, so
+    // swapping the operands (and m, n) needs no copies.
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const void* ga = a;
+    const void* gb = b;
+    cudaDataType_t in_type = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    if (precision_ == Precision::kTf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (precision_ == Precision::kBf16) {
+      const std::size_t a_elems = stored_elements(trans_a ? k : m, trans_a ? m : k, lda);
+      const std::size_t b_elems = stored_elements(trans_b ? n : k, trans_b ? k : n, ldb);
+      grow(bf16_a_, a_elems * kBf16Bytes);
+      grow(bf16_b_, b_elems * kBf16Bytes);
+      cuda::to_bf16(launch_, a, bf16_a_.get(), a_elems);
+      cuda::to_bf16(launch_, b, bf16_b_.get(), b_elems);
+      ga = bf16_a_.get();
+      gb = bf16_b_.get();
+      in_type = CUDA_R_16BF;
+    }
+    DPT_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), op_b, op_a, n, m, k, &alpha, gb, in_type, ldb, ga,
+                                  in_type, lda, &beta, c, CUDA_R_32F, ldc, compute,
+                                  CUBLAS_GEMM_DEFAULT));
+  }
+
+  void add_bias(float* y, const float* bias, int rows, int cols) override {
+    cuda::add_bias(launch_, y, bias, rows, cols);
+  }
+  void bias_grad(const float* dy, float* db, int rows, int cols) override {
+    cuda::bias_grad(launch_, dy, db, rows, cols);
+  }
+  void activation_forward(Activation f, const float* x, float* y, std::size_t n) override {
+    cuda::activation_forward(launch_, f, x, y, n);
+  }
+  void activation_backward(Activation f, const float* x, const float* y, const float* dy,
+                           float* dx, std::size_t n) override {
+    cuda::activation_backward(launch_, f, x, y, dy, dx, n);
+  }
+
+  // dlogits / dpred may be null (evaluation), as on the CPU backend.
+  void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
+                    float grad_scale, float* dlogits, float* stats) override {
+    cuda::softmax_xent(launch_, logits, labels, rows, cols, grad_scale, dlogits, stats,
+                       static_cast<double*>(partials_.get()));
+  }
+  void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
+           float* dpred, float* stats) override {
+    cuda::mse(launch_, pred, target, rows, cols, grad_scale, dpred, stats,
+              static_cast<double*>(partials_.get()));
+  }
+
+  void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
+                const SgdParams& p) override {
+    cuda::sgd_step(launch_, w, g, velocity, n, p.lr, p.momentum, p.weight_decay, p.nesterov);
+  }
+
+  void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
+                 const AdamParams& p) override {
+    // Bias corrections in double, exactly as the CPU backend computes them.
+    const double t = static_cast<double>(std::max<std::int64_t>(1, p.step));
+    const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta1), t)));
+    const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta2), t)));
+    const float l2 = p.decoupled ? 0.0f : p.weight_decay;
+    const float shrink = p.decoupled ? 1.0f - p.lr * p.weight_decay : 1.0f;
+    cuda::adam_step(launch_, w, g, m, v, n, p.lr, p.beta1, p.beta2, p.eps, l2, shrink, inv_bc1,
+                    inv_bc2);
+  }
+
+  void scale(float* x, float alpha, std::size_t n) override { cuda::scale(launch_, x, alpha, n); }
+
+  std::size_t count_nonfinite(const float* x, std::size_t n) override {
+    auto* counter = static_cast<unsigned long long*>(counter_.get());
+    auto* host = static_cast<unsigned long long*>(host_counter_.get());
+    cuda::count_nonfinite(launch_, x, n, counter);
+    DPT_CUDA_CHECK(cudaMemcpyAsync(host, counter, sizeof *host, cudaMemcpyDeviceToHost, stream_.get()));
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+    return static_cast<std::size_t>(*host);
+  }
+
+ private:
+  static constexpr std::size_t kBf16Bytes = 2;
+
+  // Elements spanned by a row-major rows x cols matrix with row stride ld.
+  static std::size_t stored_elements(int rows, int cols, int ld) {
+    return static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) +
+           static_cast<std::size_t>(cols);
+  }
+
+  // Scratch grows only when a larger GEMM is first seen (the first step), so
+  // the steady state allocates nothing.
+  void grow(cuda::DeviceMemory& buf, std::size_t bytes) {
+    if (buf.bytes() >= bytes) return;
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // queued GEMMs may read the old one
+    buf = cuda::DeviceMemory();
+    buf = cuda::DeviceMemory(bytes);
+  }
+
+  int device_;
+  Precision precision_;
+  cuda::Stream stream_;
+  cuda::CublasHandle cublas_;
+  cuda::Launch launch_;
+  cuda::DeviceMemory partials_, counter_;
+  cuda::PinnedMemory host_counter_;
+  cuda::DeviceMemory bf16_a_, bf16_b_;
+};
+
+CudaBackend& as_cuda(Backend& backend) {
+  auto* cb = dynamic_cast<CudaBackend*>(&backend);
+  if (!cb)
+    throw Error(ExitCode::kUsage,
+                "the NCCL communicator needs the cuda backend, not '" + backend.name() + "'");
+  return *cb;
+}
+
+}  // namespace
+
+int cuda_visible_devices() {
+  try {
+    return device_count(nullptr);
+  } catch (...) {
+    return 0;  // a device query must never end the process
+  }
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
+  std::string why;
+  const int n = device_count(&why);
+  if (n == 0) throw Error(ExitCode::kUsage, "--device cuda: no usable GPU is visible (" + why + ")");
+  if (opts.device_index < 0 || opts.device_index >= n)
+    throw Error(ExitCode::kUsage, "--device cuda: GPU " + std::to_string(opts.device_index) +
+                                      " requested but only " + std::to_string(n) +
+                                      " are visible");
+  return std::make_unique<CudaBackend>(opts);
+}
+
+void* cuda_stream_of(Backend& backend) { return as_cuda(backend).stream(); }
+
+int cuda_device_of(Backend& backend) { return as_cuda(backend).device(); }
+
+std::string cuda_device_uuid(int device) {
+  try {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+    char text[64];
+    std::snprintf(text, sizeof text,
+                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                  u[14], u[15]);
+    return text;
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace dptrain

@@ -1,0 +1,127 @@
+// Implements: the CUDA backend's GEMM against the CPU backend (OpenBLAS) — all
+// four transpose combinations, padded leading dimensions, beta 0 with NaN in
+// C, k == 0 — in fp32, and in tf32 and bf16 within the error those formats
+// allow. The bound scales with |A| |B| so that cancellation is not punished.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "gpu_env.hpp"
+
+namespace {
+
+using dptrain::Backend;
+using dptrain::Precision;
+using gpu_test::download;
+using gpu_test::random_vector;
+using gpu_test::upload;
+
+struct Shape {
+  int m, n, k;
+};
+constexpr Shape kShapes[] = {{1, 1, 1},    {3, 5, 7},     {257, 33, 129}, {1000, 37, 64},
+                             {64, 10, 1000}, {128, 256, 784}, {37, 1000, 3}};
+constexpr int kPad = 3;  // leading dimensions wider than the rows: strides must be honoured
+
+// Runs C = alpha op(A) op(B) + beta C on the GPU and the CPU and checks
+// |gpu - cpu| <= tol * (|alpha| |op(A)| |op(B)| + |beta| |C|) + 1e-6 over all of C's
+// storage (padding must stay untouched).
+::testing::AssertionResult check_gemm(Backend& gpu, Backend& cpu, bool ta, bool tb, Shape s,
+                                      float alpha, float beta, double tol, std::uint32_t seed) {
+  const int a_rows = ta ? s.k : s.m, a_cols = ta ? s.m : s.k;
+  const int b_rows = tb ? s.n : s.k, b_cols = tb ? s.k : s.n;
+  const int lda = a_cols + kPad, ldb = b_cols + kPad, ldc = s.n + kPad;
+  const auto a = random_vector(static_cast<std::size_t>(a_rows) * lda, seed);
+  const auto b = random_vector(static_cast<std::size_t>(b_rows) * ldb, seed + 1);
+  auto c = random_vector(static_cast<std::size_t>(s.m) * ldc, seed + 2);
+  if (beta == 0.0f)  // beta 0 must not read C: NaN there must not leak out
+    for (int i = 0; i < s.m; ++i)
+      for (int j = 0; j < s.n; ++j) c[static_cast<std::size_t>(i) * ldc + j] = std::numeric_limits<float>::quiet_NaN();
+
+  auto want = c;
+  cpu.gemm(ta, tb, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
+  auto abs_of = [](std::vector<float> v) {
+    for (auto& x : v) x = std::fabs(x);
+    return v;
+  };
+  auto bound = abs_of(c);
+  const auto abs_a = abs_of(a), abs_b = abs_of(b);
+  cpu.gemm(ta, tb, s.m, s.n, s.k, std::fabs(alpha), abs_a.data(), lda, abs_b.data(), ldb,
+           std::fabs(beta), bound.data(), ldc);
+
+  auto da = upload(gpu, a);
+  auto db = upload(gpu, b);
+  auto dc = upload(gpu, c);
+  gpu.gemm(ta, tb, s.m, s.n, s.k, alpha, da.get(), lda, db.get(), ldb, beta, dc.get(), ldc);
+  const auto got = download(gpu, dc);
+
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool in_c = static_cast<int>(i % ldc) < s.n;
+    const double g = got[i], w = want[i];
+    const bool ok = in_c ? std::fabs(g - w) <= tol * bound[i] + 1e-6
+                         : (g == w || (std::isnan(g) && std::isnan(w)));
+    if (!ok)
+      return ::testing::AssertionFailure()
+             << "ta=" << ta << " tb=" << tb << " m=" << s.m << " n=" << s.n << " k=" << s.k
+             << " beta=" << beta << ": C[" << i / ldc << "," << i % ldc << "] = " << g
+             << ", want " << w << (in_c ? "" : " (padding was written)");
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void check_all(Precision p, double tol) {
+  auto gpu = gpu_test::make_gpu(p);
+  auto cpu = gpu_test::make_cpu();
+  std::uint32_t seed = 100;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (Shape s : kShapes)
+        for (float beta : {0.0f, 0.3f}) {
+          EXPECT_TRUE(check_gemm(*gpu, *cpu, ta, tb, s, 0.7f, beta, tol, seed));
+          seed += 3;
+        }
+}
+
+TEST(CudaGemm, Fp32MatchesCpu) { check_all(Precision::kFp32, 1e-5); }
+
+// tf32 keeps 10 mantissa bits of each input (relative error up to 2^-10
+// each when truncated), bf16 keeps 7 (2^-8 when rounded): a product is off by
+// about twice that, relative to |a||b|.
+TEST(CudaGemm, Tf32WithinTf32Error) { check_all(Precision::kTf32, 4e-3); }
+TEST(CudaGemm, Bf16WithinBf16Error) { check_all(Precision::kBf16, 1.6e-2); }
+
+TEST(CudaGemm, Bf16ScratchGrowsAcrossShapes) {
+  // Small, then large, then small again: a grown scratch buffer must still
+  // give correct results for every later shape.
+  auto gpu = gpu_test::make_gpu(Precision::kBf16);
+  auto cpu = gpu_test::make_cpu();
+  for (Shape s : {Shape{3, 5, 7}, Shape{512, 300, 784}, Shape{3, 5, 7}, Shape{64, 10, 1000}})
+    EXPECT_TRUE(check_gemm(*gpu, *cpu, false, true, s, 1.0f, 0.0f, 1.6e-2, 7));
+}
+
+TEST(CudaGemm, ZeroInnerDimensionScalesC) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    auto gpu = gpu_test::make_gpu(p);
+    const int m = 5, n = 7, ldc = n + 2;
+    auto c = random_vector(static_cast<std::size_t>(m) * ldc, 11);
+    auto dc = upload(*gpu, c);
+    gpu->gemm(false, false, m, n, 0, 1.0f, nullptr, 1, nullptr, n, 0.5f, dc.get(), ldc);
+    auto got = download(*gpu, dc);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < ldc; ++j) {
+        const std::size_t at = static_cast<std::size_t>(i) * ldc + j;
+        EXPECT_EQ(got[at], j < n ? c[at] * 0.5f : c[at]) << i << "," << j;
+      }
+    std::vector<float> nans(c.size(), std::numeric_limits<float>::quiet_NaN());
+    dc = upload(*gpu, nans);
+    gpu->gemm(true, true, m, n, 0, 1.0f, nullptr, m, nullptr, 1, 0.0f, dc.get(), ldc);
+    got = download(*gpu, dc);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) EXPECT_EQ(got[static_cast<std::size_t>(i) * ldc + j], 0.0f);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,171 @@
+// Implements: the CUDA backend's losses (softmax cross-entropy with first-max
+// accuracy, MSE; stats accumulated on the device) and fused optimizer steps
+// (SGD, Nesterov, Adam, AdamW over several iterations) against the CPU backend.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gpu_env.hpp"
+
+namespace {
+
+using dptrain::AdamParams;
+using dptrain::Backend;
+using dptrain::DeviceBuffer;
+using dptrain::SgdParams;
+using gpu_test::all_close;
+using gpu_test::download;
+using gpu_test::random_vector;
+using gpu_test::upload;
+
+class CudaLossOptim : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    gpu_ = gpu_test::make_gpu();
+    cpu_ = gpu_test::make_cpu();
+  }
+  static void TearDownTestSuite() {
+    gpu_.reset();
+    cpu_.reset();
+  }
+  static std::unique_ptr<Backend> gpu_, cpu_;
+};
+std::unique_ptr<Backend> CudaLossOptim::gpu_, CudaLossOptim::cpu_;
+
+const std::pair<int, int> kLossShapes[] = {{1, 1},   {1, 10},  {3, 3},   {257, 10},
+                                           {1000, 37}, {64, 100}, {5000, 2}, {9000, 10}};
+
+// Logits with ties planted: equal rows (argmax must be column 0) and rows
+// whose maximum appears twice (the first one counts).
+std::vector<float> logits_with_ties(int rows, int cols, std::uint32_t seed) {
+  auto z = random_vector(static_cast<std::size_t>(rows) * cols, seed, -20.0f, 20.0f);
+  for (int r = 0; r < rows; ++r) {
+    float* row = z.data() + static_cast<std::size_t>(r) * cols;
+    if (r % 5 == 1)
+      for (int c = 0; c < cols; ++c) row[c] = 0.25f;
+    if (r % 7 == 2 && cols >= 3) row[cols - 1] = row[1] = 30.0f;
+  }
+  return z;
+}
+
+TEST_F(CudaLossOptim, SoftmaxXent) {
+  for (auto [rows, cols] : kLossShapes) {
+    const auto z = logits_with_ties(rows, cols, 21);
+    std::mt19937 gen(22);
+    std::vector<std::int32_t> labels(rows);
+    for (auto& l : labels) l = static_cast<std::int32_t>(gen() % cols);
+    for (int r = 2; r < rows; r += 7) labels[r] = 1 % cols;  // tie rows: first max is correct
+    const float scale = 1.0f / static_cast<float>(rows);
+
+    std::vector<float> want_d(z.size()), want_stats = {1.5f, 2.0f};
+    cpu_->softmax_xent(z.data(), labels.data(), rows, cols, scale, want_d.data(), want_stats.data());
+    auto dz = upload(*gpu_, z);
+    auto dl = upload(*gpu_, labels);
+    DeviceBuffer<float> dd(*gpu_, z.size());
+    auto stats = upload(*gpu_, std::vector<float>{1.5f, 2.0f});
+    gpu_->softmax_xent(dz.get(), dl.get(), rows, cols, scale, dd.get(), stats.get());
+    const auto got_stats = download(*gpu_, stats);
+    EXPECT_TRUE(all_close(download(*gpu_, dd), want_d, 1e-5, 1e-7)) << rows << "x" << cols;
+    EXPECT_TRUE(all_close({got_stats[0]}, {want_stats[0]}, 1e-5, 1e-5)) << rows << "x" << cols;
+    EXPECT_EQ(got_stats[1], want_stats[1]) << rows << "x" << cols;
+
+    // Evaluation passes no gradient buffer; stats keep accumulating.
+    gpu_->softmax_xent(dz.get(), dl.get(), rows, cols, 0.0f, nullptr, stats.get());
+    cpu_->softmax_xent(z.data(), labels.data(), rows, cols, 0.0f, nullptr, want_stats.data());
+    const auto again = download(*gpu_, stats);
+    EXPECT_TRUE(all_close({again[0]}, {want_stats[0]}, 1e-5, 1e-5));
+    EXPECT_EQ(again[1], want_stats[1]);
+  }
+}
+
+TEST_F(CudaLossOptim, LossSumIsDeterministic) {
+  const int rows = 20000, cols = 10;
+  auto dz = upload(*gpu_, logits_with_ties(rows, cols, 23));
+  auto dl = upload(*gpu_, std::vector<std::int32_t>(rows, 3));
+  auto a = upload(*gpu_, std::vector<float>{0.0f, 0.0f});
+  auto b = upload(*gpu_, std::vector<float>{0.0f, 0.0f});
+  gpu_->softmax_xent(dz.get(), dl.get(), rows, cols, 1.0f, nullptr, a.get());
+  gpu_->softmax_xent(dz.get(), dl.get(), rows, cols, 1.0f, nullptr, b.get());
+  EXPECT_EQ(download(*gpu_, a), download(*gpu_, b));
+}
+
+TEST_F(CudaLossOptim, Mse) {
+  for (auto [rows, cols] : kLossShapes) {
+    const std::size_t n = static_cast<std::size_t>(rows) * cols;
+    const auto p = random_vector(n, 31, -3.0f, 3.0f), t = random_vector(n, 32, -3.0f, 3.0f);
+    const float scale = 1.0f / static_cast<float>(rows);
+    std::vector<float> want_d(n), want_stats = {0.5f, 4.0f};
+    cpu_->mse(p.data(), t.data(), rows, cols, scale, want_d.data(), want_stats.data());
+    auto dp = upload(*gpu_, p);
+    auto dt = upload(*gpu_, t);
+    DeviceBuffer<float> dd(*gpu_, n);
+    auto stats = upload(*gpu_, std::vector<float>{0.5f, 4.0f});
+    gpu_->mse(dp.get(), dt.get(), rows, cols, scale, dd.get(), stats.get());
+    gpu_->mse(dp.get(), dt.get(), rows, cols, scale, nullptr, stats.get());
+    cpu_->mse(p.data(), t.data(), rows, cols, scale, nullptr, want_stats.data());
+    const auto got_stats = download(*gpu_, stats);
+    EXPECT_TRUE(all_close(download(*gpu_, dd), want_d, 1e-6, 0.0)) << rows << "x" << cols;
+    EXPECT_TRUE(all_close({got_stats[0]}, {want_stats[0]}, 1e-5, 1e-5)) << rows << "x" << cols;
+    EXPECT_EQ(got_stats[1], 4.0f);  // MSE leaves the count alone
+  }
+}
+
+constexpr std::size_t kArenaSizes[] = {1, 3, 257, 100003};
+constexpr int kIterations = 5;
+
+TEST_F(CudaLossOptim, SgdSteps) {
+  SgdParams configs[3];
+  configs[0].lr = 0.1f;
+  configs[1] = {0.05f, 0.9f, false, 0.01f};
+  configs[2] = {0.05f, 0.9f, true, 1e-3f};
+  for (const SgdParams& p : configs)
+    for (std::size_t n : kArenaSizes) {
+      auto w = random_vector(n, 41), vel = std::vector<float>(n, 0.0f);
+      auto gw = upload(*gpu_, w);
+      auto gv = upload(*gpu_, vel);
+      for (int it = 0; it < kIterations; ++it) {
+        const auto g = random_vector(n, 42 + it);
+        cpu_->sgd_step(w.data(), g.data(), vel.data(), n, p);
+        auto gg = upload(*gpu_, g);
+        gpu_->sgd_step(gw.get(), gg.get(), gv.get(), n, p);
+      }
+      const auto what = ::testing::Message() << "mu=" << p.momentum << " nesterov=" << p.nesterov << " n=" << n;
+      EXPECT_TRUE(all_close(download(*gpu_, gw), w, 1e-5, 1e-6)) << what;
+      EXPECT_TRUE(all_close(download(*gpu_, gv), vel, 1e-5, 1e-6)) << what;
+    }
+}
+
+TEST_F(CudaLossOptim, AdamAndAdamWSteps) {
+  AdamParams configs[3];
+  configs[0].lr = 1e-2f;
+  configs[1].lr = 1e-2f;
+  configs[1].beta2 = 0.99f;
+  configs[1].weight_decay = 0.01f;
+  configs[2].lr = 1e-2f;
+  configs[2].weight_decay = 0.05f;
+  configs[2].decoupled = true;
+  for (AdamParams p : configs)
+    for (std::size_t n : kArenaSizes) {
+      auto w = random_vector(n, 51);
+      std::vector<float> m(n, 0.0f), v(n, 0.0f);
+      auto gw = upload(*gpu_, w);
+      auto gm = upload(*gpu_, m);
+      auto gv = upload(*gpu_, v);
+      for (int it = 0; it < kIterations; ++it) {
+        p.step = it + 1;
+        const auto g = random_vector(n, 52 + it);
+        cpu_->adam_step(w.data(), g.data(), m.data(), v.data(), n, p);
+        auto gg = upload(*gpu_, g);
+        gpu_->adam_step(gw.get(), gg.get(), gm.get(), gv.get(), n, p);
+      }
+      const auto what = ::testing::Message() << "wd=" << p.weight_decay << " decoupled=" << p.decoupled << " n=" << n;
+      EXPECT_TRUE(all_close(download(*gpu_, gw), w, 1e-5, 1e-6)) << what;
+      EXPECT_TRUE(all_close(download(*gpu_, gm), m, 1e-5, 1e-7)) << what;
+      EXPECT_TRUE(all_close(download(*gpu_, gv), v, 1e-5, 1e-8)) << what;
+    }
+}
+
+}  // namespace

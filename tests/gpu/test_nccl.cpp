@@ -1,0 +1,120 @@
+// Implements: the NCCL communicator checked the nccl-tests way — every rank
+// fills its buffer from its rank number, computes the expected result
+// locally, counts wrong elements, and the count is all-reduced (over MPI), so
+// nothing is gathered. Also the stream ordering against the compute stream.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dptrain/comm.hpp"
+#include "gpu_env.hpp"
+
+namespace {
+
+using dptrain::Backend;
+using dptrain::Communicator;
+using dptrain::DeviceBuffer;
+using gpu_test::download;
+using gpu_test::env;
+using gpu_test::upload;
+
+class Nccl : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!env().distinct) return;
+    gpu_ = gpu_test::make_gpu();
+    comm_ = dptrain::make_nccl_communicator(MPI_COMM_WORLD, *gpu_);
+  }
+  static void TearDownTestSuite() {
+    comm_.reset();
+    gpu_.reset();
+  }
+  void SetUp() override {
+    if (!env().distinct) GTEST_SKIP() << "ranks share a GPU; NCCL needs one GPU per rank";
+    ASSERT_NE(comm_, nullptr) << "the NCCL communicator could not be created";
+  }
+  static std::int64_t wrong_on_any_rank(std::int64_t local) {
+    std::int64_t total = 0;
+    MPI_Allreduce(&local, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return total;
+  }
+  static std::unique_ptr<Backend> gpu_;
+  static std::unique_ptr<Communicator> comm_;
+};
+std::unique_ptr<Backend> Nccl::gpu_;
+std::unique_ptr<Communicator> Nccl::comm_;
+
+// Small integers: every partial sum is exact in float, whatever NCCL's order.
+float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * static_cast<int>(i % 97 + 1)); }
+
+TEST_F(Nccl, Identity) {
+  EXPECT_EQ(comm_->name(), "nccl");
+  EXPECT_EQ(comm_->rank(), env().rank);
+  EXPECT_EQ(comm_->size(), env().size);
+}
+
+TEST_F(Nccl, AllreduceSum) {
+  const int size = env().size, rank = env().rank;
+  for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{257}, std::size_t{1000 * 37},
+                        (std::size_t{1} << 22) + 5}) {
+    std::vector<float> in(n);
+    for (std::size_t i = 0; i < n; ++i) in[i] = value(rank, i);
+    auto buf = upload(*gpu_, in);
+    comm_->allreduce_sum(buf.get(), n);
+    const auto out = download(*gpu_, buf);
+    std::int64_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      float want = 0.0f;
+      for (int r = 0; r < size; ++r) want += value(r, i);
+      wrong += out[i] != want;
+    }
+    EXPECT_EQ(wrong_on_any_rank(wrong), 0) << "n=" << n;
+  }
+  comm_->allreduce_sum(nullptr, 0);  // nothing to do, nothing to fail
+}
+
+// No host synchronization anywhere between the fill, the all-reduce and the
+// scale: only the events between the two streams order them.
+TEST_F(Nccl, OrderedWithComputeStream) {
+  const std::size_t n = std::size_t{1} << 24;
+  DeviceBuffer<float> buf(*gpu_, n);
+  std::int64_t wrong = 0;
+  for (int round = 0; round < 3; ++round) {
+    gpu_->fill(buf.get(), static_cast<float>(env().rank + round), n);
+    comm_->allreduce_sum(buf.get(), n);
+    gpu_->scale(buf.get(), 2.0f, n);
+    const auto out = download(*gpu_, buf);
+    float want = 0.0f;
+    for (int r = 0; r < env().size; ++r) want += static_cast<float>(r + round);
+    want *= 2.0f;
+    for (float x : out) wrong += x != want;
+  }
+  EXPECT_EQ(wrong_on_any_rank(wrong), 0);
+}
+
+TEST_F(Nccl, Broadcast) {
+  const int size = env().size, rank = env().rank;
+  const std::size_t bytes = 1000003;
+  auto pattern = [](int r, std::size_t i) { return static_cast<std::uint8_t>((i * 31 + r * 7) & 0xff); };
+  for (int root = 0; root < size; ++root) {
+    std::vector<std::uint8_t> in(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) in[i] = pattern(rank, i);
+    auto buf = upload(*gpu_, in);
+    comm_->broadcast(buf.get(), bytes, root);
+    const auto out = download(*gpu_, buf);
+    std::int64_t wrong = 0;
+    for (std::size_t i = 0; i < bytes; ++i) wrong += out[i] != pattern(root, i);
+    EXPECT_EQ(wrong_on_any_rank(wrong), 0) << "root " << root;
+  }
+}
+
+TEST_F(Nccl, Barrier) {
+  comm_->barrier();
+  comm_->barrier();
+  SUCCEED();
+}
+
+}  // namespace
