@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <vector>
 
@@ -50,6 +51,22 @@ std::string MpiSession::mpi_version() const {
   if (nl != std::string::npos) s.resize(nl);
   while (!s.empty() && (s.back() == ',' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+namespace {
+std::atomic<const char*> g_phase{nullptr};
+std::atomic<std::uint64_t> g_step{0};
+}  // namespace
+
+void set_phase(const char* phase, std::uint64_t step) {
+  g_step.store(step, std::memory_order_relaxed);
+  g_phase.store(phase, std::memory_order_relaxed);
+}
+
+std::string phase_note() {
+  const char* p = g_phase.load(std::memory_order_relaxed);
+  if (!p) return {};
+  return std::string(" [phase ") + p + ", step " + std::to_string(g_step.load()) + "]";
 }
 
 void report_error(const std::string& message, int rank, int size) {

@@ -55,13 +55,13 @@ int main(int argc, char** argv) {
   } catch (const dptrain::AgreedFailure& e) {
     return static_cast<int>(e.code());
   } catch (const dptrain::Error& e) {
-    dptrain::report_error(e.message(), mpi.rank(), mpi.size());
+    dptrain::report_error(e.message() + dptrain::phase_note(), mpi.rank(), mpi.size());
     abort_job(mpi, e.code());
   } catch (const std::bad_alloc&) {
-    dptrain::report_error("out of memory", mpi.rank(), mpi.size());
+    dptrain::report_error("out of memory" + dptrain::phase_note(), mpi.rank(), mpi.size());
     abort_job(mpi, ExitCode::kOther);
   } catch (const std::exception& e) {
-    dptrain::report_error(e.what(), mpi.rank(), mpi.size());
+    dptrain::report_error(e.what() + dptrain::phase_note(), mpi.rank(), mpi.size());
     abort_job(mpi, ExitCode::kOther);
   }
 }

@@ -190,6 +190,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     timer.start();
     const auto t0 = PhaseTimer::Clock::now();
 
+    set_phase("data", step);
     {
       Watchdog::Wait wait(&watchdog, "scatter (waiting for rank 0's data)", step);
       std::optional<Batch> global;
@@ -202,6 +203,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     timer.lap(Phase::kData);
 
     const float step_lr = learning_rate(sched, optimizer.step_count());
+    set_phase("forward/backward/all-reduce", step);
     bool finite;
     {
       Watchdog::Wait wait(&watchdog, "gradient all-reduce", step);
@@ -268,6 +270,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
       check_towers(mpi, be, *model, step + 1);
     }
     if (val && (epoch_end || last)) {
+      set_phase("evaluation", step);
       Watchdog::Wait wait(&watchdog, "evaluation", step);
       const EvalResult r = evaluate(rt, mpi, *val, *model, loss, eval_batch, cache_bytes);
       print_eval(mpi, metrics, step + 1, epoch_end ? slot.epoch + 1 : slot.epoch, opts.val_set,
@@ -283,6 +286,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     }
     const bool periodic = opts.checkpoint_every > 0 &&
                           (step + 1) % static_cast<std::uint64_t>(opts.checkpoint_every) == 0;
+    set_phase("checkpoint", step);
     if ((periodic || any_stop) && !opts.checkpoint_dir.empty()) {
       save_state(checkpoint_path(opts.checkpoint_dir, static_cast<std::int64_t>(step + 1)), true,
                  opts, mpi, rt, *model, optimizer, loss, plan, step + 1);

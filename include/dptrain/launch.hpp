@@ -3,6 +3,7 @@
 // exit code identical (DESIGN.md section 6).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -45,6 +46,12 @@ class AgreedFailure : public std::exception {
  private:
   ExitCode code_;
 };
+
+// What the main thread is doing, for error messages: set_phase("forward",
+// step) in the step loop; phase_note() gives " [phase forward, step 12]" or
+// "" before the loop. phase must be a string literal.
+void set_phase(const char* phase, std::uint64_t step);
+std::string phase_note();
 
 // Prints "dptrain: error: <message>" once, from this rank, prefixed by the
 // rank number when there is more than one rank.
