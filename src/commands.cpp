@@ -130,11 +130,7 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   std::vector<std::int32_t> labels(mpi.rank() == 0 ? batch : 0);
   for (std::uint64_t s = 0; s < plan.steps_per_epoch(); ++s) {
     const BatchSlot slot = plan.slot(s);
-    std::optional<Batch> b;
-    if (queue) b = queue->pop();
-    scatter.scatter(b ? &*b : nullptr, slot.rows, shard.host());
-    if (queue && b) queue->recycle(std::move(*b));
-    Shard& dev = shard.to_device();
+    Shard& dev = next_shard(queue.get(), scatter, slot.rows, shard);
     if (dev.rows > 0) {
       const float* o = lm.model->forward(dev.features, dev.rows);
       be.copy_to_host(local.data(), o, static_cast<std::size_t>(dev.rows) * width * sizeof(float));

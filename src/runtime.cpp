@@ -188,6 +188,14 @@ Shard& ShardBuffers::to_device() {
   return dev_;
 }
 
+Shard& next_shard(InputQueue* queue, Scatter& scatter, std::uint64_t rows, ShardBuffers& shard) {
+  std::optional<Batch> batch;
+  if (queue) batch = queue->pop();
+  scatter.scatter(batch ? &*batch : nullptr, rows, shard.host());
+  if (queue && batch) queue->recycle(std::move(*batch));
+  return shard.to_device();
+}
+
 void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard, int width,
                 float grad_scale, float* dout, float* stats) {
   if (shard.rows == 0) return;
@@ -240,11 +248,7 @@ EvalResult evaluate(Runtime& rt, const MpiSession& mpi, DataSet& set, Model& mod
   DeviceBuffer<float> stats(be, 2);
   for (std::uint64_t s = 0; s < plan.steps_per_epoch(); ++s) {
     const BatchSlot slot = plan.slot(s);
-    std::optional<Batch> batch;
-    if (queue) batch = queue->pop();
-    scatter.scatter(batch ? &*batch : nullptr, slot.rows, shard.host());
-    if (queue && batch) queue->recycle(std::move(*batch));
-    Shard& dev = shard.to_device();
+    Shard& dev = next_shard(queue.get(), scatter, slot.rows, shard);
     if (dev.rows == 0) continue;
     const float* out = model.forward(dev.features, dev.rows);
     apply_loss(be, loss, out, dev, model.output_dim(), 0.0f, model.output_grad(), stats.get());

@@ -69,6 +69,11 @@ class ShardBuffers {
   Shard host_, dev_;
 };
 
+// Collective: rank 0 pops the next global batch from its queue (queue is
+// null on the other ranks) and scatters it; every rank gets its shard back in
+// backend memory. rows comes from the BatchPlan, the same on every rank.
+Shard& next_shard(InputQueue* queue, Scatter& scatter, std::uint64_t rows, ShardBuffers& shard);
+
 // Adds the shard's loss to stats[0] (and correct count to stats[1]) and writes
 // grad_scale * dLoss/dout into dout.
 void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard, int width,

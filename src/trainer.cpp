@@ -191,14 +191,12 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     const auto t0 = PhaseTimer::Clock::now();
 
     set_phase("data", step);
+    Shard* received;
     {
       Watchdog::Wait wait(&watchdog, "scatter (waiting for rank 0's data)", step);
-      std::optional<Batch> global;
-      if (queue) global = queue->pop();
-      scatter.scatter(global ? &*global : nullptr, slot.rows, shard.host());
-      if (queue && global) queue->recycle(std::move(*global));
+      received = &next_shard(queue.get(), scatter, slot.rows, shard);
     }
-    Shard& dev = shard.to_device();
+    Shard& dev = *received;
     if (nan_hook.fires(mpi.rank(), step) && dev.rows > 0) poke(be, dev.features, NAN);
     timer.lap(Phase::kData);
 
