@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "dptrain/checkpoint.hpp"
 #include "dptrain/metrics.hpp"
@@ -159,12 +161,27 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     queue = std::make_unique<InputQueue>(*train.data, qc);
   });
 
+  // Where every rank runs: "host:cpu" or "host:cuda:<gpu>" per rank.
+  std::string placement;
+  {
+    constexpr int kLen = 96;
+    char mine[kLen];
+    std::snprintf(mine, kLen, "%s:%s", mpi.host().c_str(),
+                  rt.device == DeviceKind::kCuda
+                      ? ("cuda:" + std::to_string(rt.device_index)).c_str()
+                      : "cpu");
+    std::vector<char> all(static_cast<std::size_t>(kLen) * mpi.size());
+    DPT_MPI_CHECK(MPI_Gather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, 0, mpi.world()));
+    for (int r = 0; r < mpi.size() && mpi.rank() == 0; ++r)
+      placement += (r ? ", " : "") + std::to_string(r) + "=" + &all[static_cast<std::size_t>(r) * kLen];
+  }
   if (mpi.rank() == 0) {
     std::printf(
+        "dptrain: ranks %s\n"
         "dptrain: %d rank(s) on %d node(s), %d per node, device %s, %d thread(s)/rank, %s\n"
         "dptrain: data %s: /%s %llu x %llu, shuffle %s; model %s (%zu parameters); "
         "batch %llu (shards of %d..%d); %llu steps (%llu per epoch)\n",
-        mpi.size(), mpi.nodes(), mpi.local_size(), be.name().c_str(), rt.threads,
+        placement.c_str(), mpi.size(), mpi.nodes(), mpi.local_size(), be.name().c_str(), rt.threads,
         mpi.mpi_version().c_str(), opts.data.c_str(), opts.train_set.c_str(),
         static_cast<unsigned long long>(train.info.rows),
         static_cast<unsigned long long>(train.info.dim), shuffle_name(mode), model->spec().c_str(),
