@@ -18,6 +18,9 @@ namespace {
 // Sizes above this are a broken or hostile file, not data we could train on;
 // refusing early turns a would-be OOM into a message.
 constexpr std::uint64_t kMaxSetBytes = std::uint64_t(1) << 40;
+// validate() and the input queue hold at least one whole row, so a bound on
+// the set alone would still let one [1, 2^38] row allocate a terabyte.
+constexpr std::uint64_t kMaxRowBytes = std::uint64_t(256) << 20;
 constexpr std::size_t kValidateBytes = std::size_t(16) << 20;  // per validation pass
 constexpr std::size_t kMinChunkCache = std::size_t(1) << 20;
 constexpr std::size_t kMaxChunkCache = std::size_t(256) << 20;
@@ -159,6 +162,12 @@ Dataset::Dataset(const std::string& file, const std::string& set)
   if (feature_bytes == 0 || feature_bytes > kMaxSetBytes)
     DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
                   " is too large (over 2^40 bytes)");
+  if (info_.feature_bytes_per_row() > kMaxRowBytes)
+    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
+                  " has rows larger than 256 MiB");
+  if (info_.label_bytes_per_row() > kMaxRowBytes)
+    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
+                  " has rows larger than 256 MiB");
   const std::uint64_t label_bytes = mul_or_zero(info_.rows, mul_or_zero(info_.label_width, 4));
   if (label_bytes == 0 || label_bytes > kMaxSetBytes)
     DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +

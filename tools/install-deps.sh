@@ -14,6 +14,7 @@ packages=(
   libgtest-dev
   nlohmann-json3-dev
   python3 python3-numpy python3-h5py
+  clang libclang-rt-dev  # the fuzz_readers test (tools/fuzz.sh): libFuzzer
 )
 if [[ "${1:-}" == "--demo" ]]; then
   packages+=(dataset-fashion-mnist)
