@@ -137,6 +137,7 @@ void check_train(const Options& o) {
   require_one_of(o.shuffle, "shuffle", {"auto", "none", "full", "block"});
   if (!(o.lr > 0)) usage_error("--lr must be > 0");
   require_nonnegative(o.momentum, "momentum");
+  if (o.nesterov && !(o.momentum > 0)) usage_error("--nesterov needs --momentum > 0");
   require_nonnegative(o.weight_decay, "weight-decay");
   if (!(o.beta1 >= 0 && o.beta1 < 1)) usage_error("--beta1 must be in [0, 1)");
   if (!(o.beta2 >= 0 && o.beta2 < 1)) usage_error("--beta2 must be in [0, 1)");

@@ -21,6 +21,7 @@ for np in 1 2 3; do
   check $np "needs --data" train
   check $np "dense:0" train --data "$WORK/d.h5" --model dense:0
   check $np "softmax" train --data "$WORK/d.h5" --model dense:4,softmax,dense:2
+  check $np "--nesterov needs" train --data "$WORK/d.h5" --optimizer sgd --nesterov
 done
 printf 'data = %s\nbogus-key = 3\n' "$WORK/d.h5" >"$WORK/bad.ini"
 check 2 "bogus-key" train --config "$WORK/bad.ini"
