@@ -68,7 +68,8 @@ po::options_description device_group(Options& o) {
       ("device", po::value(&o.device)->default_value(o.device), "auto (cuda when a GPU is visible) | cpu | cuda")
       ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | tf32 | bf16 (tf32, bf16: cuda only)")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU compute threads per rank (0: cores of the node / ranks on the node)")
-      ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a collective or data wait may take before the job aborts (exit 6)");
+      ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a collective or data wait may take before the job aborts (exit 6)")
+      ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "gradient all-reduce bucket size in MiB; buckets start while earlier layers still run backward (0: one all-reduce after backward)");
   return d;
 }
 
@@ -82,6 +83,7 @@ po::options_description train_group(Options& o) {
       ("resume", po::value(&o.resume)->default_value(o.resume), "auto (newest valid in --checkpoint-dir) | never | FILE")
       ("save", po::value(&o.save), "write the final checkpoint to this file")
       ("metrics", po::value(&o.metrics), "JSON Lines metrics file (rank 0)")
+      ("timeline", po::value(&o.timeline), "Chrome trace (JSON) of every rank's phases, written by rank 0 at the end; open in Perfetto or chrome://tracing")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "progress line and train event every N steps")
       ("check-every", po::value(&o.check_every)->default_value(o.check_every), "compare parameter checksums across ranks every N steps (0: never)")
       ("skip-nonfinite", po::value(&o.skip_nonfinite)->default_value(o.skip_nonfinite), "skip up to N steps with NaN/Inf gradients before failing");
@@ -168,6 +170,7 @@ void check_common(const Options& o) {
   require_one_of(o.precision, "precision", {"fp32", "tf32", "bf16"});
   require_nonnegative(static_cast<double>(o.threads), "threads");
   if (!(o.comm_timeout > 0)) usage_error("--comm-timeout must be > 0");
+  require_nonnegative(o.bucket_mb, "bucket-mb");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "dptrain/error.hpp"
 #include "dptrain/random.hpp"
+#include "dptrain/timeline.hpp"
 
 namespace dptrain {
 namespace {
@@ -221,7 +222,11 @@ void InputQueue::run() {
           free_.pop_back();
         }
       }
-      produce(step, b);
+      {
+        Timeline::Scope read_event(cfg_.timeline, "read", timeline_category::kInput,
+                                   kTimelineInputThread, static_cast<std::int64_t>(step));
+        produce(step, b);
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (stop_) break;

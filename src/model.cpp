@@ -155,7 +155,7 @@ void Model::init(std::uint64_t seed) {
   if (num_params_) be_.copy_to_device(params_.get(), host.data(), num_params_ * sizeof(float));
 }
 
-const float* Model::forward(const float* x, int rows) {
+const float* Model::forward(const float* x, int rows, LayerHooks* hooks) {
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
               "forward with " + std::to_string(rows) + " rows, more than max_rows " +
                   std::to_string(max_rows_));
@@ -174,17 +174,19 @@ const float* Model::forward(const float* x, int rows) {
                              static_cast<std::size_t>(rows) * width);
     }
     in = out;
+    if (hooks) hooks->between_layers();
   }
   return acts_.back().get();
 }
 
-void Model::backward(const float* x, const float* dout, int rows) {
+void Model::backward(const float* x, const float* dout, int rows, LayerHooks* hooks) {
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
               "backward with " + std::to_string(rows) + " rows, more than max_rows " +
                   std::to_string(max_rows_));
   if (rows == 0) {
     // An empty shard still takes part in the all-reduce: it adds exact zeros.
     be_.fill(grads_.get(), 0.0f, num_params_);
+    if (hooks) hooks->grads_ready(0);
     return;
   }
   // Layers before the first dense one have no parameters, so the gradient
@@ -202,6 +204,8 @@ void Model::backward(const float* x, const float* dout, int rows) {
       // dW[out,in] = dy^T [out,rows] . x [rows,in]
       be_.gemm(true, false, d.out, d.in, rows, 1.0f, g, d.out, in, d.in, 0.0f, gw, d.in);
       be_.bias_grad(g, grads_.get() + d.bias_offset, rows, d.out);
+      // Arena order is layer order, so this layer and all later ones are done.
+      if (hooks) hooks->grads_ready(d.weight_offset);
       if (li == first_dense) break;
       // dx[rows,in] = dy [rows,out] . W [out,in]
       be_.gemm(false, false, rows, d.in, d.out, 1.0f, g, d.out, params_.get() + d.weight_offset,
@@ -210,6 +214,7 @@ void Model::backward(const float* x, const float* dout, int rows) {
       be_.activation_backward(layers_[li].activation, in, acts_[li].get(), g, dst,
                               static_cast<std::size_t>(rows) * layer_width_[li]);
     }
+    if (hooks) hooks->between_layers();
     g = dst;
   }
 }

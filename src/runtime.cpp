@@ -2,12 +2,15 @@
 #include "runtime.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <exception>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 #include <thread>
 
 #include "cuda/cuda_backend.hpp"
+#include "dptrain/buckets.hpp"
 #include "dptrain/error.hpp"
 #include "dptrain/metrics.hpp"
 #include "dptrain/optimizer.hpp"
@@ -196,6 +199,58 @@ Shard& next_shard(InputQueue* queue, Scatter& scatter, std::uint64_t rows, Shard
   return shard.to_device();
 }
 
+namespace {
+// Duplicates comm into out (so the pipeline's traffic never matches anyone
+// else's) and returns it, for use in a member initializer.
+MPI_Comm dup_comm(MPI_Comm comm, MPI_Comm& out) {
+  DPT_MPI_CHECK(MPI_Comm_dup(comm, &out));
+  return out;
+}
+}  // namespace
+
+InputPipeline::InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows,
+                             std::uint64_t dim, std::uint64_t label_width, LossKind loss)
+    : queue_(queue),
+      a_(be, max_rows, dim, label_width, loss),
+      b_(be, max_rows, dim, label_width, loss),
+      scatter_(dup_comm(comm, comm_), dim, label_width, loss == LossKind::kXent) {}
+
+InputPipeline::~InputPipeline() {
+  try {
+    if (std::uncaught_exceptions() == 0) scatter_.wait();
+  } catch (...) {
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+double InputPipeline::start(std::uint64_t rows) {
+  DPT_REQUIRE(!started_, ExitCode::kOther, "input pipeline: start() twice without finish()");
+  double waited_ms = 0;
+  if (queue_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    batch_ = queue_->pop();
+    waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  scatter_.start(batch_ ? &*batch_ : nullptr, rows, fill_->host());
+  started_ = true;
+  return waited_ms;
+}
+
+Shard& InputPipeline::finish() {
+  DPT_REQUIRE(started_, ExitCode::kOther, "input pipeline: finish() without start()");
+  scatter_.wait();
+  started_ = false;
+  if (queue_ && batch_) {
+    queue_->recycle(std::move(*batch_));
+    batch_.reset();
+  }
+  ShardBuffers* done = fill_;
+  fill_ = fill_ == &a_ ? &b_ : &a_;
+  return done->to_device();
+}
+
 void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard, int width,
                 float grad_scale, float* dout, float* stats) {
   if (shard.rows == 0) return;
@@ -207,19 +262,26 @@ void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard
 
 bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, LossKind loss,
                 const Shard& shard, std::uint64_t global_rows, float lr, float* stats,
-                PhaseTimer* timer) {
+                PhaseTimer* timer, GradientBuckets* buckets) {
   auto lap = [timer](Phase p) {
     if (timer) timer->lap(p);
   };
   // Each rank scales by the GLOBAL batch size and the all-reduce sums, so the
   // result is the exact global mean whatever the shard sizes (even empty).
   const float scale = 1.0f / static_cast<float>(global_rows);
-  const float* out = model.forward(shard.features, shard.rows);
+  const float* out = model.forward(shard.features, shard.rows, buckets);
   apply_loss(be, loss, out, shard, model.output_dim(), scale, model.output_grad(), stats);
   lap(Phase::kForward);
-  model.backward(shard.features, model.output_grad(), shard.rows);
-  lap(Phase::kBackward);
-  comm.allreduce_sum(model.grads(), model.num_params());
+  if (buckets) {
+    buckets->begin_step();
+    model.backward(shard.features, model.output_grad(), shard.rows, buckets);
+    lap(Phase::kBackward);
+    buckets->finish();  // only the part the overlap did not hide
+  } else {
+    model.backward(shard.features, model.output_grad(), shard.rows);
+    lap(Phase::kBackward);
+    comm.allreduce_sum(model.grads(), model.num_params());
+  }
   lap(Phase::kComm);
   const bool finite = be.count_nonfinite(model.grads(), model.num_params()) == 0;
   if (finite) opt.step(model.params(), model.grads(), lr);

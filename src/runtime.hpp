@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dptrain/backend.hpp"
@@ -69,6 +70,40 @@ class ShardBuffers {
   Shard host_, dev_;
 };
 
+// Double-buffered input for the step loop: the scatter of batch t+1
+// (MPI_Iscatterv on its own communicator, moved along between layers) runs
+// while batch t computes. Every rank calls start() and finish() in the same
+// order; between them the shard buffers being filled are not touched.
+class InputPipeline final : public LayerHooks {
+ public:
+  InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows, std::uint64_t dim,
+                std::uint64_t label_width, LossKind loss);
+  // Completes a scatter still in flight (peers are in it too), unless an
+  // error is unwinding the stack (the job is being aborted then).
+  ~InputPipeline();
+  InputPipeline(const InputPipeline&) = delete;
+  InputPipeline& operator=(const InputPipeline&) = delete;
+
+  // Begins moving the next global batch of `rows` (from the BatchPlan) into
+  // the free buffer. Rank 0 first pops it from its queue, which blocks while
+  // the reader is behind; returns the ms it waited for that.
+  double start(std::uint64_t rows);
+  bool started() const { return started_; }
+  void between_layers() override { scatter_.test(); }
+  // Waits for the started batch and returns this rank's shard in backend
+  // memory; valid until the finish() after next.
+  Shard& finish();
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  InputQueue* queue_;
+  ShardBuffers a_, b_;
+  ShardBuffers* fill_ = &a_;  // the buffer start() writes into
+  Scatter scatter_;
+  std::optional<Batch> batch_;  // rank 0: the batch in flight
+  bool started_ = false;
+};
+
 // Collective: rank 0 pops the next global batch from its queue (queue is
 // null on the other ranks) and scatters it; every rank gets its shard back in
 // backend memory. rows comes from the BatchPlan, the same on every rank.
@@ -81,15 +116,18 @@ void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard
 
 class Optimizer;
 class PhaseTimer;
+class GradientBuckets;
 
 // One synchronized step on this rank's shard: forward, loss scaled by
 // 1/global_rows, backward, all-reduce SUM of the gradient arena, then the
 // optimizer step at lr unless the reduced gradients hold NaN/Inf. Returns
 // false (and skips the update) in that case; every rank sees the same
 // reduced gradients, so every rank returns the same. timer may be null.
+// With buckets, their all-reduces overlap backward (and buckets' hooks run
+// between layers of forward too); without, one all-reduce follows backward.
 bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, LossKind loss,
                 const Shard& shard, std::uint64_t global_rows, float lr, float* stats,
-                PhaseTimer* timer);
+                PhaseTimer* timer, GradientBuckets* buckets = nullptr);
 
 struct EvalResult {
   double loss = 0.0;

@@ -47,39 +47,79 @@ void scale_counts(const std::vector<int>& rows, std::uint64_t width, std::vector
 }
 }  // namespace
 
-void Scatter::scatter(const Batch* batch, std::uint64_t rows, Shard& out) {
-  const std::vector<int> rows_per_rank = shard_counts(rows, size_);
-  out.rows = rows_per_rank[static_cast<std::size_t>(rank_)];
-  const bool root = rank_ == 0;
-  if (root) {
-    DPT_REQUIRE(batch != nullptr && batch->slot.rows == rows, ExitCode::kOther,
-                "input queue and batch plan disagree on the batch size");
-  }
-  if (size_ == 1) {
-    std::copy(batch->features.begin(), batch->features.begin() + static_cast<std::ptrdiff_t>(rows * dim_), out.features);
-    if (class_labels_)
-      std::copy(batch->labels.begin(), batch->labels.begin() + static_cast<std::ptrdiff_t>(rows), out.labels);
-    else
-      std::copy(batch->targets.begin(), batch->targets.begin() + static_cast<std::ptrdiff_t>(rows * label_width_), out.targets);
+void Scatter::plan(std::uint64_t rows, Shard& out) {
+  // Batches of one size repeat for an epoch: plan (and allocate) once.
+  if (rows == planned_rows_) {
+    out.rows = my_rows_;
     return;
   }
-  const std::vector<int> row_offsets = shard_offsets(rows_per_rank);
-  scale_counts(rows_per_rank, dim_, counts_);
-  scale_counts(row_offsets, dim_, displs_);
-  DPT_MPI_CHECK(MPI_Scatterv(root ? batch->features.data() : nullptr, counts_.data(), displs_.data(),
-                             MPI_FLOAT, out.features, counts_[static_cast<std::size_t>(rank_)],
-                             MPI_FLOAT, 0, comm_));
-  if (class_labels_) {
-    DPT_MPI_CHECK(MPI_Scatterv(root ? batch->labels.data() : nullptr, rows_per_rank.data(),
-                               row_offsets.data(), MPI_INT32_T, out.labels, out.rows, MPI_INT32_T,
-                               0, comm_));
-  } else {
-    scale_counts(rows_per_rank, label_width_, counts_);
-    scale_counts(row_offsets, label_width_, displs_);
-    DPT_MPI_CHECK(MPI_Scatterv(root ? batch->targets.data() : nullptr, counts_.data(),
-                               displs_.data(), MPI_FLOAT, out.targets,
-                               counts_[static_cast<std::size_t>(rank_)], MPI_FLOAT, 0, comm_));
+  const std::vector<int> rows_per_rank = shard_counts(rows, size_);
+  out.rows = my_rows_ = rows_per_rank[static_cast<std::size_t>(rank_)];
+  if (size_ > 1) {
+    const std::vector<int> row_offsets = shard_offsets(rows_per_rank);
+    scale_counts(rows_per_rank, dim_, counts_);
+    scale_counts(row_offsets, dim_, displs_);
+    const std::uint64_t label_width = class_labels_ ? 1 : label_width_;
+    scale_counts(rows_per_rank, label_width, label_counts_);
+    scale_counts(row_offsets, label_width, label_displs_);
   }
+  planned_rows_ = rows;
+}
+
+namespace {
+// Rank 0's side of a batch, checked against the plan every rank follows.
+void check_batch(const Batch* batch, std::uint64_t rows) {
+  DPT_REQUIRE(batch != nullptr && batch->slot.rows == rows, ExitCode::kOther,
+              "input queue and batch plan disagree on the batch size");
+}
+}  // namespace
+
+void Scatter::scatter(const Batch* batch, std::uint64_t rows, Shard& out) {
+  start(batch, rows, out);
+  wait();
+}
+
+void Scatter::start(const Batch* batch, std::uint64_t rows, Shard& out) {
+  DPT_REQUIRE(!in_flight_, ExitCode::kOther, "a scatter is already in flight");
+  const bool root = rank_ == 0;
+  if (root) check_batch(batch, rows);
+  plan(rows, out);
+  if (size_ == 1) {
+    std::copy_n(batch->features.data(), rows * dim_, out.features);
+    if (class_labels_)
+      std::copy_n(batch->labels.data(), rows, out.labels);
+    else
+      std::copy_n(batch->targets.data(), rows * label_width_, out.targets);
+    return;
+  }
+  const std::size_t me = static_cast<std::size_t>(rank_);
+  DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->features.data() : nullptr, counts_.data(),
+                              displs_.data(), MPI_FLOAT, out.features, counts_[me], MPI_FLOAT, 0,
+                              comm_, &requests_[0]));
+  if (class_labels_) {
+    DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->labels.data() : nullptr, label_counts_.data(),
+                                label_displs_.data(), MPI_INT32_T, out.labels, label_counts_[me],
+                                MPI_INT32_T, 0, comm_, &requests_[1]));
+  } else {
+    DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->targets.data() : nullptr, label_counts_.data(),
+                                label_displs_.data(), MPI_FLOAT, out.targets, label_counts_[me],
+                                MPI_FLOAT, 0, comm_, &requests_[1]));
+  }
+  in_flight_ = true;
+}
+
+bool Scatter::test() {
+  if (!in_flight_) return true;
+  int flag = 0;
+  DPT_MPI_CHECK(MPI_Testall(2, requests_, &flag, MPI_STATUSES_IGNORE));
+  if (flag) in_flight_ = false;
+  return flag != 0;
+}
+
+void Scatter::wait() {
+  if (!in_flight_) return;
+  DPT_MPI_CHECK(MPI_Waitall(2, requests_, MPI_STATUSES_IGNORE));
+  in_flight_ = false;
 }
 
 }  // namespace dptrain

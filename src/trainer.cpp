@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/buckets.hpp"
 #include "dptrain/checkpoint.hpp"
 #include "dptrain/metrics.hpp"
 #include "dptrain/optimizer.hpp"
@@ -192,8 +193,14 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     std::fflush(stdout);
   }
 
-  ShardBuffers shard(be, max_rows, train.info.dim, train.info.label_width, loss);
-  Scatter scatter(mpi.world(), train.info.dim, train.info.label_width, loss == LossKind::kXent);
+  // Batch t+1 moves to its shards while batch t computes; gradient buckets
+  // are reduced while backward goes on (both moved along between layers).
+  InputPipeline input(mpi.world(), be, queue.get(), max_rows, train.info.dim,
+                      train.info.label_width, loss);
+  GradientBuckets buckets(comm, model->grads(),
+                          plan_buckets(model->dense_layers(), model->num_params(),
+                                       static_cast<std::size_t>(opts.bucket_mb * 1048576.0)),
+                          &input);
   DeviceBuffer<float> stats(be, 2);  // loss sum and correct count since the last log
 
   const TestHook nan_hook("DPTRAIN_TEST_NAN_AT"), perturb_hook("DPTRAIN_TEST_PERTURB_AT");
@@ -201,7 +208,17 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   double train_ms = 0.0, interval_ms = 0.0;
   std::uint64_t interval_samples = 0, interval_steps = 0, samples = 0, skipped = 0;
   float lr = 0.0f;
+  // Preemption: a rank's SIGTERM/SIGUSR1 is agreed by a non-blocking
+  // all-reduce started at the top of a step and completed at its end, so
+  // every rank stops after the same step at no cost to the step.
+  int stop_flag = 0, any_stop = 0;
+  MPI_Request stop_request = MPI_REQUEST_NULL;
   std::uint64_t step = first_step;
+  if (step < total_steps) {
+    set_phase("data", step);
+    Watchdog::Wait wait(&watchdog, "scatter (waiting for rank 0's data)", step);
+    input.start(plan.slot(step).rows);
+  }
   for (; step < total_steps; ++step) {
     const BatchSlot slot = plan.slot(step);
     timer.start();
@@ -211,8 +228,12 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     Shard* received;
     {
       Watchdog::Wait wait(&watchdog, "scatter (waiting for rank 0's data)", step);
-      received = &next_shard(queue.get(), scatter, slot.rows, shard);
+      received = &input.finish();
+      if (step + 1 < total_steps) input.start(plan.slot(step + 1).rows);
     }
+    stop_flag = stop_requested() ? 1 : 0;
+    DPT_MPI_CHECK(MPI_Iallreduce(&stop_flag, &any_stop, 1, MPI_INT, MPI_MAX, mpi.world(),
+                                 &stop_request));
     Shard& dev = *received;
     if (nan_hook.fires(mpi.rank(), step) && dev.rows > 0) poke(be, dev.features, NAN);
     timer.lap(Phase::kData);
@@ -222,7 +243,8 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     bool finite;
     {
       Watchdog::Wait wait(&watchdog, "gradient all-reduce", step);
-      finite = train_step(be, comm, *model, optimizer, loss, dev, slot.rows, step_lr, stats.get(), &timer);
+      finite = train_step(be, comm, *model, optimizer, loss, dev, slot.rows, step_lr, stats.get(),
+                          &timer, &buckets);
     }
     if (perturb_hook.fires(mpi.rank(), step)) poke(be, model->params(), 1234.5f);
     if (finite) {
@@ -238,6 +260,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
           report_error("non-finite loss or gradient at step " + std::to_string(step) +
                            " (epoch " + std::to_string(slot.epoch) + "); lower --lr or check the data",
                        0, 1);
+        MPI_Wait(&stop_request, MPI_STATUS_IGNORE);  // every rank started it
         throw AgreedFailure(ExitCode::kNumeric);
       }
     }
@@ -292,12 +315,9 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
                  loss, r);
     }
 
-    // Preemption: any rank's SIGTERM/SIGUSR1 stops every rank after this
-    // same step (one tiny all-reduce per step is the agreement).
-    int stop = stop_requested() ? 1 : 0, any_stop = 0;
     {
       Watchdog::Wait wait(&watchdog, "stop-signal agreement", step);
-      DPT_MPI_CHECK(MPI_Allreduce(&stop, &any_stop, 1, MPI_INT, MPI_MAX, mpi.world()));
+      DPT_MPI_CHECK(MPI_Wait(&stop_request, MPI_STATUS_IGNORE));
     }
     const bool periodic = opts.checkpoint_every > 0 &&
                           (step + 1) % static_cast<std::uint64_t>(opts.checkpoint_every) == 0;

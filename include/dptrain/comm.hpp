@@ -21,6 +21,27 @@ class Communicator {
   virtual int size() const = 0;
   // In-place sum over all ranks of n floats.
   virtual void allreduce_sum(float* buf, std::size_t n) = 0;
+
+  // --- non-blocking sums, for gradient buckets ---
+  // Starts an in-place sum of buf[0, n) over all ranks, ordered after the
+  // compute work issued so far. buf must not be touched until wait_all().
+  // Every rank starts the same sequence of sums. Returns the ticket of this
+  // sum (0, 1, ... since the last wait_all()). The default is blocking.
+  virtual int start_allreduce_sum(float* buf, std::size_t n) {
+    allreduce_sum(buf, n);
+    return started_++;
+  }
+  // Lets started sums advance without blocking; cheap enough to call
+  // between layers. MPI moves non-blocking collectives only inside MPI
+  // calls, so this is what overlaps them with compute on the CPU.
+  virtual void progress() {}
+  // Whether the sum with this ticket has completed, as far as progress()
+  // has seen (a device backend may only know at wait_all()).
+  virtual bool done(int ticket) const { return ticket < started_; }
+  // Completes every started sum: afterwards the results are visible to the
+  // host (MPI) or to all later work on the compute stream (NCCL).
+  virtual void wait_all() { started_ = 0; }
+
   // Broadcast bytes from root, in place.
   virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
@@ -30,6 +51,9 @@ class Communicator {
   virtual void abort() noexcept {}
   // An error the transport found asynchronously (NCCL), "" when none.
   virtual std::string async_error() const { return {}; }
+
+ private:
+  int started_ = 0;  // tickets of the blocking default
 };
 
 // MPI over host memory; comm is duplicated so our traffic never mixes with

@@ -18,6 +18,8 @@
 
 namespace dptrain {
 
+class Timeline;
+
 enum class ShuffleMode { kNone, kFull, kBlock };
 
 struct ShuffleConfig {
@@ -84,6 +86,8 @@ struct InputQueueConfig {
   // Hold the whole set in memory (raw dtype) when it fits this; otherwise
   // stream from the file (block/none read contiguous runs).
   std::size_t cache_bytes = std::size_t(1) << 30;
+  // Records a "read" event (tid 1) per batch produced; must outlive the queue.
+  Timeline* timeline = nullptr;
 };
 
 class InputQueue {

@@ -33,6 +33,18 @@ struct DenseInfo {
   std::size_t bias_offset = 0;
 };
 
+// What forward and backward tell the caller as they go: a point between
+// layers (to move communication along) and, in backward, each time a suffix
+// of the gradient arena is final (last layer first), so that its all-reduce
+// can start while earlier layers still compute.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void between_layers() {}
+  // Gradients from arena offset `begin` to the end are final for this step.
+  virtual void grads_ready(std::size_t begin) { (void)begin; }
+};
+
 class Model {
  public:
   // max_rows: the largest number of rows forward/backward will be called
@@ -47,10 +59,11 @@ class Model {
 
   // Forward over x[rows, input_dim] (device); returns the output [rows, out].
   // Keeps the activations needed by backward.
-  const float* forward(const float* x, int rows);
+  const float* forward(const float* x, int rows, LayerHooks* hooks = nullptr);
   // Backward from dout[rows, out] (device, typically output_grad()), after
-  // forward with the same x and rows. Overwrites the gradient arena.
-  void backward(const float* x, const float* dout, int rows);
+  // forward with the same x and rows. Overwrites the gradient arena; calls
+  // hooks->grads_ready with decreasing offsets, ending with 0.
+  void backward(const float* x, const float* dout, int rows, LayerHooks* hooks = nullptr);
 
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }

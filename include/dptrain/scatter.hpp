@@ -37,12 +37,28 @@ class Scatter {
   // writes into out's buffers, which must hold max_shard_rows rows.
   void scatter(const Batch* batch, std::uint64_t rows, Shard& out);
 
+  // The same as scatter(), non-blocking (MPI_Iscatterv): start() returns at
+  // once; out's buffers and rank 0's batch must stay untouched until wait()
+  // (or a test() that returned true). One scatter in flight at a time.
+  void start(const Batch* batch, std::uint64_t rows, Shard& out);
+  bool test();  // advances it; true once complete (also when none is in flight)
+  void wait();
+  bool in_flight() const { return in_flight_; }
+
  private:
+  // Fills the element counts and offsets of this batch's shards.
+  void plan(std::uint64_t rows, Shard& out);
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::uint64_t dim_, label_width_;
   bool class_labels_;
-  std::vector<int> counts_, displs_;
+  std::vector<int> counts_, displs_;             // features
+  std::vector<int> label_counts_, label_displs_;  // labels or targets
+  std::uint64_t planned_rows_ = ~std::uint64_t(0);  // batch size the counts are for
+  int my_rows_ = 0;
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  bool in_flight_ = false;
 };
 
 }  // namespace dptrain

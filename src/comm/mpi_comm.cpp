@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "dptrain/comm.hpp"
 #include "dptrain/error.hpp"
@@ -13,18 +14,31 @@ namespace {
 // MPI counts are int: large buffers go in pieces of this many elements.
 constexpr std::size_t kMaxCount = std::size_t(1) << 30;
 
+// Sums go in two collectives, so that every element is added in rank order
+// (((g0 + g1) + g2) + ...) whatever the message size: a reduce-scatter by
+// all-to-all (rank r receives everyone's piece r and adds them in rank
+// order) and an all-gather of the reduced pieces. The result is the same
+// bitwise for any bucketing of the arena, on every rank (the gather copies
+// one rank's result to all), and does not depend on which algorithm MPI
+// picks for a size; the bytes moved equal those of a ring all-reduce.
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm parent) {
     DPT_MPI_CHECK(MPI_Comm_dup(parent, &comm_));
     DPT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    // The gather phase has its own communicator: gathers start in the
+    // order their exchanges complete, which need not interleave alike on
+    // every rank with later exchanges.
+    DPT_MPI_CHECK(MPI_Comm_dup(comm_, &gather_comm_));
     DPT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     DPT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   }
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    if (gather_comm_ != MPI_COMM_NULL) MPI_Comm_free(&gather_comm_);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -34,11 +48,78 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void allreduce_sum(float* buf, std::size_t n) override {
-    if (size_ == 1) return;
-    for (std::size_t off = 0; off < n; off += kMaxCount) {
-      const int count = static_cast<int>(std::min(kMaxCount, n - off));
-      DPT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM, comm_));
+    if (size_ == 1 || n == 0) return;
+    Op& op = blocking_;
+    for (std::size_t off = 0; off < n; off += max_op_elements()) {
+      plan(op, buf + off, std::min(max_op_elements(), n - off));
+      DPT_MPI_CHECK(MPI_Alltoallv(op.buf, op.counts.data(), op.displs.data(), MPI_FLOAT,
+                                  op.scratch.data(), op.recv_counts.data(), op.recv_displs.data(),
+                                  MPI_FLOAT, comm_));
+      reduce(op);
+      DPT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op.buf, op.counts.data(),
+                                   op.displs.data(), MPI_FLOAT, gather_comm_));
     }
+  }
+
+  int start_allreduce_sum(float* buf, std::size_t n) override {
+    const int ticket = static_cast<int>(ticket_end_.size());
+    if (size_ > 1) {
+      for (std::size_t off = 0; off < n; off += max_op_elements()) {
+        if (ops_used_ == ops_.size()) ops_.emplace_back();  // first steps only
+        Op& op = ops_[ops_used_++];
+        plan(op, buf + off, std::min(max_op_elements(), n - off));
+        DPT_MPI_CHECK(MPI_Ialltoallv(op.buf, op.counts.data(), op.displs.data(), MPI_FLOAT,
+                                     op.scratch.data(), op.recv_counts.data(),
+                                     op.recv_displs.data(), MPI_FLOAT, comm_, &op.exchange));
+        op.phase = Phase::kExchange;
+      }
+    }
+    ticket_end_.push_back(ops_used_);
+    return ticket;
+  }
+
+  void progress() override {
+    for (std::size_t i = ops_done_; i < ops_used_; ++i) {
+      Op& op = ops_[i];
+      int flag = 0;
+      if (op.phase == Phase::kExchange) {
+        DPT_MPI_CHECK(MPI_Test(&op.exchange, &flag, MPI_STATUS_IGNORE));
+        if (!flag) break;  // gathers start in op order
+        start_gather(op);
+      }
+      if (op.phase == Phase::kGather) {
+        DPT_MPI_CHECK(MPI_Test(&op.gather, &flag, MPI_STATUS_IGNORE));
+        if (flag) op.phase = Phase::kDone;
+      }
+    }
+    while (ops_done_ < ops_used_ && ops_[ops_done_].phase == Phase::kDone) ++ops_done_;
+  }
+
+  bool done(int ticket) const override {
+    if (ticket < 0 || static_cast<std::size_t>(ticket) >= ticket_end_.size()) return false;
+    const std::size_t first = ticket == 0 ? 0 : ticket_end_[static_cast<std::size_t>(ticket) - 1];
+    for (std::size_t i = first; i < ticket_end_[static_cast<std::size_t>(ticket)]; ++i)
+      if (ops_[i].phase != Phase::kDone) return false;
+    return true;
+  }
+
+  void wait_all() override {
+    for (std::size_t i = ops_done_; i < ops_used_; ++i) {
+      Op& op = ops_[i];
+      if (op.phase == Phase::kExchange) {
+        DPT_MPI_CHECK(MPI_Wait(&op.exchange, MPI_STATUS_IGNORE));
+        start_gather(op);
+      }
+    }
+    for (std::size_t i = ops_done_; i < ops_used_; ++i) {
+      Op& op = ops_[i];
+      if (op.phase == Phase::kGather) DPT_MPI_CHECK(MPI_Wait(&op.gather, MPI_STATUS_IGNORE));
+      op.phase = Phase::kDone;
+    }
+    // The Op objects and their vectors stay for the next step: no
+    // allocation once the first step has sized them.
+    ops_used_ = ops_done_ = 0;
+    ticket_end_.clear();
   }
 
   void broadcast(void* buf, std::size_t bytes, int root) override {
@@ -53,8 +134,67 @@ class MpiCommunicator final : public Communicator {
   void barrier() override { DPT_MPI_CHECK(MPI_Barrier(comm_)); }
 
  private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  enum class Phase { kExchange, kGather, kDone };
+  // One sum of at most max_op_elements() floats: piece r of buf goes to rank
+  // r, which receives every rank's piece r into scratch (rank-major).
+  struct Op {
+    float* buf = nullptr;
+    std::vector<int> counts, displs, recv_counts, recv_displs;
+    std::vector<float> scratch;
+    MPI_Request exchange = MPI_REQUEST_NULL, gather = MPI_REQUEST_NULL;
+    Phase phase = Phase::kDone;
+  };
+
+  // Pieces are counted in int: keep each under 2^30 floats.
+  std::size_t max_op_elements() const { return kMaxCount * static_cast<std::size_t>(size_); }
+
+  void plan(Op& op, float* buf, std::size_t n) {
+    const auto p = static_cast<std::size_t>(size_);
+    op.buf = buf;
+    op.counts.resize(p);
+    op.displs.resize(p);
+    op.recv_counts.resize(p);
+    op.recv_displs.resize(p);
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < p; ++r) {
+      op.counts[r] = static_cast<int>(n / p + (r < n % p ? 1 : 0));
+      op.displs[r] = static_cast<int>(at);
+      at += static_cast<std::size_t>(op.counts[r]);
+    }
+    const int mine = op.counts[static_cast<std::size_t>(rank_)];
+    for (std::size_t r = 0; r < p; ++r) {
+      op.recv_counts[r] = mine;
+      op.recv_displs[r] = static_cast<int>(r) * mine;
+    }
+    op.scratch.resize(p * static_cast<std::size_t>(mine));
+  }
+
+  // This rank's piece: the sum of every rank's copy, added in rank order.
+  void reduce(Op& op) const {
+    const auto me = static_cast<std::size_t>(rank_);
+    const auto count = static_cast<std::size_t>(op.counts[me]);
+    float* out = op.buf + op.displs[me];
+    const float* in = op.scratch.data();
+    std::copy_n(in, count, out);
+    for (std::size_t r = 1; r < static_cast<std::size_t>(size_); ++r) {
+      const float* piece = in + r * count;
+      for (std::size_t i = 0; i < count; ++i) out[i] += piece[i];
+    }
+  }
+
+  void start_gather(Op& op) {
+    reduce(op);
+    DPT_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op.buf, op.counts.data(),
+                                  op.displs.data(), MPI_FLOAT, gather_comm_, &op.gather));
+    op.phase = Phase::kGather;
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL, gather_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  Op blocking_;                        // allreduce_sum's plan, reused
+  std::vector<Op> ops_;                // started sums, in start order (kept)
+  std::size_t ops_used_ = 0, ops_done_ = 0;
+  std::vector<std::size_t> ticket_end_;  // per ticket: one past its last op
 };
 
 }  // namespace

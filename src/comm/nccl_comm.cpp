@@ -82,6 +82,25 @@ class NcclCommunicator final : public Communicator {
     before_compute();
   }
 
+  // Bucketed gradients: the comm stream waits for the compute work issued so
+  // far (this bucket's backward), then reduces while the compute stream goes
+  // on with earlier layers; the compute stream waits only in wait_all().
+  int start_allreduce_sum(float* buf, std::size_t n) override {
+    if (n > 0) {
+      after_compute();
+      DPT_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, live(), stream_.get()));
+      pending_ = true;
+    }
+    return started_++;
+  }
+  // Completion is known on the device only; the host never waits for it.
+  bool done(int) const override { return false; }
+  void wait_all() override {
+    if (pending_) before_compute();
+    pending_ = false;
+    started_ = 0;
+  }
+
   void broadcast(void* buf, std::size_t bytes, int root) override {
     if (bytes == 0) return;
     after_compute();
@@ -176,6 +195,8 @@ class NcclCommunicator final : public Communicator {
   cuda::Event compute_done_, comm_done_;
   std::atomic<ncclComm_t> comm_{nullptr};  // swapped out by abort() on any thread
   std::atomic<bool> aborted_{false};
+  int started_ = 0;       // bucket tickets since the last wait_all()
+  bool pending_ = false;  // a started sum the compute stream has not waited on
 };
 
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend& backend) {

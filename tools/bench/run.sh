@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Implements: the one bench command: installs, builds dptrain (Release, CPU),
+# prepares Fashion-MNIST (synthetic data of the same shape when it is not
+# available), runs tools/bench/bench.py and says where the results are.
+#   tools/bench/run.sh [bench.py options...]     e.g. --repeats 3
+# Environment: BUILD_DIR (default build-bench), OUT (default bench-results),
+# DATA (an HDF5 file to use instead), JOBS (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+tools/bench/install.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+build=${BUILD_DIR:-build-bench}
+out=${OUT:-bench-results}
+
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF >/dev/null
+cmake --build "$build" -j "${JOBS:-2}" --target dptrain >/dev/null
+# The C++ micro-benchmark, once its CMake target exists.
+if cmake --build "$build" --target help 2>/dev/null | grep -qw dptrain_bench; then
+  cmake --build "$build" -j "${JOBS:-2}" --target dptrain_bench >/dev/null
+fi
+
+py=$(tools/find-python.sh)
+data=${DATA:-}
+if [[ -z "$data" ]]; then
+  data=data/fashion_mnist.h5
+  mkdir -p data
+  if [[ ! -f "$data" ]]; then
+    # tools/install-deps.sh --demo (from install.sh) installs dataset-fashion-mnist.
+    if "$py" tools/convert_fashion_mnist.py "$data.tmp" >/dev/null 2>&1; then
+      mv "$data.tmp" "$data"
+    else
+      rm -f "$data.tmp"
+      data=data/bench_synthetic.h5
+      echo "bench: Fashion-MNIST not available; using synthetic $data (60000 x 28x28 uint8, 10 classes)"
+      [[ -f "$data" ]] || "$py" tools/make_synthetic.py "$data" --n 60000 --val-n 10000 \
+        --shape 28,28 --classes 10 --dtype uint8 --seed 1 >/dev/null
+    fi
+  fi
+fi
+
+"$py" tools/bench/bench.py --data "$data" --build-dir "$build" --out "$out" --python "$py" "$@"
+echo "bench: results in $out/results.md, $out/results.json, $out/results.png"
