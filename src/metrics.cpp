@@ -24,6 +24,23 @@ void MetricsWriter::write(const nlohmann::json& event) {
   std::fflush(f_);
 }
 
+const char* phase_event_name(Phase p) {
+  switch (p) {
+    case Phase::kData:
+      return "wait for data";
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kComm:
+      return "all-reduce wait";
+    case Phase::kOptimizer:
+    case Phase::kCount:
+      break;
+  }
+  return "optimizer";
+}
+
 nlohmann::json PhaseTimer::per_step_json(double steps) const {
   static const char* const kNames[] = {"data", "forward", "backward", "comm", "optimizer"};
   nlohmann::json j = nlohmann::json::object();

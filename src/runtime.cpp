@@ -158,8 +158,9 @@ DataSet open_set(const MpiSession& mpi, const std::string& file, const std::stri
 }
 
 ShardBuffers::ShardBuffers(Backend& be, int max_rows, std::uint64_t dim,
-                           std::uint64_t label_width, LossKind loss)
-    : be_(be), dim_(dim), label_width_(label_width), staged_(be.kind() != DeviceKind::kCpu) {
+                           std::uint64_t label_width, LossKind loss, int slot)
+    : be_(be), slot_(slot), dim_(dim), label_width_(label_width),
+      staged_(be.kind() != DeviceKind::kCpu) {
   const std::size_t rows = static_cast<std::size_t>(std::max(1, max_rows));
   x_ = DeviceBuffer<float>(be, rows * dim);
   if (loss == LossKind::kXent) y_ = DeviceBuffer<std::int32_t>(be, rows);
@@ -168,26 +169,54 @@ ShardBuffers::ShardBuffers(Backend& be, int max_rows, std::uint64_t dim,
   dev_.labels = y_.get();
   dev_.targets = t_.get();
   if (staged_) {
-    hx_.resize(rows * dim);
-    if (loss == LossKind::kXent) hy_.resize(rows);
-    else ht_.resize(rows * label_width);
-    host_.features = hx_.data();
-    host_.labels = hy_.empty() ? nullptr : hy_.data();
-    host_.targets = ht_.empty() ? nullptr : ht_.data();
+    hx_ = HostBuffer<float>(be, rows * dim);
+    if (loss == LossKind::kXent) hy_ = HostBuffer<std::int32_t>(be, rows);
+    else ht_ = HostBuffer<float>(be, rows * label_width);
+    host_.features = hx_.get();
+    host_.labels = hy_.get();
+    host_.targets = ht_.get();
   } else {
     host_ = dev_;  // CPU: MPI writes straight into backend memory
   }
 }
 
-Shard& ShardBuffers::to_device() {
-  dev_.rows = host_.rows;
-  if (staged_ && host_.rows > 0) {
-    const std::size_t r = static_cast<std::size_t>(host_.rows);
-    be_.copy_to_device(dev_.features, host_.features, r * dim_ * sizeof(float));
-    if (dev_.labels) be_.copy_to_device(dev_.labels, host_.labels, r * sizeof(std::int32_t));
-    if (dev_.targets)
-      be_.copy_to_device(dev_.targets, host_.targets, r * label_width_ * sizeof(float));
+ShardBuffers::~ShardBuffers() {
+  try {
+    if (pending_) be_.sync_upload(slot_);
+  } catch (...) {  // a failed device: nothing left to protect
   }
+}
+
+Shard& ShardBuffers::host() {
+  if (pending_) be_.sync_upload(slot_);
+  pending_ = false;
+  uploaded_ = false;
+  return host_;
+}
+
+void ShardBuffers::release() {
+  if (staged_) be_.release_slot(slot_);
+  released_ = true;
+}
+
+void ShardBuffers::upload() {
+  if (uploaded_) return;
+  uploaded_ = true;
+  dev_.rows = host_.rows;
+  if (!staged_ || host_.rows <= 0) return;
+  if (!released_) release();
+  const std::size_t r = static_cast<std::size_t>(host_.rows);
+  be_.upload_async(slot_, dev_.features, host_.features, r * dim_ * sizeof(float));
+  if (dev_.labels) be_.upload_async(slot_, dev_.labels, host_.labels, r * sizeof(std::int32_t));
+  if (dev_.targets)
+    be_.upload_async(slot_, dev_.targets, host_.targets, r * label_width_ * sizeof(float));
+  released_ = false;
+  pending_ = true;
+}
+
+Shard& ShardBuffers::to_device() {
+  upload();
+  if (pending_) be_.wait_upload(slot_);
   return dev_;
 }
 
@@ -211,8 +240,8 @@ MPI_Comm dup_comm(MPI_Comm comm, MPI_Comm& out) {
 InputPipeline::InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows,
                              std::uint64_t dim, std::uint64_t label_width, LossKind loss)
     : queue_(queue),
-      a_(be, max_rows, dim, label_width, loss),
-      b_(be, max_rows, dim, label_width, loss),
+      a_(be, max_rows, dim, label_width, loss, 0),
+      b_(be, max_rows, dim, label_width, loss, 1),
       scatter_(dup_comm(comm, comm_), dim, label_width, loss == LossKind::kXent) {}
 
 InputPipeline::~InputPipeline() {
@@ -233,14 +262,26 @@ double InputPipeline::start(std::uint64_t rows) {
     batch_ = queue_->pop();
     waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
+  began_ = std::chrono::steady_clock::now();
+  fill_->release();  // the step before last, all queued, was its last reader
   scatter_.start(batch_ ? &*batch_ : nullptr, rows, fill_->host());
   started_ = true;
+  seen_done_ = false;
   return waited_ms;
+}
+
+void InputPipeline::between_layers() {
+  if (started_ && !seen_done_ && scatter_.test()) {
+    seen_done_ = true;
+    ended_ = std::chrono::steady_clock::now();
+    fill_->upload();  // the copy runs on the copy stream, under this step
+  }
 }
 
 Shard& InputPipeline::finish() {
   DPT_REQUIRE(started_, ExitCode::kOther, "input pipeline: finish() without start()");
   scatter_.wait();
+  if (!seen_done_) ended_ = std::chrono::steady_clock::now();
   started_ = false;
   if (queue_ && batch_) {
     queue_->recycle(std::move(*batch_));

@@ -3,6 +3,7 @@
 // with their shape broadcast, shard buffers, the loss call and evaluation.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -49,24 +50,50 @@ DataSet open_set(const MpiSession& mpi, const std::string& file, const std::stri
 LossKind parse_loss(const std::string& name);
 const char* loss_name(LossKind loss);
 
-// Shard buffers in backend memory (host-staged for device backends).
+// Shard buffers in backend memory. Device backends stage the shard in
+// pinned host memory and upload it on the backend's copy stream through
+// upload slot `slot` (one per buffer that may be in flight at once); the CPU
+// backend scatters straight into backend memory (zero-copy). A batch's cycle:
+// release() once the steps queued so far are done with the shard, host()
+// for the scatter, upload() as soon as the scatter completed, to_device()
+// before the step that uses it.
 class ShardBuffers {
  public:
   ShardBuffers(Backend& be, int max_rows, std::uint64_t dim, std::uint64_t label_width,
-               LossKind loss);
-  // Where Scatter writes (host memory).
-  Shard& host() { return host_; }
-  // Makes the received shard visible to the backend; returns it.
+               LossKind loss, int slot = 0);
+  // Waits (host) for this buffer's last upload, which may still read the
+  // staging memory when an error unwinds the stack.
+  ~ShardBuffers();
+  ShardBuffers(const ShardBuffers&) = delete;
+  ShardBuffers& operator=(const ShardBuffers&) = delete;
+
+  // Where Scatter writes (host memory); call once per batch, before the
+  // scatter. Blocks until the previous upload has read the staging memory
+  // (normally long done) and marks the contents as new.
+  Shard& host();
+  // Work queued on the backend so far no longer reads the device shard, so
+  // the next upload may overwrite it. upload() does it itself if not called
+  // since the last upload (then ordered after everything queued up to it).
+  void release();
+  // Enqueues the copy of the received shard (the scatter must be complete)
+  // without blocking. Once per batch; later calls do nothing.
+  void upload();
+  // upload() if not yet done; orders later backend work after the copy and
+  // returns the shard in backend memory.
   Shard& to_device();
 
  private:
   Backend& be_;
+  int slot_;
   std::uint64_t dim_, label_width_;
   bool staged_;
+  bool uploaded_ = false;  // the current contents are enqueued (visible, on the CPU)
+  bool released_ = false;  // release() since the last upload
+  bool pending_ = false;   // an upload may still read the staging memory
   DeviceBuffer<float> x_, t_;
   DeviceBuffer<std::int32_t> y_;
-  std::vector<float> hx_, ht_;
-  std::vector<std::int32_t> hy_;
+  HostBuffer<float> hx_, ht_;
+  HostBuffer<std::int32_t> hy_;
   Shard host_, dev_;
 };
 
@@ -89,10 +116,14 @@ class InputPipeline final : public LayerHooks {
   // the reader is behind; returns the ms it waited for that.
   double start(std::uint64_t rows);
   bool started() const { return started_; }
-  void between_layers() override { scatter_.test(); }
+  void between_layers() override;
   // Waits for the started batch and returns this rank's shard in backend
   // memory; valid until the finish() after next.
   Shard& finish();
+  // When the last finished batch's scatter started and was first seen
+  // complete (for the timeline).
+  std::chrono::steady_clock::time_point scatter_began() const { return began_; }
+  std::chrono::steady_clock::time_point scatter_ended() const { return ended_; }
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -101,7 +132,8 @@ class InputPipeline final : public LayerHooks {
   ShardBuffers* fill_ = &a_;  // the buffer start() writes into
   Scatter scatter_;
   std::optional<Batch> batch_;  // rank 0: the batch in flight
-  bool started_ = false;
+  bool started_ = false, seen_done_ = false;
+  std::chrono::steady_clock::time_point began_, ended_;
 };
 
 // Collective: rank 0 pops the next global batch from its queue (queue is

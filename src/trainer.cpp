@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "dptrain/checkpoint.hpp"
 #include "dptrain/metrics.hpp"
 #include "dptrain/optimizer.hpp"
+#include "dptrain/timeline.hpp"
 #include "dptrain/trainer.hpp"
 #include "dptrain/watchdog.hpp"
 #include "runtime.hpp"
@@ -79,6 +82,32 @@ struct TestHook {
   bool fires(int r, std::uint64_t s) const { return rank == r && step == s; }
 };
 
+// Enough for about 50k steps of a small model; about 40 MB.
+constexpr std::size_t kTimelineMaxEvents = 500000;
+
+// Creates and removes path.tmp: Error(kUsage) naming the option and path
+// when the file cannot be written there.
+void check_writable(const std::string& path, const char* option) {
+  const std::string probe = path + ".tmp";
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f)
+    throw Error(ExitCode::kUsage, std::string(option) + ": cannot write '" + path + "': " +
+                                      std::strerror(errno));
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
+// Collective: every rank's events into one Chrome trace, written by rank 0.
+void write_timeline(const Options& opts, const MpiSession& mpi, Timeline& timeline) {
+  if (!timeline.enabled()) return;
+  agree(mpi.world(), [&] { timeline.write_collective(mpi.world(), opts.timeline, mpi.host()); });
+  if (mpi.rank() == 0) {
+    std::printf("timeline: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
+                opts.timeline.c_str());
+    std::fflush(stdout);
+  }
+}
+
 // Sets one value of a device arena from the host.
 void poke(Backend& be, float* arena, float value) { be.copy_to_device(arena, &value, sizeof value); }
 
@@ -97,6 +126,16 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   watchdog.set_on_timeout([&rt] { rt.comm->abort(); });
   Backend& be = *rt.backend;
   Communicator& comm = *rt.comm;
+  // --timeline: storage for every event up front (about 80 bytes each);
+  // events past it are counted, not kept.
+  Timeline timeline;
+  if (!opts.timeline.empty()) {
+    // Found out now, not after hours of training.
+    agree(mpi.world(), [&] {
+      if (mpi.rank() == 0) check_writable(opts.timeline, "--timeline");
+    });
+    timeline.enable(kTimelineMaxEvents);
+  }
 
   DataSet train = open_set(mpi, opts.data, opts.train_set, loss, outputs);
   std::optional<DataSet> val;
@@ -159,6 +198,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     qc.end_step = total_steps;
     qc.capacity = static_cast<std::size_t>(opts.prefetch);
     qc.cache_bytes = cache_bytes;
+    qc.timeline = timeline.enabled() ? &timeline : nullptr;
     queue = std::make_unique<InputQueue>(*train.data, qc);
   });
 
@@ -205,6 +245,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
 
   const TestHook nan_hook("DPTRAIN_TEST_NAN_AT"), perturb_hook("DPTRAIN_TEST_PERTURB_AT");
   PhaseTimer timer;
+  timer.attach(&timeline);
   double train_ms = 0.0, interval_ms = 0.0;
   std::uint64_t interval_samples = 0, interval_steps = 0, samples = 0, skipped = 0;
   float lr = 0.0f;
@@ -214,6 +255,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   int stop_flag = 0, any_stop = 0;
   MPI_Request stop_request = MPI_REQUEST_NULL;
   std::uint64_t step = first_step;
+  if (timeline.enabled()) timeline.set_origin_collective(mpi.world());
   if (step < total_steps) {
     set_phase("data", step);
     Watchdog::Wait wait(&watchdog, "scatter (waiting for rank 0's data)", step);
@@ -221,7 +263,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   }
   for (; step < total_steps; ++step) {
     const BatchSlot slot = plan.slot(step);
-    timer.start();
+    timer.start(static_cast<std::int64_t>(step));
     const auto t0 = PhaseTimer::Clock::now();
 
     set_phase("data", step);
@@ -229,6 +271,9 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     {
       Watchdog::Wait wait(&watchdog, "scatter (waiting for rank 0's data)", step);
       received = &input.finish();
+      if (timeline.enabled())
+        timeline.add("scatter", timeline_category::kComm, kTimelineCommThread,
+                     input.scatter_began(), input.scatter_ended(), static_cast<std::int64_t>(step));
       if (step + 1 < total_steps) input.start(plan.slot(step + 1).rows);
     }
     stop_flag = stop_requested() ? 1 : 0;
@@ -245,6 +290,14 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
       Watchdog::Wait wait(&watchdog, "gradient all-reduce", step);
       finite = train_step(be, comm, *model, optimizer, loss, dev, slot.rows, step_lr, stats.get(),
                           &timer, &buckets);
+    }
+    if (timeline.enabled()) {
+      for (std::size_t b = 0; b < buckets.plan().size(); ++b) {
+        char name[48];
+        std::snprintf(name, sizeof name, "all-reduce bucket %zu", b);
+        timeline.add(name, timeline_category::kComm, kTimelineCommThread, buckets.started_at(b),
+                     buckets.done_at(b), static_cast<std::int64_t>(step));
+      }
     }
     if (perturb_hook.fires(mpi.rank(), step)) poke(be, model->params(), 1234.5f);
     if (finite) {
@@ -277,6 +330,8 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     const bool last = step + 1 == total_steps;
     if ((step + 1) % static_cast<std::uint64_t>(opts.log_every) == 0 || last) {
       Watchdog::Wait wait(&watchdog, "loss all-reduce", step);
+      Timeline::Scope event(timeline, "log", timeline_category::kIo, kTimelineMainThread,
+                            static_cast<std::int64_t>(step));
       comm.allreduce_sum(stats.get(), 2);
       float host[2] = {0, 0};
       be.copy_to_host(host, stats.get(), sizeof host);
@@ -310,6 +365,8 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     if (val && (epoch_end || last)) {
       set_phase("evaluation", step);
       Watchdog::Wait wait(&watchdog, "evaluation", step);
+      Timeline::Scope event(timeline, "evaluation", timeline_category::kEval, kTimelineMainThread,
+                            static_cast<std::int64_t>(step));
       const EvalResult r = evaluate(rt, mpi, *val, *model, loss, eval_batch, cache_bytes);
       print_eval(mpi, metrics, step + 1, epoch_end ? slot.epoch + 1 : slot.epoch, opts.val_set,
                  loss, r);
@@ -323,6 +380,8 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
                           (step + 1) % static_cast<std::uint64_t>(opts.checkpoint_every) == 0;
     set_phase("checkpoint", step);
     if ((periodic || any_stop) && !opts.checkpoint_dir.empty()) {
+      Timeline::Scope event(timeline, "checkpoint", timeline_category::kIo, kTimelineMainThread,
+                            static_cast<std::int64_t>(step));
       save_state(checkpoint_path(opts.checkpoint_dir, static_cast<std::int64_t>(step + 1)), true,
                  opts, mpi, rt, *model, optimizer, loss, plan, step + 1);
     }
@@ -336,18 +395,24 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
                          ? " WITHOUT a checkpoint (no --checkpoint-dir or --save)"
                          : " with a checkpoint");
       }
+      write_timeline(opts, mpi, timeline);
       return ExitCode::kPreempted;
     }
   }
 
-  if (!opts.save.empty())
-    save_state(opts.save, false, opts, mpi, rt, *model, optimizer, loss, plan, step);
-  // The end is always checkpointed in --checkpoint-dir (unless the periodic
-  // save just wrote this very step).
-  if (!opts.checkpoint_dir.empty() && step > first_step &&
-      (opts.checkpoint_every == 0 || step % static_cast<std::uint64_t>(opts.checkpoint_every) != 0))
-    save_state(checkpoint_path(opts.checkpoint_dir, static_cast<std::int64_t>(step)), true, opts,
-               mpi, rt, *model, optimizer, loss, plan, step);
+  {
+    Timeline::Scope event(timeline, "checkpoint", timeline_category::kIo, kTimelineMainThread,
+                          static_cast<std::int64_t>(step));
+    if (!opts.save.empty())
+      save_state(opts.save, false, opts, mpi, rt, *model, optimizer, loss, plan, step);
+    // The end is always checkpointed in --checkpoint-dir (unless the periodic
+    // save just wrote this very step).
+    if (!opts.checkpoint_dir.empty() && step > first_step &&
+        (opts.checkpoint_every == 0 || step % static_cast<std::uint64_t>(opts.checkpoint_every) != 0))
+      save_state(checkpoint_path(opts.checkpoint_dir, static_cast<std::int64_t>(step)), true, opts,
+                 mpi, rt, *model, optimizer, loss, plan, step);
+  }
+  write_timeline(opts, mpi, timeline);
   if (mpi.rank() == 0) {
     const double wall_s = train_ms / 1000.0;
     const double sps = wall_s > 0 ? samples / wall_s : 0.0;

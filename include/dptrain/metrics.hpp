@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dptrain/timeline.hpp"
+
 namespace dptrain {
 
 class MetricsWriter {
@@ -27,15 +29,29 @@ class MetricsWriter {
 
 enum class Phase { kData, kForward, kBackward, kComm, kOptimizer, kCount };
 
-// Accumulates wall time per phase between reports.
+// Timeline name of a phase: "wait for data", "forward", "backward",
+// "all-reduce wait" (the part of the gradient exchange backward did not
+// hide), "optimizer".
+const char* phase_event_name(Phase p);
+
+// Accumulates wall time per phase between reports; with a timeline attached
+// every lap is also an event on the main thread.
 class PhaseTimer {
  public:
   using Clock = std::chrono::steady_clock;
-  void start() { t_ = Clock::now(); }
+  void attach(Timeline* timeline) { timeline_ = timeline; }
+  // step: the step the following laps belong to (timeline only).
+  void start(std::int64_t step = -1) {
+    t_ = Clock::now();
+    step_ = step;
+  }
   // Adds the time since start() (or the previous lap) to phase p.
   void lap(Phase p) {
     auto now = Clock::now();
     ms_[static_cast<int>(p)] += std::chrono::duration<double, std::milli>(now - t_).count();
+    if (timeline_ && timeline_->enabled())
+      timeline_->add(phase_event_name(p), timeline_category_of(phase_event_name(p)),
+                     kTimelineMainThread, t_, now, step_);
     t_ = now;
   }
   double ms(Phase p) const { return ms_[static_cast<int>(p)]; }
@@ -52,6 +68,8 @@ class PhaseTimer {
 
  private:
   Clock::time_point t_ = Clock::now();
+  std::int64_t step_ = -1;
+  Timeline* timeline_ = nullptr;
   double ms_[static_cast<int>(Phase::kCount)] = {};
 };
 
