@@ -157,6 +157,7 @@ InputQueue::InputQueue(Dataset& data, const InputQueueConfig& cfg)
   const SetInfo& info = data_.info();
   const std::uint64_t row_bytes = info.feature_bytes_per_row() + info.label_bytes_per_row();
   cached_ = info.rows <= cfg_.cache_bytes / row_bytes;
+  free_.reserve(cfg_.capacity + 2);  // recycle() never allocates
   thread_ = std::thread([this] { run(); });
 }
 

@@ -34,34 +34,42 @@ Scatter::Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bo
 }
 
 namespace {
-// Scales row counts/offsets to element counts; refuses what MPI's int cannot
-// address rather than overflowing.
-void scale_counts(const std::vector<int>& rows, std::uint64_t width, std::vector<int>& out) {
-  out.resize(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const std::uint64_t v = static_cast<std::uint64_t>(rows[i]) * width;
-    DPT_REQUIRE(v <= static_cast<std::uint64_t>(INT_MAX), ExitCode::kUsage,
-                "a batch shard exceeds 2^31 values; lower --batch-size");
-    out[i] = static_cast<int>(v);
-  }
+// Rows times width as an MPI count; refuses what MPI's int cannot address
+// rather than overflowing.
+int element_count(std::uint64_t rows, std::uint64_t width) {
+  const std::uint64_t v = rows * width;
+  DPT_REQUIRE(v <= static_cast<std::uint64_t>(INT_MAX), ExitCode::kUsage,
+              "a batch shard exceeds 2^31 values; lower --batch-size");
+  return static_cast<int>(v);
 }
 }  // namespace
 
 void Scatter::plan(std::uint64_t rows, Shard& out) {
-  // Batches of one size repeat for an epoch: plan (and allocate) once.
+  // Batches of one size repeat for an epoch: plan once per size change,
+  // into vectors whose size never changes (no allocation after the first).
   if (rows == planned_rows_) {
     out.rows = my_rows_;
     return;
   }
-  const std::vector<int> rows_per_rank = shard_counts(rows, size_);
-  out.rows = my_rows_ = rows_per_rank[static_cast<std::size_t>(rank_)];
+  const auto p = static_cast<std::uint64_t>(size_);
+  const std::uint64_t base = rows / p, extra = rows % p;
+  const std::uint64_t label_width = class_labels_ ? 1 : label_width_;
+  my_rows_ = static_cast<int>(base + (static_cast<std::uint64_t>(rank_) < extra ? 1 : 0));
+  out.rows = my_rows_;
   if (size_ > 1) {
-    const std::vector<int> row_offsets = shard_offsets(rows_per_rank);
-    scale_counts(rows_per_rank, dim_, counts_);
-    scale_counts(row_offsets, dim_, displs_);
-    const std::uint64_t label_width = class_labels_ ? 1 : label_width_;
-    scale_counts(rows_per_rank, label_width, label_counts_);
-    scale_counts(row_offsets, label_width, label_displs_);
+    counts_.resize(p);
+    displs_.resize(p);
+    label_counts_.resize(p);
+    label_displs_.resize(p);
+    std::uint64_t first = 0;
+    for (std::uint64_t r = 0; r < p; ++r) {
+      const std::uint64_t n = base + (r < extra ? 1 : 0);
+      counts_[r] = element_count(n, dim_);
+      displs_[r] = element_count(first, dim_);
+      label_counts_[r] = element_count(n, label_width);
+      label_displs_[r] = element_count(first, label_width);
+      first += n;
+    }
   }
   planned_rows_ = rows;
 }

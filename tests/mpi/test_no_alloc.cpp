@@ -1,0 +1,95 @@
+// "No allocation in the step": once warmed up, the training step (pipelined
+// scatter, forward, loss, backward with bucketed all-reduces, optimizer) and
+// the input pipeline make no heap allocation on the training thread. Counted
+// by replacing the global operator new for this test binary; only the
+// calling thread's allocations count (rank 0's reader thread may allocate).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <new>
+
+#include "dptrain/buckets.hpp"
+#include "dptrain/metrics.hpp"
+#include "dptrain/optimizer.hpp"
+#include "h5_fixtures.hpp"
+#include "runtime.hpp"
+#include "test_paths.hpp"
+
+namespace {
+thread_local bool counting = false;
+thread_local long allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (counting) ++allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace dptrain {
+namespace {
+
+TEST(NoAllocation, StepsAfterWarmUpAllocateNothing) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  std::string file;
+  if (rank == 0) {
+    file = testing::scratch_dir("noalloc") + "/d.h5";
+    testing::FixtureSpec spec;
+    spec.rows = 200;  // batch 16: a short last batch every epoch
+    spec.classes = 4;
+    testing::write_fixture(file, spec);
+  }
+  const std::uint64_t dim = 12, batch = 16, steps = 40;
+  const BatchPlan plan(200, batch);
+  std::unique_ptr<Dataset> data;
+  std::unique_ptr<InputQueue> queue;
+  if (rank == 0) {
+    data = std::make_unique<Dataset>(file, "train");
+    InputQueueConfig qc;
+    qc.batch_size = batch;
+    qc.shuffle.mode = ShuffleMode::kFull;
+    qc.end_step = steps;
+    queue = std::make_unique<InputQueue>(*data, qc);
+  }
+  auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+  const int max_rows = max_shard_rows(batch, ranks);
+  Model model(*be, parse_model_spec("dense:32,relu,dense:16,gelu,dense:4"), dim, max_rows);
+  model.init(1);
+  OptimizerConfig oc;
+  oc.kind = OptimizerKind::kAdamW;
+  Optimizer opt(*be, oc, model.num_params());
+  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LossKind::kXent);
+  GradientBuckets buckets(*comm, model.grads(),
+                          plan_buckets(model.dense_layers(), model.num_params(), 1), &input);
+  DeviceBuffer<float> stats(*be, 2);
+  PhaseTimer timer;
+
+  long counted = 0;
+  input.start(plan.slot(0).rows);
+  for (std::uint64_t s = 0; s < steps; ++s) {
+    // Warm-up: the first epoch (every batch size seen once).
+    counting = s >= plan.steps_per_epoch();
+    allocations = 0;
+    timer.start(static_cast<std::int64_t>(s));
+    const Shard& shard = input.finish();
+    if (s + 1 < steps) input.start(plan.slot(s + 1).rows);
+    timer.lap(Phase::kData);
+    EXPECT_TRUE(train_step(*be, *comm, model, opt, LossKind::kXent, shard, plan.slot(s).rows,
+                           0.01f, stats.get(), &timer, &buckets));
+    counting = false;
+    counted += allocations;
+  }
+  EXPECT_EQ(counted, 0) << "heap allocations on the training thread after warm-up";
+}
+
+}  // namespace
+}  // namespace dptrain
