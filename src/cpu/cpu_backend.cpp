@@ -40,18 +40,26 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
 
   void* allocate(std::size_t bytes) override {
-    // aligned_alloc needs a size that is a multiple of the alignment, and a
-    // zero-byte request must still give a pointer that deallocate accepts.
-    const std::size_t rounded =
-        std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-    void* p = std::aligned_alloc(kAlignment, rounded);
-    if (!p)
-      throw Error(ExitCode::kOther,
-                  "host allocation of " + std::to_string(bytes) + " bytes failed");
-    std::memset(p, 0, rounded);
+    void* p = allocate_host(bytes);
+    std::memset(p, 0, rounded(bytes));
     return p;
   }
   void deallocate(void* p) noexcept override { std::free(p); }
+
+  // Backend memory is host memory already: staging is the same allocation
+  // (uninitialised), and an upload is a plain copy, complete on return, so
+  // the slot calls (release_slot, wait_upload, sync_upload) stay no-ops.
+  void* allocate_host(std::size_t bytes) override {
+    void* p = std::aligned_alloc(kAlignment, rounded(bytes));
+    if (!p)
+      throw Error(ExitCode::kOther,
+                  "host allocation of " + std::to_string(bytes) + " bytes failed");
+    return p;
+  }
+  void deallocate_host(void* p) noexcept override { std::free(p); }
+  void upload_async(int /*slot*/, void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
 
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
@@ -233,6 +241,13 @@ class CpuBackend final : public Backend {
     std::size_t bad = 0;
     for (std::size_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;
     return bad;
+  }
+
+ private:
+  // aligned_alloc needs a size that is a multiple of the alignment, and a
+  // zero-byte request must still give a pointer that deallocate accepts.
+  static std::size_t rounded(std::size_t bytes) {
+    return std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   }
 };
 

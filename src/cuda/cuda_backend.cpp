@@ -1,5 +1,6 @@
 // Implements: the CUDA backend — device memory and copies on one non-blocking
-// compute stream, cuBLAS GEMMs (fp32, tf32, bf16 inputs) on row-major data
+// compute stream, input uploads from pinned memory on a copy stream ordered
+// by per-slot events, cuBLAS GEMMs (fp32, tf32, bf16 inputs) on row-major data
 // through operand order, and the kernels of kernels.hpp. Semantics are those
 // of the CPU reference (src/cpu/cpu_backend.cpp), which the GPU tests check.
 #include "cuda/cuda_backend.hpp"
@@ -8,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -53,10 +55,20 @@ class CudaBackend final : public Backend {
     partials_ = cuda::DeviceMemory(2 * cuda::kMaxLossBlocks * sizeof(double));
     counter_ = cuda::DeviceMemory(sizeof(unsigned long long));
     host_counter_ = cuda::PinnedMemory(sizeof(unsigned long long));
+    // Everything the upload path needs exists before the first step. Each
+    // event is recorded once here, so that every wait has a defined target.
+    copy_ = cuda::Stream::create();
+    for (int s = 0; s < kUploadSlots; ++s) {
+      released_[s] = cuda::Event::create();
+      uploaded_[s] = cuda::Event::create();
+      DPT_CUDA_CHECK(cudaEventRecord(released_[s].get(), stream_.get()));
+      DPT_CUDA_CHECK(cudaEventRecord(uploaded_[s].get(), copy_.get()));
+    }
   }
   ~CudaBackend() override {
     // Members free memory next; nothing queued may still be using it.
     if (stream_.get()) cudaStreamSynchronize(stream_.get());
+    if (copy_.get()) cudaStreamSynchronize(copy_.get());
   }
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -92,9 +104,44 @@ class CudaBackend final : public Backend {
 
   void deallocate(void* p) noexcept override {
     if (!p) return;
-    // Kernels queued on the stream may still read p.
+    // Kernels queued on the stream may still read p, uploads write it.
     cudaStreamSynchronize(stream_.get());
+    cudaStreamSynchronize(copy_.get());
     cudaFree(p);
+  }
+
+  void* allocate_host(std::size_t bytes) override {
+    void* p = nullptr;
+    DPT_CUDA_CHECK(cudaHostAlloc(&p, std::max(bytes, kMinAllocation), cudaHostAllocDefault));
+    return p;
+  }
+
+  void deallocate_host(void* p) noexcept override {
+    if (!p) return;
+    cudaStreamSynchronize(copy_.get());  // an upload may still read p
+    cudaFreeHost(p);
+  }
+
+  // The copy stream never waits for the compute stream as a whole, only
+  // for the slot's release: the upload of batch t+1 runs under step t.
+  void release_slot(int slot) override {
+    DPT_CUDA_CHECK(cudaEventRecord(released_[index(slot)].get(), stream_.get()));
+  }
+
+  void upload_async(int slot, void* dst, const void* src, std::size_t bytes) override {
+    const std::size_t s = index(slot);
+    if (!bytes) return;
+    DPT_CUDA_CHECK(cudaStreamWaitEvent(copy_.get(), released_[s].get(), 0));
+    DPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy_.get()));
+    DPT_CUDA_CHECK(cudaEventRecord(uploaded_[s].get(), copy_.get()));
+  }
+
+  void wait_upload(int slot) override {
+    DPT_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), uploaded_[index(slot)].get(), 0));
+  }
+
+  void sync_upload(int slot) override {
+    DPT_CUDA_CHECK(cudaEventSynchronize(uploaded_[index(slot)].get()));
   }
 
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
@@ -220,6 +267,13 @@ class CudaBackend final : public Backend {
  private:
   static constexpr std::size_t kBf16Bytes = 2;
 
+  static std::size_t index(int slot) {
+    if (slot < 0 || slot >= kUploadSlots)
+      throw Error(ExitCode::kOther, "upload slot " + std::to_string(slot) + " out of range [0, " +
+                                        std::to_string(kUploadSlots) + ")");
+    return static_cast<std::size_t>(slot);
+  }
+
   // Elements spanned by a row-major rows x cols matrix with row stride ld.
   static std::size_t stored_elements(int rows, int cols, int ld) {
     return static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) +
@@ -243,6 +297,8 @@ class CudaBackend final : public Backend {
   cuda::DeviceMemory partials_, counter_;
   cuda::PinnedMemory host_counter_;
   cuda::DeviceMemory bf16_a_, bf16_b_;
+  cuda::Stream copy_;  // host-to-device uploads of the input
+  std::array<cuda::Event, kUploadSlots> released_, uploaded_;
 };
 
 CudaBackend& as_cuda(Backend& backend) {

@@ -1,6 +1,7 @@
 // Implements: what every GPU test needs to know about its rank — which GPU it
 // uses and whether NCCL can run (each rank on its own GPU) — set once by
-// gpu_main.cpp, plus small host/device helpers shared by the test files.
+// gpu_main.cpp, plus the CPU+GPU fixture and small host/device helpers shared
+// by the test files.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -40,6 +41,21 @@ inline std::unique_ptr<dptrain::Backend> make_cpu() {
   o.threads = 1;
   return dptrain::make_backend(dptrain::DeviceKind::kCpu, o);
 }
+
+// The fixture of the kernel tests: the GPU backend under test and the CPU
+// reference, made once per suite (class CudaXxx : public CpuAndGpu {};).
+class CpuAndGpu : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    gpu_ = make_gpu();
+    cpu_ = make_cpu();
+  }
+  static void TearDownTestSuite() {
+    gpu_.reset();
+    cpu_.reset();
+  }
+  inline static std::unique_ptr<dptrain::Backend> gpu_, cpu_;
+};
 
 // Uniform in [lo, hi), reproducible from the seed.
 inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float lo = -1.0f,

@@ -16,7 +16,6 @@
 namespace {
 
 using dptrain::Activation;
-using dptrain::Backend;
 using dptrain::DeviceBuffer;
 using gpu_test::all_close;
 using gpu_test::download;
@@ -25,19 +24,7 @@ using gpu_test::upload;
 
 constexpr std::size_t kSizes[] = {1, 3, 31, 257, 1000 * 37, 1000003};
 
-class CudaKernels : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    gpu_ = gpu_test::make_gpu();
-    cpu_ = gpu_test::make_cpu();
-  }
-  static void TearDownTestSuite() {
-    gpu_.reset();
-    cpu_.reset();
-  }
-  static std::unique_ptr<Backend> gpu_, cpu_;
-};
-std::unique_ptr<Backend> CudaKernels::gpu_, CudaKernels::cpu_;
+class CudaKernels : public gpu_test::CpuAndGpu {};
 
 TEST_F(CudaKernels, Identity) {
   EXPECT_EQ(gpu_->kind(), dptrain::DeviceKind::kCuda);

@@ -13,7 +13,6 @@
 namespace {
 
 using dptrain::AdamParams;
-using dptrain::Backend;
 using dptrain::DeviceBuffer;
 using dptrain::SgdParams;
 using gpu_test::all_close;
@@ -21,19 +20,7 @@ using gpu_test::download;
 using gpu_test::random_vector;
 using gpu_test::upload;
 
-class CudaLossOptim : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    gpu_ = gpu_test::make_gpu();
-    cpu_ = gpu_test::make_cpu();
-  }
-  static void TearDownTestSuite() {
-    gpu_.reset();
-    cpu_.reset();
-  }
-  static std::unique_ptr<Backend> gpu_, cpu_;
-};
-std::unique_ptr<Backend> CudaLossOptim::gpu_, CudaLossOptim::cpu_;
+class CudaLossOptim : public gpu_test::CpuAndGpu {};
 
 const std::pair<int, int> kLossShapes[] = {{1, 1},   {1, 10},  {3, 3},   {257, 10},
                                            {1000, 37}, {64, 100}, {5000, 2}, {9000, 10}};

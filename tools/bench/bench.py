@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+# Implements: the bench driver: dptrain against the PyTorch CPU baseline
+# (tools/bench/torch_mlp.py), repeated and interleaved, plus the rows of the
+# dptrain_bench micro-benchmark; writes results.md, results.json, results.png.
+"""Benchmark dptrain against PyTorch on CPU.
+
+Rows (median over --repeats; ratio = median of the per-repeat ratios):
+  1 rank, 1 thread   dptrain 1 rank --threads 1       vs torch eager, 1 thread
+  2 ranks DDP        mpiexec -n 2 dptrain --threads 1 vs torch DDP gloo, 2 x 1 thread
+  weak scaling       dptrain 2 ranks batch 2B         vs 2 x dptrain 1 rank batch B
+  data wait          ms.data / (sum of ms) of the 2-rank runs' train events (no baseline)
+plus every JSON line {"row":..} that BUILD_DIR/tools/bench/dptrain_bench
+(or --micro BIN) prints, as-is.
+
+dptrain's samples/s is the median of the samples_per_s of its train events
+after the first one: the first interval holds the start-up (rank 0 filling its
+input cache, first-touch of buffers), which the summary event includes and the
+torch baseline's untimed warm-up excludes.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DATA_WAIT = "data wait, fraction of step time (2 ranks)"
+TARGETS = {"1 rank, 1 thread": ">= 1.5", "2 ranks DDP": ">= 1.5", "weak scaling": ">= 0.9",
+           DATA_WAIT: "< 0.05"}
+# One thread per process everywhere, whatever the caller's environment says.
+ENV_ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                  "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd, timeout):
+    env = dict(os.environ, **ENV_ONE_THREAD)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       env=env, timeout=timeout, cwd=ROOT)
+    if p.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} exited {p.returncode}:\n{p.stderr[-2000:]}")
+    return p.stdout, time.perf_counter() - t0
+
+
+class Bench:
+    def __init__(self, args):
+        self.a = args
+        self.dptrain = os.path.join(args.build_dir, "dptrain")
+
+    def mpiexec(self, ranks):
+        return [self.a.mpiexec, "-n", str(ranks), "--oversubscribe", *shlex.split(self.a.mpiexec_args)]
+
+    def ours(self, ranks, batch):
+        with tempfile.TemporaryDirectory() as tmp:
+            metrics = os.path.join(tmp, "metrics.jsonl")
+            cmd = self.mpiexec(ranks) + [
+                self.dptrain, "train", "--data", self.a.data, "--device", "cpu", "--threads", "1",
+                "--batch-size", str(batch), "--steps", str(self.a.dptrain_steps),
+                "--log-every", str(self.a.log_every), "--val-set", "", "--metrics", metrics]
+            _, wall = run(cmd, self.a.timeout)
+            events = [json.loads(line) for line in open(metrics)]
+        train = [e["samples_per_s"] for e in events if e["event"] == "train"]
+        train_ms = [e["ms"] for e in events if e["event"] == "train" and "ms" in e]
+        summary = [e for e in events if e["event"] == "summary"]
+        if len(train) < 2:
+            raise RuntimeError("dptrain wrote fewer than 2 train events: raise --dptrain-steps")
+        return {"cmd": shlex.join(cmd), "wall_s": wall, "samples_per_s": statistics.median(train[1:]),
+                "train_events_sps": train, "train_events_ms": train_ms,
+                "summary": summary[-1] if summary else None}
+
+    def torch(self, mode, ranks):
+        cmd = [self.a.python, os.path.join(HERE, "torch_mlp.py"), "--data", self.a.data,
+               "--mode", mode, "--ranks", str(ranks), "--threads", "1", "--batch", str(self.a.batch),
+               "--warmup", str(self.a.torch_warmup), "--steps", str(self.a.torch_steps)]
+        out, wall = run(cmd, self.a.timeout)
+        result = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+        return {"cmd": shlex.join(cmd), "wall_s": wall, **result}
+
+    def end_to_end(self):
+        """Per repeat: every run once, ours and baseline alternating, and the
+        order reversed every other repeat so a drift in machine load falls on
+        both sides."""
+        b = self.a.batch
+        pairs = [("dp_1r", lambda: self.ours(1, b)), ("torch_eager", lambda: self.torch("eager", 1)),
+                 ("dp_2r", lambda: self.ours(2, b)), ("torch_ddp", lambda: self.torch("ddp", 2)),
+                 ("dp_2r_weak", lambda: self.ours(2, 2 * b))]
+        repeats = []
+        for r in range(self.a.repeats):
+            order = pairs if r % 2 == 0 else pairs[::-1]
+            rep = {}
+            for name, fn in order:
+                rep[name] = fn()
+                log(f"repeat {r + 1}/{self.a.repeats} {name}: {rep[name]['samples_per_s']:.0f} samples/s "
+                    f"({rep[name]['wall_s']:.1f} s)")
+            repeats.append(rep)
+
+        def row(name, ours, base, ratio, ours_label, base_label, note):
+            sps = lambda k: statistics.median(rep[k]["samples_per_s"] for rep in repeats)
+            ratios = [ratio(rep) for rep in repeats]
+            return {"row": name, "ours": sps(ours), "baseline": base(sps), "unit": "samples/s",
+                    "ratio": statistics.median(ratios), "ratios": ratios, "target": TARGETS[name],
+                    "ours_is": ours_label, "baseline_is": base_label, "note": note}
+
+        s = lambda rep, k: rep[k]["samples_per_s"]
+        rows = [
+            row("1 rank, 1 thread", "dp_1r", lambda sps: sps("torch_eager"),
+                lambda rep: s(rep, "dp_1r") / s(rep, "torch_eager"),
+                "dptrain 1 rank", "torch eager 1 thread", "ratio = ours / torch samples/s"),
+            row("2 ranks DDP", "dp_2r", lambda sps: sps("torch_ddp"),
+                lambda rep: s(rep, "dp_2r") / s(rep, "torch_ddp"),
+                "dptrain mpiexec -n 2", "torch DDP gloo 2 procs", "ratio = ours / torch samples/s"),
+            row("weak scaling", "dp_2r_weak", lambda sps: 2 * sps("dp_1r"),
+                lambda rep: s(rep, "dp_2r_weak") / (2 * s(rep, "dp_1r")),
+                f"dptrain 2 ranks batch {2 * b}", f"2 x dptrain 1 rank batch {b}",
+                "efficiency = sps(2 ranks) / (2 sps(1 rank))"),
+            self.data_wait(repeats),
+        ]
+        return rows, repeats
+
+    @staticmethod
+    def data_wait(repeats):
+        """Rank 0's wait for input as a fraction of its step time, over the
+        train events (after each run's first) of every 2-rank run."""
+        runs = ("dp_2r", "dp_2r_weak")
+        per_run = []
+        for rep in repeats:
+            for k in runs:
+                per_run.append([e["data"] / sum(e.values()) for e in rep[k]["train_events_ms"][1:]
+                                if sum(e.values()) > 0])
+        pooled = [f for run in per_run for f in run]
+        if not pooled:
+            return {"row": DATA_WAIT, "status": "no data", "note": "no train events with \"ms\""}
+        frac = statistics.median(pooled)
+        return {"row": DATA_WAIT, "ours": frac, "baseline": "–", "unit": "of step time",
+                "ratio": frac, "ratios": [statistics.median(r) for r in per_run if r],
+                "target": TARGETS[DATA_WAIT],
+                "note": f"median over {len(pooled)} train events (each run's first skipped) of the "
+                        f"{len(per_run)} 2-rank runs ({', '.join(runs)}) of ms.data / sum of ms; "
+                        "range = per-run medians"}
+
+    def micro(self):
+        binary = self.a.micro or os.path.join(self.a.build_dir, "tools", "bench", "dptrain_bench")
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            return [{"row": "micro-benchmarks (dptrain_bench)", "status": "not built",
+                     "note": f"{os.path.relpath(binary, ROOT)} not found"}], []
+        rows, raw = [], []
+        for spec in self.a.micro_run:
+            ranks, _, sub = spec.partition(":")
+            cmd = self.mpiexec(int(ranks)) + [binary, *shlex.split(sub or "all")]
+            try:
+                out, wall = run(cmd, self.a.micro_timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                log(f"micro-benchmark failed: {e}")
+                rows.append({"row": f"dptrain_bench ({spec})", "status": "failed", "note": str(e)[:200]})
+                continue
+            raw.append({"cmd": shlex.join(cmd), "wall_s": wall, "stdout": out})
+            for line in out.splitlines():
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and "row" in obj:
+                    if len(self.a.micro_run) > 1:  # tell the runs' rows apart
+                        obj["row"] = f"{obj['row']} [{ranks} rank{'s' if ranks != '1' else ''}]"
+                    rows.append(obj)
+        return rows, raw
+
+
+def verdict(ratio, target):
+    """'yes, by 12%' / 'no, short by 8%' for targets like '>= 1.5' or '<= 1.25'."""
+    m = re.fullmatch(r"\s*(>=|<=|>|<)\s*([0-9.eE+-]+)\s*x?\s*", str(target or ""))
+    if ratio is None or not m:
+        return "–"
+    op, t = m.group(1), float(m.group(2))
+    ok = ratio >= t if op.startswith(">") else ratio <= t
+    margin = abs(ratio - t) / t * 100
+    return f"yes, by {margin:.0f}%" if ok else f"**no**, short by {margin:.0f}%"
+
+
+def machine(args):
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                                  env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).stdout.strip()
+        except OSError:
+            return ""
+    cpu = ""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor()
+    commit = sh(["git", "rev-parse", "--short", "HEAD"])
+    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=ROOT,
+                      env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).returncode:
+        commit += " (+ uncommitted changes)"
+    torch_v = sh([args.python, "-c", "import torch; print(torch.__version__)"])
+    return {"cpu": cpu, "cores": os.cpu_count(), "host": platform.node(),
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "dptrain_commit": commit, "torch": torch_v,
+            "openmpi": (sh([args.mpiexec, "--version"]).splitlines() or [""])[0],
+            "loadavg_start": open("/proc/loadavg").read().split()[:3]}
+
+
+def fmt(v, unit):
+    if not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:,.0f} {unit}" if abs(v) >= 100 else f"{v:.3g} {unit}"
+
+
+def write_md(path, info, args, rows):
+    lines = [
+        "# dptrain vs PyTorch (CPU)", "",
+        f"- machine: {info['cpu']}, {info['cores']} cores ({info['host']})",
+        f"- date: {info['date']}; load average at start: {' '.join(info['loadavg_start'])}",
+        f"- dptrain commit {info['dptrain_commit']}; torch {info['torch']}; {info['openmpi']}",
+        f"- data: {os.path.relpath(args.data, ROOT)}; MLP 784-256-256-10, Adam, global batch {args.batch}; "
+        f"{args.repeats} repeats, medians; 1 thread per process (OMP/OPENBLAS_NUM_THREADS=1)", "",
+        "| row | ours | baseline | ratio (median) | target | met? |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "status" in r:
+            lines.append(f"| {r['row']} | {r['status']} | – | – | – | – |")
+            continue
+        ratio = r.get("ratio")
+        spread = ""
+        if r.get("ratios") and len(r["ratios"]) > 1:
+            spread = f" ({min(r['ratios']):.2f}–{max(r['ratios']):.2f})"
+        ours = fmt(r.get("ours"), r.get("unit", ""))
+        base = fmt(r.get("baseline"), r.get("unit", ""))
+        if "ours_is" in r:
+            ours, base = f"{ours} ({r['ours_is']})", f"{base} ({r['baseline_is']})"
+        rtxt = f"{ratio:.2f}{spread}" if isinstance(ratio, (int, float)) else "–"
+        lines.append(f"| {r['row']} | {ours} | {base} | {rtxt} | {r.get('target', '–')} | "
+                     f"{verdict(ratio, r.get('target'))} |")
+    notes = [f"- {r['row']}: {r['note']}" for r in rows if r.get("note")]
+    if notes:
+        lines += ["", "In parentheses after a ratio: its range across the repeats.", "", *notes]
+    open(path, "w").write("\n".join(lines) + "\n")
+
+
+def write_png(path, rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    shown = [r for r in rows if isinstance(r.get("ratio"), (int, float))]
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(shown) + 2), 4.5))
+    for i, r in enumerate(shown):
+        ok = verdict(r["ratio"], r.get("target")).startswith("yes")
+        ax.bar(i, r["ratio"], color="tab:green" if ok else "tab:red", width=0.6)
+        if r.get("ratios"):
+            ax.plot([i] * len(r["ratios"]), r["ratios"], "k.", ms=4)
+        ax.annotate(f"{r['ratio']:.2f}", (i, r["ratio"]), ha="center", va="bottom",
+                    xytext=(0, 3), textcoords="offset points")
+        m = re.search(r"[0-9.]+", str(r.get("target", "")))
+        if m:
+            ax.hlines(float(m.group()), i - 0.4, i + 0.4, colors="k", linestyles="--")
+            ax.annotate(str(r["target"]), (i + 0.4, float(m.group())), fontsize=8, va="bottom", ha="right")
+    ax.set_xticks(range(len(shown)), [r["row"] for r in shown], rotation=15, ha="right")
+    ax.set_ylabel("ratio (median; dots = repeats)")
+    ax.set_title("dptrain vs PyTorch CPU: ratio against target (dashed)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="HDF5 data file with /train")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench-results"), help="output dir")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=128, help="global batch (weak scaling doubles it)")
+    ap.add_argument("--dptrain-steps", type=int, default=2000)
+    ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--torch-warmup", type=int, default=100)
+    ap.add_argument("--torch-steps", type=int, default=1000)
+    ap.add_argument("--python", default=sys.executable, help="python for torch_mlp.py")
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--mpiexec-args", default="", help="extra mpiexec arguments, e.g. '--bind-to none'")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    ap.add_argument("--micro", help="dptrain_bench binary (default BUILD_DIR/tools/bench/dptrain_bench)")
+    ap.add_argument("--micro-run", action="append", metavar="RANKS:ARGS",
+                    help="one run of the micro binary (repeatable; default 2:all)")
+    ap.add_argument("--micro-timeout", type=float, default=600)
+    ap.add_argument("--skip-e2e", action="store_true", help="only the micro-benchmark rows")
+    args = ap.parse_args()
+    args.micro_run = args.micro_run or ["2:all"]
+    args.data = os.path.abspath(args.data)
+    args.build_dir = os.path.abspath(args.build_dir)
+    if not os.access(os.path.join(args.build_dir, "dptrain"), os.X_OK):
+        sys.exit(f"bench: {args.build_dir}/dptrain not built")
+    os.makedirs(args.out, exist_ok=True)
+
+    info = machine(args)
+    b = Bench(args)
+    rows, repeats = ([], []) if args.skip_e2e else b.end_to_end()
+    micro_rows, micro_raw = b.micro()
+    rows += micro_rows
+    info["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
+
+    md, js, png = (os.path.join(args.out, f"results.{e}") for e in ("md", "json", "png"))
+    write_md(md, info, args, rows)
+    json.dump({"machine": info, "config": vars(args), "rows": rows, "repeats": repeats,
+               "micro_runs": micro_raw}, open(js, "w"), indent=1)
+    write_png(png, rows)
+    print(open(md).read())
+    print(f"bench: wrote {md}, {js}, {png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,482 @@
+// Implements: dptrain_bench, the micro-benchmark rows of tools/bench/bench.py.
+// Each row times one piece of dptrain against the bare library call beneath
+// it, both in this process and in alternation, and rank 0 prints one JSON
+// line per row:
+//   gemm      train_step on 1 rank        vs its GEMMs through cblas_sgemm
+//   exchange  GradientBuckets (1 MiB)     vs one MPI_Allreduce of the arena
+//   input     Dataset+InputQueue+Scatter  vs H5Dread of the whole set
+// Usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all>
+//            [--threads T] [--repeats N] [--data FILE]
+#include <cblas.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dptrain/backend.hpp"
+#include "dptrain/buckets.hpp"
+#include "dptrain/comm.hpp"
+#include "dptrain/dataset.hpp"
+#include "dptrain/error.hpp"
+#include "dptrain/input_queue.hpp"
+#include "dptrain/launch.hpp"
+#include "dptrain/model.hpp"
+#include "dptrain/optimizer.hpp"
+#include "dptrain/scatter.hpp"
+#include "h5.hpp"
+#include "runtime.hpp"
+
+// Declared here too because the reference cblas.h lacks it (as in the backend).
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace dptrain::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage =
+    "usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all> [--threads T] [--repeats N]\n"
+    "                                  [--data FILE]\n"
+    "  --threads T   BLAS threads per rank (default 1)\n"
+    "  --repeats N   timed repeats per row (default: as many as fit about 3 s)\n"
+    "  --data FILE   HDF5 file with /train/features and /train/labels (input row)\n";
+
+struct Args {
+  std::string what;
+  int threads = 1;
+  int repeats = 0;  // 0: sized from the warm-up to the row's time budget
+  std::string data;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  auto value = [&](int& i) -> std::string {
+    DPT_REQUIRE(i + 1 < argc, ExitCode::kUsage, std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  auto positive = [](const std::string& opt, const std::string& v) {
+    int n = 0;
+    try {
+      n = std::stoi(v);
+    } catch (const std::exception&) {
+    }
+    DPT_REQUIRE(n > 0, ExitCode::kUsage, opt + " needs a positive integer, not '" + v + "'");
+    return n;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--threads") a.threads = positive(arg, value(i));
+    else if (arg == "--repeats") a.repeats = positive(arg, value(i));
+    else if (arg == "--data") a.data = value(i);
+    else if (arg == "-h" || arg == "--help") a.what = "help";
+    else if (a.what.empty() && arg[0] != '-') a.what = arg;
+    else throw Error(ExitCode::kUsage, "unexpected argument '" + arg + "'\n" + kUsage);
+  }
+  if (a.what == "help") return a;
+  DPT_REQUIRE(a.what == "gemm" || a.what == "exchange" || a.what == "input" || a.what == "all",
+              ExitCode::kUsage, "which benchmark: gemm, exchange, input or all\n" + std::string(kUsage));
+  DPT_REQUIRE(a.what != "input" || !a.data.empty(), ExitCode::kUsage, "input needs --data FILE");
+  return a;
+}
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string plural(long n, const char* word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+// A duplicate of a communicator, so our traffic never matches anyone else's.
+class DupComm {
+ public:
+  explicit DupComm(MPI_Comm parent) { DPT_MPI_CHECK(MPI_Comm_dup(parent, &comm_)); }
+  ~DupComm() { MPI_Comm_free(&comm_); }
+  DupComm(const DupComm&) = delete;
+  DupComm& operator=(const DupComm&) = delete;
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// Waits for every rank of comm without spinning: Open MPI busy-polls in a
+// blocking barrier, which would take a core from the rank being timed.
+void idle_barrier(MPI_Comm comm) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  DPT_MPI_CHECK(MPI_Ibarrier(comm, &req));
+  for (int done = 0;;) {
+    DPT_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// One side of a row: prepare (untimed, before the barrier) then run, which
+// returns this rank's milliseconds.
+struct Side {
+  std::function<void()> prepare;
+  std::function<double()> run;
+};
+
+struct Budget {
+  int warmup;          // untimed pairs first; their median time sizes the repeats
+  double seconds;      // what a row should take when --repeats is not given
+  int min_repeats, max_repeats;
+};
+
+struct Samples {
+  std::vector<double> ours, base;  // ms per repeat, max over ranks (rank 0 only)
+  int repeats = 0;
+};
+
+// Runs both sides in alternation, the one that goes first swapped every
+// repeat so that a drift in machine load falls on both: a barrier before
+// each run, the max over ranks after it.
+Samples alternate(MPI_Comm comm, const Args& args, const Budget& budget, const Side& ours,
+                  const Side& base) {
+  auto timed = [comm](const Side& side) {
+    if (side.prepare) side.prepare();
+    DPT_MPI_CHECK(MPI_Barrier(comm));
+    const double local = side.run();
+    double max = 0.0;
+    DPT_MPI_CHECK(MPI_Reduce(&local, &max, 1, MPI_DOUBLE, MPI_MAX, 0, comm));
+    return max;
+  };
+  std::vector<double> pair_ms;  // wall time of each warm-up pair, barriers included
+  for (int i = 0; i < budget.warmup; ++i) {
+    const auto t0 = Clock::now();
+    timed(ours);
+    timed(base);
+    pair_ms.push_back(ms_since(t0));
+  }
+  Samples s;
+  s.repeats = args.repeats;
+  if (s.repeats <= 0) {  // rank 0's estimate, so that every rank runs as many
+    const double pair = pair_ms.empty() ? 1.0 : median(pair_ms);
+    s.repeats = std::clamp(static_cast<int>(budget.seconds * 1e3 / std::max(pair, 1e-3)),
+                           budget.min_repeats, budget.max_repeats);
+    DPT_MPI_CHECK(MPI_Bcast(&s.repeats, 1, MPI_INT, 0, comm));
+  }
+  for (int r = 0; r < s.repeats; ++r) {
+    if (r % 2 == 0) {
+      s.ours.push_back(timed(ours));
+      s.base.push_back(timed(base));
+    } else {
+      s.base.push_back(timed(base));
+      s.ours.push_back(timed(ours));
+    }
+  }
+  return s;
+}
+
+struct Row {
+  std::string name, target, note, status;  // status: set when the row did not run
+  double ours = 0, baseline = 0, ratio = 0;
+};
+
+// ratio_of(ours_ms, base_ms) per repeat; the row reports medians of each.
+Row make_row(std::string name, const Samples& s, double (*ratio_of)(double, double),
+             std::string target, std::string note) {
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < s.ours.size(); ++i) ratios.push_back(ratio_of(s.ours[i], s.base[i]));
+  return {std::move(name), std::move(target),
+          std::move(note) + "; medians of " + plural(s.repeats, "repeat") + " after warm-up",
+          "", median(s.ours), median(s.base), median(ratios)};
+}
+
+void print_row(const Row& r) {
+  using nlohmann::json;
+  const std::string name = json(r.name).dump(), note = json(r.note).dump();
+  if (!r.status.empty()) {
+    std::printf("{\"row\":%s,\"status\":%s,\"note\":%s}\n", name.c_str(), json(r.status).dump().c_str(),
+                note.c_str());
+  } else {
+    std::printf("{\"row\":%s,\"ours\":%.6g,\"baseline\":%.6g,\"unit\":\"ms\",\"ratio\":%.4g,"
+                "\"target\":%s,\"note\":%s}\n",
+                name.c_str(), r.ours, r.baseline, r.ratio, json(r.target).dump().c_str(), note.c_str());
+  }
+  std::fflush(stdout);
+}
+
+double ours_over_base(double ours, double base) { return ours / base; }
+double base_over_ours(double ours, double base) { return base / ours; }
+
+// --- gemm: one training step against the GEMMs inside it ----------------------
+Row bench_gemm(const MpiSession& mpi, const Args& args) {
+  const std::string name = "step vs bare GEMMs (1 rank, " + plural(args.threads, "thread") + ")";
+  if (mpi.rank() != 0) {
+    idle_barrier(mpi.world());
+    return {};
+  }
+  constexpr int kBatch = 128, kInput = 784;
+  auto be = make_backend(DeviceKind::kCpu, BackendOptions{args.threads});
+  auto comm = make_mpi_communicator(MPI_COMM_SELF);
+  Model model(*be, parse_model_spec("dense:256,relu,dense:256,relu,dense:10"), kInput, kBatch);
+  model.init(1);
+  Optimizer opt(*be, OptimizerConfig{}, model.num_params());  // Adam
+  DeviceBuffer<float> stats(*be, 2);
+
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  ShardBuffers shard(*be, kBatch, kInput, 1, LossKind::kXent);
+  Shard& host = shard.host();
+  host.rows = kBatch;
+  for (std::size_t i = 0; i < std::size_t(kBatch) * kInput; ++i) host.features[i] = uniform(rng);
+  for (int r = 0; r < kBatch; ++r) host.labels[r] = static_cast<std::int32_t>(rng() % 10);
+  const Shard& dev = shard.to_device();
+
+  // The GEMMs of Model::forward and Model::backward, same shapes and layouts:
+  // y = x W^T per dense layer; then, last layer first, dW = dy^T x and
+  // (all but the first layer) dx = dy W.
+  struct Gemm {
+    CBLAS_TRANSPOSE ta, tb;
+    int m, n, k;
+    const float* a;
+    int lda;
+    const float* b;
+    int ldb;
+    float* c;
+    int ldc;
+  };
+  std::vector<DeviceBuffer<float>> buffers;
+  auto buffer = [&](int rows, int cols) {
+    buffers.emplace_back(*be, std::size_t(rows) * cols);
+    for (std::size_t i = 0; i < buffers.back().size(); ++i) buffers.back().get()[i] = uniform(rng);
+    return buffers.back().get();
+  };
+  std::vector<Gemm> forward, backward;
+  const std::vector<DenseInfo>& dense = model.dense_layers();
+  for (std::size_t i = 0; i < dense.size(); ++i) {
+    const int in = dense[i].in, out = dense[i].out;
+    float *x = buffer(kBatch, in), *w = buffer(out, in), *dy = buffer(kBatch, out);
+    forward.push_back({CblasNoTrans, CblasTrans, kBatch, out, in, x, in, w, in, buffer(kBatch, out), out});
+    std::vector<Gemm> layer{{CblasTrans, CblasNoTrans, out, in, kBatch, dy, out, x, in, buffer(out, in), in}};
+    if (i > 0)
+      layer.push_back({CblasNoTrans, CblasNoTrans, kBatch, in, out, dy, out, w, in, buffer(kBatch, in), in});
+    backward.insert(backward.begin(), layer.begin(), layer.end());
+  }
+  std::vector<Gemm> gemms = forward;
+  gemms.insert(gemms.end(), backward.begin(), backward.end());
+  openblas_set_num_threads(args.threads);
+
+  const Side ours{nullptr, [&] {
+                    const auto t0 = Clock::now();
+                    train_step(*be, *comm, model, opt, LossKind::kXent, dev, kBatch, 1e-3f,
+                               stats.get(), nullptr);
+                    return ms_since(t0);
+                  }};
+  const Side base{nullptr, [&] {
+                    const auto t0 = Clock::now();
+                    for (const Gemm& g : gemms)
+                      cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b,
+                                  g.ldb, 0.0f, g.c, g.ldc);
+                    return ms_since(t0);
+                  }};
+  const Samples s = alternate(MPI_COMM_SELF, args, {20, 3.0, 20, 5000}, ours, base);
+  idle_barrier(mpi.world());
+  return make_row(name, s, ours_over_base, "<= 1.25",
+                  "ours = train_step (forward, xent, backward, Adam over " +
+                      std::to_string(model.num_params()) +
+                      " params) of MLP 784-256-256-10 on 128 rows; baseline = its " +
+                      plural(static_cast<long>(gemms.size()), "GEMM") +
+                      " (cblas_sgemm, same shapes) back to back; ratio = ours / baseline");
+}
+
+// --- exchange: bucketed gradient all-reduce against one MPI_Allreduce -----------
+Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
+  auto be = make_backend(DeviceKind::kCpu, BackendOptions{args.threads});
+  std::string spec;
+  for (int i = 0; i < layers; ++i) spec += (i ? ",relu,dense:256" : "dense:256");
+  Model model(*be, parse_model_spec(spec), 256, 1);
+  const std::size_t n = model.num_params();
+  constexpr std::size_t kBucketBytes = std::size_t(1) << 20;  // the trainer's --bucket-mb 1
+  auto comm = make_mpi_communicator(mpi.world());
+  GradientBuckets buckets(*comm, model.grads(), plan_buckets(model.dense_layers(), n, kBucketBytes));
+  const DupComm raw(MPI_COMM_WORLD);
+  std::vector<float> raw_buf(n);
+
+  // Driven as Model::backward drives it, with no compute between layers.
+  const std::vector<DenseInfo>& dense = model.dense_layers();
+  const Side ours{[&] { be->fill(model.grads(), 1.0f, n); },
+                  [&] {
+                    const auto t0 = Clock::now();
+                    buckets.begin_step();
+                    for (std::size_t i = dense.size(); i-- > 0;) {
+                      buckets.grads_ready(dense[i].weight_offset);
+                      if (i > 0) buckets.between_layers();
+                    }
+                    buckets.finish();
+                    return ms_since(t0);
+                  }};
+  const Side base{[&] { std::fill(raw_buf.begin(), raw_buf.end(), 1.0f); },
+                  [&] {
+                    const auto t0 = Clock::now();
+                    DPT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, raw_buf.data(), static_cast<int>(n),
+                                                MPI_FLOAT, MPI_SUM, raw.get()));
+                    return ms_since(t0);
+                  }};
+  const Samples s = alternate(mpi.world(), args, {20, 3.0, 20, 20000}, ours, base);
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.3g MiB", double(n) * sizeof(float) / 1048576.0);
+  return make_row("gradient exchange, " + std::to_string(layers) + " layers (" + mib + "), " +
+                      plural(mpi.size(), "rank"),
+                  s, ours_over_base, "<= 1.1",
+                  plural(static_cast<long>(buckets.plan().size()), "bucket") +
+                      " (plan_buckets, 1 MiB) of " + std::to_string(layers) +
+                      " dense 256x256 layers, no compute between layers; baseline = one "
+                      "MPI_Allreduce of " + std::to_string(n) +
+                      " floats on a dup of MPI_COMM_WORLD; max over ranks; ratio = ours / baseline" +
+                      (mpi.size() == 1 ? "; 1 rank: nothing is sent, both sides are call overhead"
+                                       : ""));
+}
+
+// --- input: one epoch of the input pipeline against a raw read of the set -------
+Row bench_input(const MpiSession& mpi, const Args& args) {
+  const std::string name = "input pipeline epoch vs raw HDF5 read, " + plural(mpi.size(), "rank");
+  constexpr std::uint64_t kBatch = 128;
+  struct Shape {
+    std::uint64_t rows, dim, label_width, feature_bytes;
+    std::int32_t class_labels;
+  } shape{};
+  agree(mpi.world(), [&] {  // checks the file once, untimed
+    if (mpi.rank() != 0) return;
+    Dataset d(args.data, "train");
+    const SetInfo& i = d.info();
+    shape = {i.rows, i.dim, i.label_width, i.rows * i.feature_bytes_per_row(),
+             i.label_type == LabelType::kClass};
+  });
+  DPT_MPI_CHECK(MPI_Bcast(&shape, sizeof shape, MPI_BYTE, 0, mpi.world()));
+  const LossKind loss = shape.class_labels ? LossKind::kXent : LossKind::kMse;
+
+  auto be = make_backend(DeviceKind::kCpu, BackendOptions{args.threads});
+  ShardBuffers shard(*be, max_shard_rows(kBatch, mpi.size()), shape.dim, shape.label_width, loss);
+  const DupComm scatter_comm(mpi.world());
+  Scatter scatter(scatter_comm.get(), shape.dim, shape.label_width, shape.class_labels != 0);
+  const BatchPlan plan(shape.rows, kBatch);
+  bool cached = false;
+
+  // Rank 0 opens the set and reads it through the queue (filling its cache);
+  // every rank receives its shard of every batch of the epoch.
+  const Side ours{nullptr, [&] {
+                    const auto t0 = Clock::now();
+                    std::unique_ptr<Dataset> data;
+                    std::unique_ptr<InputQueue> queue;
+                    if (mpi.rank() == 0) {
+                      data = std::make_unique<Dataset>(args.data, "train");
+                      InputQueueConfig qc;
+                      qc.batch_size = kBatch;
+                      qc.shuffle.mode = ShuffleMode::kFull;
+                      qc.end_step = plan.steps_per_epoch();
+                      queue = std::make_unique<InputQueue>(*data, qc);
+                      cached = queue->cached();
+                    }
+                    for (std::uint64_t step = 0; step < plan.steps_per_epoch(); ++step)
+                      next_shard(queue.get(), scatter, plan.slot(step).rows, shard);
+                    queue.reset();
+                    return ms_since(t0);
+                  }};
+  // Rank 0 reads both datasets whole, in their stored types; the others wait.
+  const Side base{nullptr, [&] {
+                    double ms = 0.0;
+                    if (mpi.rank() == 0) {
+                      const auto t0 = Clock::now();
+                      h5::File file = h5::open_read(args.data, ExitCode::kData);
+                      for (const char* path : {"train/features", "train/labels"}) {
+                        h5::DataSet d = h5::open_dataset(file.get(), path, ExitCode::kData);
+                        h5::DataType stored = h5::type_of(d.get());
+                        h5::DataType native(H5Tget_native_type(stored.get(), H5T_DIR_ASCEND));
+                        std::size_t bytes = H5Tget_size(native.get());
+                        for (hsize_t extent : h5::shape(d.get())) bytes *= extent;
+                        std::unique_ptr<unsigned char[]> buf(new unsigned char[bytes]);
+                        h5::read_all(d.get(), native.get(), buf.get(), ExitCode::kData);
+                      }
+                      ms = ms_since(t0);
+                    }
+                    idle_barrier(mpi.world());
+                    return ms;
+                  }};
+  // The warm-up pair reads the file once on each side: both then read from
+  // the page cache.
+  const Samples s = alternate(mpi.world(), args, {1, 4.0, 3, 50}, ours, base);
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.3g MiB", double(shape.feature_bytes) / 1048576.0);
+  return make_row(name, s, base_over_ours, ">= 0.8",
+                  "ratio = raw read ms / pipeline ms, i.e. pipeline throughput as a fraction of a "
+                  "raw read (>= 0.8: at least 0.8x); ours = rank 0 opens the Dataset, InputQueue "
+                  "(batch 128, full shuffle, " + std::string(cached ? "set cached" : "streaming") +
+                      ") reads, shuffles and converts, blocking Scatter to every rank, " +
+                      std::to_string(plan.steps_per_epoch()) + " batches of " +
+                      std::to_string(shape.rows) + " rows, max over ranks (validate excluded); "
+                      "baseline = rank 0 H5Dread of /train/features (" + mib +
+                      ") and /train/labels in stored types; page cache warm");
+}
+
+int run(const MpiSession& mpi, const Args& args) {
+  auto emit = [&](const Row& r) {
+    if (mpi.rank() == 0) print_row(r);
+  };
+  if (args.what == "gemm" || args.what == "all") emit(bench_gemm(mpi, args));
+  if (args.what == "exchange" || args.what == "all")
+    for (int layers : {2, 10, 50}) emit(bench_exchange(mpi, args, layers));
+  if (args.what == "input" || args.what == "all") {
+    if (args.data.empty()) {
+      Row r;
+      r.name = "input pipeline epoch vs raw HDF5 read, " + plural(mpi.size(), "rank");
+      r.status = "skipped";
+      r.note = "needs --data FILE";
+      emit(r);
+    } else {
+      emit(bench_input(mpi, args));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dptrain::bench
+
+int main(int argc, char** argv) {
+  using namespace dptrain;
+  MpiSession mpi(argc, argv);
+  bench::Args args;
+  try {
+    // Every rank parses the same argv, so every rank reaches the same verdict.
+    args = bench::parse_args(argc, argv);
+  } catch (const Error& e) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "dptrain_bench: error: %s\n", e.what());
+    return static_cast<int>(e.code());
+  }
+  if (args.what == "help") {
+    if (mpi.rank() == 0) std::fputs(bench::kUsage, stdout);
+    return 0;
+  }
+  try {
+    return bench::run(mpi, args);
+  } catch (const AgreedFailure& e) {
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    const Error* err = dynamic_cast<const Error*>(&e);
+    report_error(err ? err->message() : e.what(), mpi.rank(), mpi.size());
+    const int code = static_cast<int>(err ? err->code() : ExitCode::kOther);
+    std::fflush(stderr);
+    if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, code);  // peers may be inside a collective
+    return code;
+  }
+}
