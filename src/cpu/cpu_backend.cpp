@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <numbers>
@@ -24,6 +25,73 @@ constexpr std::size_t kAlignment = 64;  // one cache line, and AVX-512 friendly
 constexpr float kInvSqrt2 = static_cast<float>(1.0 / std::numbers::sqrt2);
 constexpr float kInvSqrt2Pi =
     static_cast<float>(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+
+// The hot loops are compiled for AVX-512, AVX2 and baseline x86-64, and
+// the best one the CPU has is picked when the program loads (GCC function
+// multiversioning), so one portable binary runs at the speed of the node.
+// Every clone computes bitwise the same: no FMA contraction (-ffp-contract=off),
+// and these loops add elementwise, never re-associating a sum.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DPT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DPT_VECTOR_CLONES
+#endif
+
+DPT_VECTOR_CLONES
+void add_bias_rows(float* __restrict y, const float* __restrict bias, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = y + static_cast<std::size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+DPT_VECTOR_CLONES
+void sum_rows(const float* __restrict dy, float* __restrict db, int rows, int cols) {
+  std::fill_n(db, cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict row = dy + static_cast<std::size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) db[c] += row[c];
+  }
+}
+
+DPT_VECTOR_CLONES
+void relu_forward(const float* __restrict x, float* __restrict y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+DPT_VECTOR_CLONES
+void relu_backward(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
+                   std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+// torch.optim.Adam / AdamW (amsgrad off) over one arena.
+DPT_VECTOR_CLONES
+void adam_loop(float* __restrict w, const float* __restrict g, float* __restrict m,
+               float* __restrict v, std::size_t n, float lr, float b1, float b2, float eps,
+               float inv_bc1, float inv_bc2, float l2, float shrink) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float wi = w[i] * shrink;
+    const float gi = g[i] + l2 * w[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi - lr * (mi * inv_bc1) / (std::sqrt(vi * inv_bc2) + eps);
+  }
+}
+
+// NaN and Inf are the floats whose exponent bits are all ones.
+DPT_VECTOR_CLONES
+std::size_t nonfinite_count(const float* __restrict x, std::size_t n) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &x[i], sizeof bits);
+    bad += (bits & 0x7f800000u) == 0x7f800000u ? 1 : 0;
+  }
+  return bad;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -93,24 +161,17 @@ class CpuBackend final : public Backend {
   }
 
   void add_bias(float* y, const float* bias, int rows, int cols) override {
-    for (int r = 0; r < rows; ++r) {
-      float* row = y + static_cast<std::size_t>(r) * cols;
-      for (int c = 0; c < cols; ++c) row[c] += bias[c];
-    }
+    add_bias_rows(y, bias, rows, cols);
   }
 
   void bias_grad(const float* dy, float* db, int rows, int cols) override {
-    std::fill_n(db, cols, 0.0f);
-    for (int r = 0; r < rows; ++r) {
-      const float* row = dy + static_cast<std::size_t>(r) * cols;
-      for (int c = 0; c < cols; ++c) db[c] += row[c];
-    }
+    sum_rows(dy, db, rows, cols);
   }
 
   void activation_forward(Activation f, const float* x, float* y, std::size_t n) override {
     switch (f) {
       case Activation::kRelu:
-        for (std::size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        relu_forward(x, y, n);
         break;
       case Activation::kTanh:
         for (std::size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
@@ -130,7 +191,7 @@ class CpuBackend final : public Backend {
                            std::size_t n) override {
     switch (f) {
       case Activation::kRelu:
-        for (std::size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+        relu_backward(x, dy, dx, n);
         break;
       case Activation::kTanh:
         for (std::size_t i = 0; i < n; ++i) dx[i] = (1.0f - y[i] * y[i]) * dy[i];
@@ -222,15 +283,7 @@ class CpuBackend final : public Backend {
     const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b2), t)));
     const float l2 = p.decoupled ? 0.0f : p.weight_decay;
     const float shrink = p.decoupled ? 1.0f - p.lr * p.weight_decay : 1.0f;
-    for (std::size_t i = 0; i < n; ++i) {
-      const float wi = w[i] * shrink;
-      const float gi = g[i] + l2 * w[i];
-      const float mi = b1 * m[i] + (1.0f - b1) * gi;
-      const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      w[i] = wi - p.lr * (mi * inv_bc1) / (std::sqrt(vi * inv_bc2) + eps);
-    }
+    adam_loop(w, g, m, v, n, p.lr, b1, b2, eps, inv_bc1, inv_bc2, l2, shrink);
   }
 
   void scale(float* x, float alpha, std::size_t n) override {
@@ -238,9 +291,7 @@ class CpuBackend final : public Backend {
   }
 
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;
-    return bad;
+    return nonfinite_count(x, n);
   }
 
  private:
