@@ -21,6 +21,11 @@ constexpr std::size_t kMaxCount = std::size_t(1) << 30;
 // bitwise for any bucketing of the arena, on every rank (the gather copies
 // one rank's result to all), and does not depend on which algorithm MPI
 // picks for a size; the bytes moved equal those of a ring all-reduce.
+// out[i] = a[i] + b[i]; out may be a (in place). One pass over memory.
+void add_in_rank_order(float* out, const float* a, const float* b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm parent) {
@@ -52,7 +57,7 @@ class MpiCommunicator final : public Communicator {
     Op& op = blocking_;
     for (std::size_t off = 0; off < n; off += max_op_elements()) {
       plan(op, buf + off, std::min(max_op_elements(), n - off));
-      DPT_MPI_CHECK(MPI_Alltoallv(op.buf, op.counts.data(), op.displs.data(), MPI_FLOAT,
+      DPT_MPI_CHECK(MPI_Alltoallv(op.buf, op.send_counts.data(), op.displs.data(), MPI_FLOAT,
                                   op.scratch.data(), op.recv_counts.data(), op.recv_displs.data(),
                                   MPI_FLOAT, comm_));
       reduce(op);
@@ -68,7 +73,7 @@ class MpiCommunicator final : public Communicator {
         if (ops_used_ == ops_.size()) ops_.emplace_back();  // first steps only
         Op& op = ops_[ops_used_++];
         plan(op, buf + off, std::min(max_op_elements(), n - off));
-        DPT_MPI_CHECK(MPI_Ialltoallv(op.buf, op.counts.data(), op.displs.data(), MPI_FLOAT,
+        DPT_MPI_CHECK(MPI_Ialltoallv(op.buf, op.send_counts.data(), op.displs.data(), MPI_FLOAT,
                                      op.scratch.data(), op.recv_counts.data(),
                                      op.recv_displs.data(), MPI_FLOAT, comm_, &op.exchange));
         op.phase = Phase::kExchange;
@@ -139,7 +144,7 @@ class MpiCommunicator final : public Communicator {
   // r, which receives every rank's piece r into scratch (rank-major).
   struct Op {
     float* buf = nullptr;
-    std::vector<int> counts, displs, recv_counts, recv_displs;
+    std::vector<int> counts, displs, send_counts, recv_counts, recv_displs;
     std::vector<float> scratch;
     MPI_Request exchange = MPI_REQUEST_NULL, gather = MPI_REQUEST_NULL;
     Phase phase = Phase::kDone;
@@ -150,9 +155,11 @@ class MpiCommunicator final : public Communicator {
 
   void plan(Op& op, float* buf, std::size_t n) {
     const auto p = static_cast<std::size_t>(size_);
+    const auto me = static_cast<std::size_t>(rank_);
     op.buf = buf;
     op.counts.resize(p);
     op.displs.resize(p);
+    op.send_counts.resize(p);
     op.recv_counts.resize(p);
     op.recv_displs.resize(p);
     std::size_t at = 0;
@@ -161,25 +168,36 @@ class MpiCommunicator final : public Communicator {
       op.displs[r] = static_cast<int>(at);
       at += static_cast<std::size_t>(op.counts[r]);
     }
-    const int mine = op.counts[static_cast<std::size_t>(rank_)];
+    // This rank's own piece stays where it is (no self copy).
+    const int mine = op.counts[me];
     for (std::size_t r = 0; r < p; ++r) {
-      op.recv_counts[r] = mine;
+      op.send_counts[r] = r == me ? 0 : op.counts[r];
+      op.recv_counts[r] = r == me ? 0 : mine;
       op.recv_displs[r] = static_cast<int>(r) * mine;
     }
     op.scratch.resize(p * static_cast<std::size_t>(mine));
   }
 
-  // This rank's piece: the sum of every rank's copy, added in rank order.
+  // This rank's piece: the sum of every rank's copy, added in rank order
+  // (its own copy read in place, the others from scratch).
   void reduce(Op& op) const {
     const auto me = static_cast<std::size_t>(rank_);
     const auto count = static_cast<std::size_t>(op.counts[me]);
     float* out = op.buf + op.displs[me];
-    const float* in = op.scratch.data();
-    std::copy_n(in, count, out);
-    for (std::size_t r = 1; r < static_cast<std::size_t>(size_); ++r) {
-      const float* piece = in + r * count;
-      for (std::size_t i = 0; i < count; ++i) out[i] += piece[i];
+    // Ranks 0 and 1 read their own copy in place in the first addition;
+    // later ranks keep it aside (in its unused scratch slot) first, since
+    // out holds the running sum by the time their turn comes.
+    float* own = out;
+    if (me >= 2) {
+      own = op.scratch.data() + me * count;
+      std::copy_n(out, count, own);
     }
+    auto piece = [&](std::size_t r) -> const float* {
+      return r == me ? own : op.scratch.data() + r * count;
+    };
+    add_in_rank_order(out, piece(0), piece(1), count);
+    for (std::size_t r = 2; r < static_cast<std::size_t>(size_); ++r)
+      add_in_rank_order(out, out, piece(r), count);
   }
 
   void start_gather(Op& op) {

@@ -89,6 +89,31 @@ TEST(Buckets, BucketedSumsEqualOneAllReduceBitwise) {
   }
 }
 
+// Every element is added in rank order, ((g0 + g1) + g2) + ..., whatever
+// the length (pieces of 0 or 1 elements, odd splits): checked against the
+// sum computed locally from every rank's values.
+TEST(MpiSums, AreAddedInRankOrderBitwise) {
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+  const int ranks = comm->size();
+  for (std::size_t n : {std::size_t(1), std::size_t(2), std::size_t(5), std::size_t(1001)}) {
+    std::vector<float> mine(n);
+    Rng rng(mix_seed(17, static_cast<std::uint64_t>(world_rank()), n));
+    for (float& v : mine) v = static_cast<float>(rng.normal() * std::pow(10.0, rng.below(9) - 4.0));
+    std::vector<float> all(n * static_cast<std::size_t>(ranks));
+    MPI_Allgather(mine.data(), static_cast<int>(n), MPI_FLOAT, all.data(), static_cast<int>(n),
+                  MPI_FLOAT, MPI_COMM_WORLD);
+    std::vector<float> expect(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+    for (int r = 1; r < ranks; ++r)
+      for (std::size_t i = 0; i < n; ++i) expect[i] = expect[i] + all[static_cast<std::size_t>(r) * n + i];
+    std::vector<float> blocking = mine, started = mine;
+    comm->allreduce_sum(blocking.data(), n);
+    comm->start_allreduce_sum(started.data(), n);
+    comm->wait_all();
+    EXPECT_EQ(0, std::memcmp(blocking.data(), expect.data(), n * sizeof(float))) << "n " << n;
+    EXPECT_EQ(0, std::memcmp(started.data(), expect.data(), n * sizeof(float))) << "n " << n;
+  }
+}
+
 // K steps of the full train_step, with and without buckets.
 std::vector<float> train(std::size_t bucket_bytes, bool use_buckets) {
   auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
