@@ -119,12 +119,15 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
     qc.batch_size = batch;
     qc.shuffle.mode = ShuffleMode::kNone;
     qc.end_step = plan.steps_per_epoch();
+    qc.raw_uint8 = raw_uint8_wire(set.info);
     queue = std::make_unique<InputQueue>(*set.data, qc);
   });
 
+  const bool raw = raw_uint8_wire(set.info);
   ShardBuffers shard(be, max_shard_rows(batch, mpi.size()), set.info.dim, set.info.label_width,
-                     lm.loss);
-  Scatter scatter(mpi.world(), set.info.dim, set.info.label_width, lm.loss == LossKind::kXent);
+                     lm.loss, 0, raw);
+  Scatter scatter(mpi.world(), set.info.dim, set.info.label_width, lm.loss == LossKind::kXent,
+                  raw);
   std::vector<float> local(static_cast<std::size_t>(max_shard_rows(batch, mpi.size())) * width);
   std::vector<float> global(mpi.rank() == 0 ? batch * width : 0);
   std::vector<std::int32_t> labels(mpi.rank() == 0 ? batch : 0);

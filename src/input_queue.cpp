@@ -61,10 +61,14 @@ struct BlockLayout {
   }
 };
 
-// Copies one stored row (raw features, int32 or float32 labels) into row dst.
+// Copies one stored row (raw features, int32 or float32 labels) into row
+// dst: features converted to float, or kept as bytes in b.raw (raw mode).
 void put_row(const SetInfo& info, const unsigned char* feat, const unsigned char* label, Batch& b,
              std::uint64_t dst) {
-  convert_features(info.feature_type, feat, info.dim, b.features.data() + dst * info.dim);
+  if (!b.raw.empty())
+    std::memcpy(b.raw.data() + dst * info.dim, feat, info.dim);
+  else
+    convert_features(info.feature_type, feat, info.dim, b.features.data() + dst * info.dim);
   if (info.label_type == LabelType::kClass)
     std::memcpy(&b.labels[dst], label, sizeof(std::int32_t));
   else
@@ -252,7 +256,9 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
   const BatchSlot slot = plan_.slot(step);
   const std::uint64_t rows = slot.rows;
   b.slot = slot;
-  b.features.resize(rows * info.dim);
+  const bool raw = cfg_.raw_uint8 && info.feature_type == FeatureType::kUint8;
+  b.features.resize(raw ? 0 : rows * info.dim);
+  b.raw.resize(raw ? rows * info.dim : 0);
   const bool classes = info.label_type == LabelType::kClass;
   b.labels.resize(classes ? rows : 0);
   b.targets.resize(classes ? 0 : rows * info.label_width);
@@ -270,6 +276,10 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
   auto read_run = [&](std::uint64_t first, std::uint64_t cnt, std::uint64_t dst) {
     if (info.feature_type == FeatureType::kFloat32) {
       data_.read_rows(first, cnt, b.features.data() + dst * info.dim, label_out + dst * lb);
+      return;
+    }
+    if (raw) {
+      data_.read_rows(first, cnt, b.raw.data() + dst * info.dim, label_out + dst * lb);
       return;
     }
     window_features_.resize(std::max(window_features_.size(), cnt * fb));

@@ -158,7 +158,7 @@ DataSet open_set(const MpiSession& mpi, const std::string& file, const std::stri
 }
 
 ShardBuffers::ShardBuffers(Backend& be, int max_rows, std::uint64_t dim,
-                           std::uint64_t label_width, LossKind loss, int slot)
+                           std::uint64_t label_width, LossKind loss, int slot, bool raw_uint8)
     : be_(be), slot_(slot), dim_(dim), label_width_(label_width),
       staged_(be.kind() != DeviceKind::kCpu) {
   const std::size_t rows = static_cast<std::size_t>(std::max(1, max_rows));
@@ -177,6 +177,10 @@ ShardBuffers::ShardBuffers(Backend& be, int max_rows, std::uint64_t dim,
     host_.targets = ht_.get();
   } else {
     host_ = dev_;  // CPU: MPI writes straight into backend memory
+  }
+  if (raw_uint8) {
+    raw_.resize(rows * dim);
+    host_.raw = raw_.data();
   }
 }
 
@@ -203,6 +207,9 @@ void ShardBuffers::upload() {
   if (uploaded_) return;
   uploaded_ = true;
   dev_.rows = host_.rows;
+  if (host_.raw && host_.rows > 0)
+    convert_features(FeatureType::kUint8, host_.raw,
+                     static_cast<std::size_t>(host_.rows) * dim_, host_.features);
   if (!staged_ || host_.rows <= 0) return;
   if (!released_) release();
   const std::size_t r = static_cast<std::size_t>(host_.rows);
@@ -238,11 +245,12 @@ MPI_Comm dup_comm(MPI_Comm comm, MPI_Comm& out) {
 }  // namespace
 
 InputPipeline::InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows,
-                             std::uint64_t dim, std::uint64_t label_width, LossKind loss)
+                             std::uint64_t dim, std::uint64_t label_width, LossKind loss,
+                             bool raw_uint8)
     : queue_(queue),
-      a_(be, max_rows, dim, label_width, loss, 0),
-      b_(be, max_rows, dim, label_width, loss, 1),
-      scatter_(dup_comm(comm, comm_), dim, label_width, loss == LossKind::kXent) {}
+      a_(be, max_rows, dim, label_width, loss, 0, raw_uint8),
+      b_(be, max_rows, dim, label_width, loss, 1, raw_uint8),
+      scatter_(dup_comm(comm, comm_), dim, label_width, loss == LossKind::kXent, raw_uint8) {}
 
 InputPipeline::~InputPipeline() {
   try {
@@ -343,11 +351,13 @@ EvalResult evaluate(Runtime& rt, const MpiSession& mpi, DataSet& set, Model& mod
     qc.first_step = 0;
     qc.end_step = plan.steps_per_epoch();
     qc.cache_bytes = cache_bytes;
+    qc.raw_uint8 = raw_uint8_wire(set.info);
     queue = std::make_unique<InputQueue>(*set.data, qc);
   });
+  const bool raw = raw_uint8_wire(set.info);
   ShardBuffers shard(be, max_shard_rows(batch_size, mpi.size()), set.info.dim,
-                     set.info.label_width, loss);
-  Scatter scatter(mpi.world(), set.info.dim, set.info.label_width, loss == LossKind::kXent);
+                     set.info.label_width, loss, 0, raw);
+  Scatter scatter(mpi.world(), set.info.dim, set.info.label_width, loss == LossKind::kXent, raw);
   DeviceBuffer<float> stats(be, 2);
   for (std::uint64_t s = 0; s < plan.steps_per_epoch(); ++s) {
     const BatchSlot slot = plan.slot(s);

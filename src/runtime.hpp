@@ -59,8 +59,10 @@ const char* loss_name(LossKind loss);
 // before the step that uses it.
 class ShardBuffers {
  public:
+  // raw_uint8: Scatter writes uint8 features into host().raw and upload()
+  // converts them (x / 255) into the float features.
   ShardBuffers(Backend& be, int max_rows, std::uint64_t dim, std::uint64_t label_width,
-               LossKind loss, int slot = 0);
+               LossKind loss, int slot = 0, bool raw_uint8 = false);
   // Waits for this buffer's last upload, which may still be reading the
   // staging memory (an error may unwind the stack mid-step).
   ~ShardBuffers();
@@ -75,8 +77,9 @@ class ShardBuffers {
   // the next upload may overwrite it. upload() does it itself if not called
   // since the last upload (then ordered after everything queued up to it).
   void release();
-  // Enqueues the copy of the received shard (the scatter must be complete)
-  // without blocking. Once per batch; later calls do nothing.
+  // Converts raw uint8 features and enqueues the copy of the received shard
+  // (the scatter must be complete) without blocking. Once per batch; later
+  // calls do nothing.
   void upload();
   // upload() if not yet done; orders later backend work after the copy and
   // returns the shard in backend memory.
@@ -94,6 +97,7 @@ class ShardBuffers {
   DeviceBuffer<std::int32_t> y_;
   HostBuffer<float> hx_, ht_;
   HostBuffer<std::int32_t> hy_;
+  std::vector<std::uint8_t> raw_;  // raw_uint8: the received features
   Shard host_, dev_;
 };
 
@@ -104,7 +108,7 @@ class ShardBuffers {
 class InputPipeline final : public LayerHooks {
  public:
   InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows, std::uint64_t dim,
-                std::uint64_t label_width, LossKind loss);
+                std::uint64_t label_width, LossKind loss, bool raw_uint8 = false);
   // Completes a scatter still in flight (peers are in it too), unless an
   // error is unwinding the stack (the job is being aborted then).
   ~InputPipeline();
@@ -135,6 +139,10 @@ class InputPipeline final : public LayerHooks {
   bool started_ = false, seen_done_ = false;
   std::chrono::steady_clock::time_point began_, ended_;
 };
+
+// Whether a set's features travel as uint8 (InputQueueConfig::raw_uint8,
+// Scatter and ShardBuffers must agree): every uint8 set.
+inline bool raw_uint8_wire(const SetInfo& info) { return info.feature_type == FeatureType::kUint8; }
 
 // Collective: rank 0 pops the next global batch from its queue (queue is
 // null on the other ranks) and scatters it; every rank gets its shard back in

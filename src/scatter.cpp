@@ -27,8 +27,13 @@ int max_shard_rows(std::uint64_t rows, int ranks) {
   return static_cast<int>((rows + static_cast<std::uint64_t>(ranks) - 1) / static_cast<std::uint64_t>(ranks));
 }
 
-Scatter::Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels)
-    : comm_(comm), dim_(dim), label_width_(label_width), class_labels_(class_labels) {
+Scatter::Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels,
+                 bool raw_uint8)
+    : comm_(comm),
+      dim_(dim),
+      label_width_(label_width),
+      class_labels_(class_labels),
+      raw_uint8_(raw_uint8) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
@@ -90,10 +95,17 @@ void Scatter::scatter(const Batch* batch, std::uint64_t rows, Shard& out) {
 void Scatter::start(const Batch* batch, std::uint64_t rows, Shard& out) {
   DPT_REQUIRE(!in_flight_, ExitCode::kOther, "a scatter is already in flight");
   const bool root = rank_ == 0;
-  if (root) check_batch(batch, rows);
+  if (root) {
+    check_batch(batch, rows);
+    DPT_REQUIRE((raw_uint8_ ? batch->raw.size() : batch->features.size()) >= rows * dim_,
+                ExitCode::kOther, "a batch holds fewer features than the scatter sends");
+  }
   plan(rows, out);
   if (size_ == 1) {
-    std::copy_n(batch->features.data(), rows * dim_, out.features);
+    if (raw_uint8_)
+      std::copy_n(batch->raw.data(), rows * dim_, out.raw);
+    else
+      std::copy_n(batch->features.data(), rows * dim_, out.features);
     if (class_labels_)
       std::copy_n(batch->labels.data(), rows, out.labels);
     else
@@ -101,9 +113,15 @@ void Scatter::start(const Batch* batch, std::uint64_t rows, Shard& out) {
     return;
   }
   const std::size_t me = static_cast<std::size_t>(rank_);
-  DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->features.data() : nullptr, counts_.data(),
-                              displs_.data(), MPI_FLOAT, out.features, counts_[me], MPI_FLOAT, 0,
-                              comm_, &requests_[0]));
+  if (raw_uint8_) {
+    DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->raw.data() : nullptr, counts_.data(), displs_.data(),
+                                MPI_UINT8_T, out.raw, counts_[me], MPI_UINT8_T, 0, comm_,
+                                &requests_[0]));
+  } else {
+    DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->features.data() : nullptr, counts_.data(),
+                                displs_.data(), MPI_FLOAT, out.features, counts_[me], MPI_FLOAT, 0,
+                                comm_, &requests_[0]));
+  }
   if (class_labels_) {
     DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->labels.data() : nullptr, label_counts_.data(),
                                 label_displs_.data(), MPI_INT32_T, out.labels, label_counts_[me],

@@ -199,6 +199,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     qc.capacity = static_cast<std::size_t>(opts.prefetch);
     qc.cache_bytes = cache_bytes;
     qc.timeline = timeline.enabled() ? &timeline : nullptr;
+    qc.raw_uint8 = raw_uint8_wire(train.info);
     queue = std::make_unique<InputQueue>(*train.data, qc);
   });
 
@@ -236,7 +237,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   // Batch t+1 moves to its shards while batch t computes; gradient buckets
   // are reduced while backward goes on (both moved along between layers).
   InputPipeline input(mpi.world(), be, queue.get(), max_rows, train.info.dim,
-                      train.info.label_width, loss);
+                      train.info.label_width, loss, raw_uint8_wire(train.info));
   GradientBuckets buckets(comm, model->grads(),
                           plan_buckets(model->dense_layers(), model->num_params(),
                                        static_cast<std::size_t>(opts.bucket_mb * 1048576.0)),

@@ -72,7 +72,8 @@ class BatchPlan {
 
 struct Batch {
   BatchSlot slot;
-  std::vector<float> features;   // rows * dim, converted to float
+  std::vector<float> features;   // rows * dim, converted to float (empty with raw_uint8)
+  std::vector<std::uint8_t> raw; // rows * dim uint8 features as stored (raw_uint8 only)
   std::vector<std::int32_t> labels;  // rows (class labels)
   std::vector<float> targets;    // rows * K (regression targets)
 };
@@ -86,6 +87,9 @@ struct InputQueueConfig {
   // Hold the whole set in memory (raw dtype) when it fits this; otherwise
   // stream from the file (block/none read contiguous runs).
   std::size_t cache_bytes = std::size_t(1) << 30;
+  // uint8 features stay uint8 in Batch::raw (a quarter of the bytes to
+  // scatter; each rank converts its own shard). No effect on float32 sets.
+  bool raw_uint8 = false;
   // Records a "read" event (tid 1) per batch produced; must outlive the queue.
   Timeline* timeline = nullptr;
 };

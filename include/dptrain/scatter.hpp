@@ -24,6 +24,7 @@ int max_shard_rows(std::uint64_t rows, int ranks);
 struct Shard {
   int rows = 0;
   float* features = nullptr;      // [rows, dim]
+  std::uint8_t* raw = nullptr;    // [rows, dim] uint8 as stored, when scattered raw
   std::int32_t* labels = nullptr; // [rows] (class labels) or null
   float* targets = nullptr;       // [rows, label_width] (targets) or null
 };
@@ -31,7 +32,9 @@ struct Shard {
 class Scatter {
  public:
   // dim: features per row; label_width: 1 for class ids, K for targets.
-  Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels);
+  // raw_uint8: features travel as Batch::raw bytes into Shard::raw.
+  Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels,
+          bool raw_uint8 = false);
   // Collective. `batch` is read on rank 0 only (may be null elsewhere); every
   // rank passes the same `rows` (from the BatchPlan). Fills out.rows and
   // writes into out's buffers, which must hold max_shard_rows rows.
@@ -52,7 +55,7 @@ class Scatter {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::uint64_t dim_, label_width_;
-  bool class_labels_;
+  bool class_labels_, raw_uint8_;
   std::vector<int> counts_, displs_;             // features
   std::vector<int> label_counts_, label_displs_;  // labels or targets
   std::uint64_t planned_rows_ = ~std::uint64_t(0);  // batch size the counts are for

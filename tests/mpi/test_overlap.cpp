@@ -159,8 +159,10 @@ TEST(Buckets, TrainingWithBucketsEqualsTrainingWithoutBitwise) {
 // The pipelined input (scatter of t+1 started before t is used, progressed
 // between layers) hands every rank exactly the shards the blocking path
 // gives, in order, over a real queue on a fixture file; the previous shard
-// stays intact while the next one lands.
-TEST(InputPipeline, DeliversTheBlockingPathsShardsInOrder) {
+// stays intact while the next one lands. With uint8 features sent raw and
+// converted on each rank, the shards are bitwise those of converting on
+// rank 0 and sending floats.
+void check_pipeline(bool uint8, ShuffleMode mode = ShuffleMode::kFull, bool stream = false) {
   auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
   const int rank = world_rank();
   int ranks = 1;
@@ -170,19 +172,24 @@ TEST(InputPipeline, DeliversTheBlockingPathsShardsInOrder) {
     file = testing::scratch_dir("pipeline") + "/d.h5";
     testing::FixtureSpec spec;
     spec.rows = 37;  // batch 8: a short last batch of 5, shards of 0..3 rows
+    spec.uint8 = uint8;
     testing::write_fixture(file, spec);
   }
   const std::uint64_t dim = 12, batch = 8;
   const BatchPlan plan(37, batch);
   const std::uint64_t steps = 2 * plan.steps_per_epoch() + 1;
-  auto make_queue = [&](std::unique_ptr<Dataset>& data) -> std::unique_ptr<InputQueue> {
+  auto make_queue = [&](std::unique_ptr<Dataset>& data, bool raw) -> std::unique_ptr<InputQueue> {
     if (rank != 0) return nullptr;
     data = std::make_unique<Dataset>(file, "train");
     InputQueueConfig qc;
     qc.batch_size = batch;
-    qc.shuffle.mode = ShuffleMode::kFull;
+    qc.shuffle.mode = mode;
     qc.shuffle.seed = 4;
+    qc.shuffle.block_rows = 3;
+    qc.shuffle.window_blocks = 2;
     qc.end_step = steps;
+    qc.raw_uint8 = raw;
+    if (stream) qc.cache_bytes = 1;  // read from the file batch by batch
     return std::make_unique<InputQueue>(*data, qc);
   };
   const int max_rows = max_shard_rows(batch, ranks);
@@ -191,7 +198,7 @@ TEST(InputPipeline, DeliversTheBlockingPathsShardsInOrder) {
   std::vector<std::vector<std::int32_t>> ref_labels;
   {
     std::unique_ptr<Dataset> data;
-    auto queue = make_queue(data);
+    auto queue = make_queue(data, false);
     ShardBuffers buf(*be, max_rows, dim, 1, LossKind::kXent);
     Scatter scatter(MPI_COMM_WORLD, dim, 1, true);
     for (std::uint64_t s = 0; s < steps; ++s) {
@@ -202,8 +209,8 @@ TEST(InputPipeline, DeliversTheBlockingPathsShardsInOrder) {
   }
 
   std::unique_ptr<Dataset> data;
-  auto queue = make_queue(data);
-  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LossKind::kXent);
+  auto queue = make_queue(data, uint8);
+  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LossKind::kXent, uint8);
   input.start(plan.slot(0).rows);
   for (std::uint64_t s = 0; s < steps; ++s) {
     Shard& sh = input.finish();
@@ -216,6 +223,13 @@ TEST(InputPipeline, DeliversTheBlockingPathsShardsInOrder) {
     EXPECT_EQ(std::vector<std::int32_t>(sh.labels, sh.labels + sh.rows), ref_labels[s]);
   }
   EXPECT_FALSE(input.started());
+}
+
+TEST(InputPipeline, DeliversTheBlockingPathsShardsInOrder) { check_pipeline(false); }
+TEST(InputPipeline, RawUint8ShardsEqualConvertedOnes) {
+  check_pipeline(true);
+  for (ShuffleMode mode : {ShuffleMode::kNone, ShuffleMode::kFull, ShuffleMode::kBlock})
+    check_pipeline(true, mode, /*stream=*/true);
 }
 
 }  // namespace

@@ -292,11 +292,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
     ap.add_argument("--micro", help="dptrain_bench binary (default BUILD_DIR/tools/bench/dptrain_bench)")
     ap.add_argument("--micro-run", action="append", metavar="RANKS:ARGS",
-                    help="one run of the micro binary (repeatable; default 2:all)")
+                    help="one run of the micro binary (repeatable; default 2:all --data DATA)")
     ap.add_argument("--micro-timeout", type=float, default=600)
     ap.add_argument("--skip-e2e", action="store_true", help="only the micro-benchmark rows")
     args = ap.parse_args()
-    args.micro_run = args.micro_run or ["2:all"]
+    args.micro_run = args.micro_run or [f"2:all --data {shlex.quote(args.data)}"]
     args.data = os.path.abspath(args.data)
     args.build_dir = os.path.abspath(args.build_dir)
     if not os.access(os.path.join(args.build_dir, "dptrain"), os.X_OK):

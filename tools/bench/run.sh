@@ -14,11 +14,7 @@ build=${BUILD_DIR:-build-bench}
 out=${OUT:-bench-results}
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF >/dev/null
-cmake --build "$build" -j "${JOBS:-2}" --target dptrain >/dev/null
-# The C++ micro-benchmark, once its CMake target exists.
-if cmake --build "$build" --target help 2>/dev/null | grep -qw dptrain_bench; then
-  cmake --build "$build" -j "${JOBS:-2}" --target dptrain_bench >/dev/null
-fi
+cmake --build "$build" -j "${JOBS:-2}" --target dptrain dptrain_bench >/dev/null
 
 py=$(tools/find-python.sh)
 data=${DATA:-}
