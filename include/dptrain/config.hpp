@@ -42,7 +42,7 @@ struct Options {
   std::string metrics;
   std::int64_t log_every = 100, check_every = 200, skip_nonfinite = 0;
   double comm_timeout = 300.0;
-  double bucket_mb = 1.0;  // gradient all-reduce bucket size (MiB)
+  double bucket_mb = 4.0;  // gradient all-reduce bucket size (MiB)
   std::string timeline;    // Chrome trace of every rank's phases ("" = off)
   // eval / predict / inspect
   std::string checkpoint, set = "test", output, file;

@@ -3,7 +3,7 @@
 // it, both in this process and in alternation, and rank 0 prints one JSON
 // line per row:
 //   gemm      train_step on 1 rank        vs its GEMMs through cblas_sgemm
-//   exchange  GradientBuckets (1 MiB)     vs one MPI_Allreduce of the arena
+//   exchange  GradientBuckets (default --bucket-mb) vs one MPI_Allreduce of the arena
 //   input     Dataset+InputQueue+Scatter  vs H5Dread of the whole set
 // Usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all>
 //            [--threads T] [--repeats N] [--data FILE]
@@ -25,6 +25,7 @@
 
 #include "dptrain/backend.hpp"
 #include "dptrain/buckets.hpp"
+#include "dptrain/config.hpp"
 #include "dptrain/comm.hpp"
 #include "dptrain/dataset.hpp"
 #include "dptrain/error.hpp"
@@ -299,6 +300,12 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
                       " (cblas_sgemm, same shapes) back to back; ratio = ours / baseline");
 }
 
+std::string format_mib(double mib) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g MiB", mib);
+  return text;
+}
+
 // --- exchange: bucketed gradient all-reduce against one MPI_Allreduce -----------
 Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
   auto be = make_backend(DeviceKind::kCpu, BackendOptions{args.threads});
@@ -306,7 +313,9 @@ Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
   for (int i = 0; i < layers; ++i) spec += (i ? ",relu,dense:256" : "dense:256");
   Model model(*be, parse_model_spec(spec), 256, 1);
   const std::size_t n = model.num_params();
-  constexpr std::size_t kBucketBytes = std::size_t(1) << 20;  // the trainer's --bucket-mb 1
+  // The trainer's default --bucket-mb.
+  const double bucket_mb = Options{}.bucket_mb;
+  const auto kBucketBytes = static_cast<std::size_t>(bucket_mb * 1048576.0);
   auto comm = make_mpi_communicator(mpi.world());
   GradientBuckets buckets(*comm, model.grads(), plan_buckets(model.dense_layers(), n, kBucketBytes));
   const DupComm raw(MPI_COMM_WORLD);
@@ -339,7 +348,7 @@ Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
                       plural(mpi.size(), "rank"),
                   s, ours_over_base, "<= 1.1",
                   plural(static_cast<long>(buckets.plan().size()), "bucket") +
-                      " (plan_buckets, 1 MiB) of " + std::to_string(layers) +
+                      " (plan_buckets, " + format_mib(bucket_mb) + ") of " + std::to_string(layers) +
                       " dense 256x256 layers, no compute between layers; baseline = one "
                       "MPI_Allreduce of " + std::to_string(n) +
                       " floats on a dup of MPI_COMM_WORLD; max over ranks; ratio = ours / baseline" +
@@ -366,9 +375,12 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
   const LossKind loss = shape.class_labels ? LossKind::kXent : LossKind::kMse;
 
   auto be = make_backend(DeviceKind::kCpu, BackendOptions{args.threads});
-  ShardBuffers shard(*be, max_shard_rows(kBatch, mpi.size()), shape.dim, shape.label_width, loss);
+  // As the trainer does: uint8 features travel as bytes, converted per rank.
+  const bool raw = shape.feature_bytes == shape.rows * shape.dim;
+  ShardBuffers shard(*be, max_shard_rows(kBatch, mpi.size()), shape.dim, shape.label_width, loss,
+                     0, raw);
   const DupComm scatter_comm(mpi.world());
-  Scatter scatter(scatter_comm.get(), shape.dim, shape.label_width, shape.class_labels != 0);
+  Scatter scatter(scatter_comm.get(), shape.dim, shape.label_width, shape.class_labels != 0, raw);
   const BatchPlan plan(shape.rows, kBatch);
   bool cached = false;
 
@@ -384,6 +396,7 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
                       qc.batch_size = kBatch;
                       qc.shuffle.mode = ShuffleMode::kFull;
                       qc.end_step = plan.steps_per_epoch();
+                      qc.raw_uint8 = raw;
                       queue = std::make_unique<InputQueue>(*data, qc);
                       cached = queue->cached();
                     }
@@ -421,7 +434,7 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
                   "ratio = raw read ms / pipeline ms, i.e. pipeline throughput as a fraction of a "
                   "raw read (>= 0.8: at least 0.8x); ours = rank 0 opens the Dataset, InputQueue "
                   "(batch 128, full shuffle, " + std::string(cached ? "set cached" : "streaming") +
-                      ") reads, shuffles and converts, blocking Scatter to every rank, " +
+                      ") reads and shuffles, blocking Scatter to every rank (uint8 sent as bytes, each rank converts its shard), " +
                       std::to_string(plan.steps_per_epoch()) + " batches of " +
                       std::to_string(shape.rows) + " rows, max over ranks (validate excluded); "
                       "baseline = rank 0 H5Dread of /train/features (" + mib +
