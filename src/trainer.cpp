@@ -247,6 +247,8 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   const TestHook nan_hook("DPTRAIN_TEST_NAN_AT"), perturb_hook("DPTRAIN_TEST_PERTURB_AT");
   PhaseTimer timer;
   timer.attach(&timeline);
+  // On a GPU the phases are timed on the device (events between phases).
+  if (rt.device == DeviceKind::kCuda) timer.attach_device(&be);
   double train_ms = 0.0, interval_ms = 0.0;
   std::uint64_t interval_samples = 0, interval_steps = 0, samples = 0, skipped = 0;
   float lr = 0.0f;
@@ -292,6 +294,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
       finite = train_step(be, comm, *model, optimizer, loss, dev, slot.rows, step_lr, stats.get(),
                           &timer, &buckets);
     }
+    timer.end_step();  // the step read its non-finite count back: all done
     if (timeline.enabled()) {
       for (std::size_t b = 0; b < buckets.plan().size(); ++b) {
         char name[48];

@@ -91,6 +91,15 @@ class Backend {
   virtual void wait_upload(int /*slot*/) {}
   virtual void sync_upload(int /*slot*/) {}
 
+  // --- device clock, for per-phase times of a step ---
+  // mark(i) records marker i (0 <= i < kMarkers) after the work queued so
+  // far; marker_ms(i, j) is the device time from marker i to j once both
+  // completed (it waits for j), or a negative value on a backend whose
+  // work is done when the call returns (CPU: host clocks are exact there).
+  static constexpr int kMarkers = 8;
+  virtual void mark(int /*i*/) {}
+  virtual double marker_ms(int /*from*/, int /*to*/) { return -1.0; }
+
   // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, row-major, with
   // op(X) = X or X^T; lda/ldb/ldc are row strides of the stored matrices.
   // k == 0 must yield C = beta * C.
@@ -142,21 +151,26 @@ std::unique_ptr<Backend> make_backend(DeviceKind kind, const BackendOptions& opt
 bool cuda_compiled();
 int cuda_device_count();  // 0 when not compiled or no GPU is visible
 
-// Owning device buffer of T, allocated through a Backend. Non-copyable.
-template <typename T>
-class DeviceBuffer {
+// Where a BackendBuffer lives: device memory (Backend::allocate) or host
+// staging memory (Backend::allocate_host, pinned on CUDA).
+enum class MemoryKind { kDevice, kHost };
+
+// Owning buffer of T, allocated through a Backend. Non-copyable; a move
+// leaves the source empty.
+template <typename T, MemoryKind kKind>
+class BackendBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Backend& be, std::size_t count)
-      : be_(&be), ptr_(static_cast<T*>(count ? be.allocate(count * sizeof(T)) : nullptr)),
+  BackendBuffer() = default;
+  BackendBuffer(Backend& be, std::size_t count)
+      : be_(&be), ptr_(static_cast<T*>(count ? allocate(be, count * sizeof(T)) : nullptr)),
         count_(count) {}
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+  ~BackendBuffer() { reset(); }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+  BackendBuffer(BackendBuffer&& o) noexcept
       : be_(std::exchange(o.be_, nullptr)), ptr_(std::exchange(o.ptr_, nullptr)),
         count_(std::exchange(o.count_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
     if (this != &o) {
       reset();
       be_ = std::exchange(o.be_, nullptr);
@@ -166,46 +180,10 @@ class DeviceBuffer {
     return *this;
   }
   void reset() noexcept {
-    if (ptr_ && be_) be_->deallocate(ptr_);
-    ptr_ = nullptr;
-    count_ = 0;
-  }
-  T* get() const noexcept { return ptr_; }
-  std::size_t size() const noexcept { return count_; }
-
- private:
-  Backend* be_ = nullptr;
-  T* ptr_ = nullptr;
-  std::size_t count_ = 0;
-};
-
-// Owning host staging buffer of T from Backend::allocate_host (pinned on
-// CUDA). Non-copyable; a move leaves the source empty.
-template <typename T>
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  HostBuffer(Backend& be, std::size_t count)
-      : be_(&be),
-        ptr_(static_cast<T*>(count ? be.allocate_host(count * sizeof(T)) : nullptr)),
-        count_(count) {}
-  ~HostBuffer() { reset(); }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  HostBuffer(HostBuffer&& o) noexcept
-      : be_(std::exchange(o.be_, nullptr)), ptr_(std::exchange(o.ptr_, nullptr)),
-        count_(std::exchange(o.count_, 0)) {}
-  HostBuffer& operator=(HostBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      be_ = std::exchange(o.be_, nullptr);
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      count_ = std::exchange(o.count_, 0);
+    if (ptr_ && be_) {
+      if constexpr (kKind == MemoryKind::kDevice) be_->deallocate(ptr_);
+      else be_->deallocate_host(ptr_);
     }
-    return *this;
-  }
-  void reset() noexcept {
-    if (ptr_ && be_) be_->deallocate_host(ptr_);
     ptr_ = nullptr;
     count_ = 0;
   }
@@ -213,9 +191,19 @@ class HostBuffer {
   std::size_t size() const noexcept { return count_; }
 
  private:
+  static void* allocate(Backend& be, std::size_t bytes) {
+    if constexpr (kKind == MemoryKind::kDevice) return be.allocate(bytes);
+    else return be.allocate_host(bytes);
+  }
+
   Backend* be_ = nullptr;
   T* ptr_ = nullptr;
   std::size_t count_ = 0;
 };
+
+template <typename T>
+using DeviceBuffer = BackendBuffer<T, MemoryKind::kDevice>;
+template <typename T>
+using HostBuffer = BackendBuffer<T, MemoryKind::kHost>;
 
 }  // namespace dptrain

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dptrain/backend.hpp"
 #include "dptrain/timeline.hpp"
 
 namespace dptrain {
@@ -35,24 +36,45 @@ enum class Phase { kData, kForward, kBackward, kComm, kOptimizer, kCount };
 const char* phase_event_name(Phase p);
 
 // Accumulates wall time per phase between reports; with a timeline attached
-// every lap is also an event on the main thread.
+// every lap is also an event on the main thread. With a device backend
+// attached, every lap also records a device marker, and end_step() replaces
+// the host time of the compute phases (forward, backward, all-reduce wait,
+// optimizer) by the device time between markers: on a GPU the host only
+// queues work, so its clock says nothing about them. "data" stays host time
+// (the wait for the shard).
 class PhaseTimer {
  public:
   using Clock = std::chrono::steady_clock;
   void attach(Timeline* timeline) { timeline_ = timeline; }
+  void attach_device(Backend* backend) { device_ = backend; }
   // step: the step the following laps belong to (timeline only).
   void start(std::int64_t step = -1) {
     t_ = Clock::now();
     step_ = step;
+    marks_ = 0;
+    mark(Phase::kCount);
   }
   // Adds the time since start() (or the previous lap) to phase p.
   void lap(Phase p) {
     auto now = Clock::now();
-    ms_[static_cast<int>(p)] += std::chrono::duration<double, std::milli>(now - t_).count();
+    host_lap_[static_cast<int>(p)] = std::chrono::duration<double, std::milli>(now - t_).count();
+    ms_[static_cast<int>(p)] += host_lap_[static_cast<int>(p)];
     if (timeline_ && timeline_->enabled())
       timeline_->add(phase_event_name(p), timeline_category_of(phase_event_name(p)),
                      kTimelineMainThread, t_, now, step_);
+    mark(p);
     t_ = now;
+  }
+  // After the step's work completed (the step read a value back): device
+  // times of its phases, where the backend has a device clock.
+  void end_step() {
+    for (int k = 1; k < marks_; ++k) {
+      const int p = mark_phase_[k];
+      if (p == static_cast<int>(Phase::kData)) continue;
+      const double device_ms = device_->marker_ms(k - 1, k);
+      if (device_ms < 0) return;  // no device clock: host times stand
+      ms_[p] += device_ms - host_lap_[p];
+    }
   }
   double ms(Phase p) const { return ms_[static_cast<int>(p)]; }
   double total_ms() const {
@@ -67,9 +89,19 @@ class PhaseTimer {
   nlohmann::json per_step_json(double steps) const;
 
  private:
+  void mark(Phase p) {
+    if (!device_ || marks_ >= Backend::kMarkers) return;
+    device_->mark(marks_);
+    mark_phase_[marks_++] = static_cast<int>(p);
+  }
+
   Clock::time_point t_ = Clock::now();
   std::int64_t step_ = -1;
   Timeline* timeline_ = nullptr;
+  Backend* device_ = nullptr;
+  int marks_ = 0;                          // device markers recorded this step
+  int mark_phase_[Backend::kMarkers] = {};  // the phase that ends at each marker
+  double host_lap_[static_cast<int>(Phase::kCount)] = {};
   double ms_[static_cast<int>(Phase::kCount)] = {};
 };
 

@@ -64,6 +64,10 @@ class CudaBackend final : public Backend {
       DPT_CUDA_CHECK(cudaEventRecord(released_[s].get(), stream_.get()));
       DPT_CUDA_CHECK(cudaEventRecord(uploaded_[s].get(), copy_.get()));
     }
+    for (cuda::Event& m : markers_) {
+      m = cuda::Event::create_timed();
+      DPT_CUDA_CHECK(cudaEventRecord(m.get(), stream_.get()));
+    }
   }
   ~CudaBackend() override {
     // Members free memory next; nothing queued may still be using it.
@@ -138,6 +142,16 @@ class CudaBackend final : public Backend {
 
   void wait_upload(int slot) override {
     DPT_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), uploaded_[index(slot)].get(), 0));
+  }
+
+  void mark(int i) override {
+    DPT_CUDA_CHECK(cudaEventRecord(marker(i), stream_.get()));
+  }
+  double marker_ms(int from, int to) override {
+    DPT_CUDA_CHECK(cudaEventSynchronize(marker(to)));
+    float ms = 0.0f;
+    DPT_CUDA_CHECK(cudaEventElapsedTime(&ms, marker(from), marker(to)));
+    return ms;
   }
 
   void sync_upload(int slot) override {
@@ -299,6 +313,12 @@ class CudaBackend final : public Backend {
   cuda::DeviceMemory bf16_a_, bf16_b_;
   cuda::Stream copy_;  // host-to-device uploads of the input
   std::array<cuda::Event, kUploadSlots> released_, uploaded_;
+  std::array<cuda::Event, kMarkers> markers_;
+  cudaEvent_t marker(int i) const {
+    if (i < 0 || i >= kMarkers)
+      throw Error(ExitCode::kOther, "device marker " + std::to_string(i) + " out of range");
+    return markers_[static_cast<std::size_t>(i)].get();
+  }  // phase boundaries of a step
 };
 
 CudaBackend& as_cuda(Backend& backend) {

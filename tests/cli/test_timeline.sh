@@ -60,6 +60,11 @@ for s in (5, 25):
     assert max(t) - min(t) < 2e6, (s, t)  # us; generous for an oversubscribed machine
 PY
 
+# The summary tool reads it: every rank, its phases and their shares.
+"$PYTHON" "$DPTRAIN_SOURCE_DIR/tools/timeline_summary.py" "$WORK/t.json" --skip 5 >"$WORK/sum.txt"
+for r in 0 1 2; do grep -q "^rank $r (" "$WORK/sum.txt" || { cat "$WORK/sum.txt"; fail "summary lacks rank $r"; }; done
+grep -q "all-reduce bucket 2" "$WORK/sum.txt" || { cat "$WORK/sum.txt"; fail "summary lacks the buckets"; }
+
 # An unwritable path fails the run at start, on every rank (exit 2).
 run 2 60 train "${common[@]}" --steps 5 --val-set "" --timeline "$WORK/no/such/dir/t.json"
 expect_rc 2 "unwritable --timeline path"

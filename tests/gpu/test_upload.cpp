@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dptrain/metrics.hpp"
 #include "gpu_env.hpp"
 #include "runtime.hpp"
 
@@ -164,3 +165,29 @@ TEST_F(CudaUpload, ShardBuffersInPipelineOrderDeliverEveryShard) {
 }
 
 }  // namespace
+
+// Device phase timing: markers around queued work measure it on the device
+// (the host returns at once), and PhaseTimer reports that device time.
+class CudaMarkers : public gpu_test::CpuAndGpu {};
+
+TEST_F(CudaMarkers, MarkersTimeQueuedWorkAndPhaseTimerUsesThem) {
+  dptrain::Backend& be = *gpu_;
+  const int n = 2048;
+  DeviceBuffer<float> a(be, std::size_t(n) * n), c(be, std::size_t(n) * n);
+  be.synchronize();
+  dptrain::PhaseTimer timer;
+  timer.attach_device(&be);
+  timer.start();
+  timer.lap(dptrain::Phase::kData);
+  for (int i = 0; i < 8; ++i)  // ~0.14 TFLOP: milliseconds on any GPU
+    be.gemm(false, false, n, n, n, 1.0f, a.get(), n, a.get(), n, 0.0f, c.get(), n);
+  timer.lap(dptrain::Phase::kForward);
+  const double host_ms = timer.ms(dptrain::Phase::kForward);
+  be.synchronize();
+  timer.end_step();
+  const double device_ms = timer.ms(dptrain::Phase::kForward);
+  EXPECT_GT(device_ms, 0.0);
+  EXPECT_NE(device_ms, host_ms);
+  EXPECT_GE(be.marker_ms(1, 2), 0.0);
+  EXPECT_LT(cpu_->marker_ms(0, 1), 0.0) << "the CPU backend has no device clock";
+}

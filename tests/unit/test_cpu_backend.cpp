@@ -9,6 +9,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "dptrain/error.hpp"
+#include "dptrain/metrics.hpp"
 #include "dptrain/random.hpp"
 
 namespace dptrain {
@@ -205,6 +206,32 @@ TEST_F(CpuBackendTest, ScaleFillCopyAndNonfinite) {
   x[0] = std::numeric_limits<float>::infinity();
   x[2] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(be_->count_nonfinite(x.data(), 3), 2u);
+  // Every class of value: only NaN and +-Inf count; the largest finite
+  // values, denormals and -0 do not. Long enough for the vector loop.
+  std::vector<float> v(1000, 1.0f);
+  v[3] = std::numeric_limits<float>::max();
+  v[4] = -std::numeric_limits<float>::max();
+  v[5] = std::numeric_limits<float>::denorm_min();
+  v[6] = -0.0f;
+  v[500] = -std::numeric_limits<float>::infinity();
+  v[999] = -std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(be_->count_nonfinite(v.data(), v.size()), 2u);
+}
+
+// The CPU has no device clock: PhaseTimer keeps host times with it attached.
+TEST_F(CpuBackendTest, NoDeviceClockSoPhaseTimesStayHostTimes) {
+  EXPECT_LT(be_->marker_ms(0, 1), 0.0);
+  PhaseTimer timer;
+  timer.attach_device(be_.get());
+  timer.start();
+  timer.lap(Phase::kData);
+  volatile double sink = 0;
+  for (int i = 0; i < 200000; ++i) sink = sink + i;
+  timer.lap(Phase::kForward);
+  const double host = timer.ms(Phase::kForward);
+  timer.end_step();
+  EXPECT_GT(host, 0.0);
+  EXPECT_EQ(timer.ms(Phase::kForward), host);
 }
 
 }  // namespace
