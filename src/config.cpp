@@ -171,6 +171,7 @@ void check_common(const Options& o) {
   require_nonnegative(static_cast<double>(o.threads), "threads");
   if (!(o.comm_timeout > 0)) usage_error("--comm-timeout must be > 0");
   require_nonnegative(o.bucket_mb, "bucket-mb");
+  if (o.bucket_mb > 1048576.0) usage_error("--bucket-mb must be at most 1048576 (1 TiB), got " + std::to_string(o.bucket_mb));
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ for np in 1 2 3; do
   check $np "softmax" train --data "$WORK/d.h5" --model dense:4,softmax,dense:2
   check $np "--nesterov needs" train --data "$WORK/d.h5" --optimizer sgd --nesterov
 done
+check 2 "bucket-mb" train --data "$WORK/d.h5" --bucket-mb -1
+check 2 "bucket-mb" train --data "$WORK/d.h5" --bucket-mb 1e30
 printf 'data = %s\nbogus-key = 3\n' "$WORK/d.h5" >"$WORK/bad.ini"
 check 2 "bogus-key" train --config "$WORK/bad.ini"
 check 2 "cannot open config" train --config "$WORK/missing.ini"
