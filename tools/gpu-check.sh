@@ -130,7 +130,9 @@ def dptrain_stats(precision):
         return None
     sps = statistics.median(e["samples_per_s"] for e in train)
     ms = train[-1].get("ms", {})
-    return 1000.0 * B / sps, ms.get("forward", 0.0) + ms.get("backward", 0.0)
+    data_share = statistics.median(
+        e["ms"].get("data", 0.0) / max(1e-9, sum(e["ms"].values())) for e in train if e.get("ms"))
+    return 1000.0 * B / sps, ms.get("forward", 0.0) + ms.get("backward", 0.0), data_share
 
 def timed(fn, iters):
     for _ in range(20):
@@ -189,17 +191,21 @@ for p in ["fp32", "tf32", "bf16"]:
 
 print(f"\n### {torch.cuda.get_device_name()} — MLP 784-256-256-10, batch 128, Adam "
       f"(torch {torch.__version__})\n")
-print("| precision | dptrain step ms | PyTorch eager step ms | dptrain / PyTorch | "
-      "dptrain fwd+bwd ms (host-timed) | bare cuBLAS 8 GEMMs ms (torch.matmul) |")
-print("|---|---|---|---|---|---|")
+print("| precision | dptrain step ms | PyTorch eager step ms | dptrain / PyTorch samples/s | "
+      "dptrain fwd+bwd ms (device events) | bare cuBLAS 8 GEMMs ms (torch.matmul) | "
+      "fwd+bwd / GEMMs | data wait share of step |")
+print("|---|---|---|---|---|---|---|---|")
 for p, d, t, g in rows:
     ds = f"{d[0]:.3f}" if d else "n/a"
-    ratio = f"{d[0] / t:.2f}" if d else "n/a"
+    ratio = f"{t / d[0]:.2f}" if d else "n/a"
     fb = f"{d[1]:.3f}" if d else "n/a"
-    print(f"| {p} | {ds} | {t:.3f} | {ratio} | {fb} | {g:.3f} |")
+    fg = f"{d[1] / g:.2f}" if d and g > 0 else "n/a"
+    dw = f"{d[2]:.3f}" if d else "n/a"
+    print(f"| {p} | {ds} | {t:.3f} | {ratio} | {fb} | {g:.3f} | {fg} | {dw} |")
 print("\ndptrain step ms = 128 / median samples_per_s of the train events; it includes the "
-      "host data path and the scatter. The fwd+bwd column is host time between phase laps "
-      "(no device sync), so GPU time may show up in later phases. PyTorch keeps its batch on "
-      "the GPU; its bf16 row uses autocast.")
+      "host data path. The fwd+bwd column is device time between phase events (loss and bias "
+      "kernels included), against the step's 8 GEMMs alone. PyTorch keeps its batch on the GPU; "
+      "its bf16 row uses autocast. One GPU: the 2-rank rows of docs/performance.md (DDP, "
+      "gradient exchange, weak scaling) need 2 GPUs.")
 PY
 exit $status
