@@ -62,6 +62,11 @@ struct Reader {
     for (hsize_t x : s)
       if (x == 0 || x > hsize_t(std::numeric_limits<int>::max()))
         bad(name + ": shape " + h5::shape_string(s) + " has an empty or oversized dimension");
+    // A damaged or hostile file can claim a huge shape with nothing stored
+    // (HDF5 would return fill values): refuse it before anything is sized
+    // by that shape.
+    if (H5Dget_storage_size(ds.get()) == 0)
+      bad(name + ": shape " + h5::shape_string(s) + " but no data stored in the file");
     return s;
   }
 

@@ -189,17 +189,37 @@ TEST_F(CheckpointTest, LayerGapFails) {
 }
 
 TEST_F(CheckpointTest, HugeShapeIsRefusedBeforeAllocating) {
-  // Chunked and never written: the file is tiny, the declared shape is 2^40
-  // floats. The reader must say so instead of allocating 4 TiB.
+  // Chunked and barely written (one row each): the file is small, the
+  // declared shape is 2^40 floats. The reader must say so instead of
+  // allocating 4 TiB.
   {
     h5::File f = h5::create_file(path("huge.h5"), ExitCode::kOther);
     h5::CreateOptions co;
     co.chunk_rows = 1;
     const hsize_t n = hsize_t(1) << 20;
-    h5::create_dataset(f.get(), "/model/dense0/weight", H5T_IEEE_F32LE, {n, n}, ExitCode::kOther, co);
-    h5::create_dataset(f.get(), "/model/dense0/bias", H5T_IEEE_F32LE, {n}, ExitCode::kOther, co);
+    h5::DataSet w = h5::create_dataset(f.get(), "/model/dense0/weight", H5T_IEEE_F32LE, {n, n},
+                                       ExitCode::kOther, co);
+    h5::DataSet b = h5::create_dataset(f.get(), "/model/dense0/bias", H5T_IEEE_F32LE, {n},
+                                       ExitCode::kOther, co);
+    const std::vector<float> row(n, 0.5f);
+    h5::write_rows(w.get(), H5T_NATIVE_FLOAT, 0, 1, row.data(), ExitCode::kOther);
+    h5::write_rows(b.get(), H5T_NATIVE_FLOAT, 0, 1, row.data(), ExitCode::kOther);
   }
   expect_ckpt_error([&] { read_checkpoint(path("huge.h5"), true); }, {"2^34"});
+}
+
+TEST_F(CheckpointTest, ShapeWithNothingStoredIsRefused) {
+  // Never written: HDF5 would hand back fill values for a shape the file
+  // does not hold, whatever its size.
+  {
+    h5::File f = h5::create_file(path("empty.h5"), ExitCode::kOther);
+    h5::CreateOptions co;
+    co.chunk_rows = 1;
+    h5::create_dataset(f.get(), "/model/dense0/weight", H5T_IEEE_F32LE, {4, 3}, ExitCode::kOther, co);
+    h5::create_dataset(f.get(), "/model/dense0/bias", H5T_IEEE_F32LE, {4}, ExitCode::kOther, co);
+  }
+  expect_ckpt_error([&] { read_checkpoint(path("empty.h5"), true); },
+                    {"/model/dense0/weight", "no data stored"});
 }
 
 }  // namespace
