@@ -31,7 +31,7 @@ po::options_description data_group(Options& o) {
       ("shuffle", po::value(&o.shuffle)->default_value(o.shuffle), "none | full | block | auto (full when the set fits --input-cache-mb, else block)")
       ("input-cache-mb", po::value(&o.input_cache_mb)->default_value(o.input_cache_mb), "rank 0 holds a set in memory when it fits this many MiB")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "global batches rank 0 reads ahead")
-      ("shuffle-block-rows", po::value(&o.shuffle_block_rows)->default_value(o.shuffle_block_rows), "block shuffle: rows per contiguous block")
+      ("shuffle-block-rows", po::value(&o.shuffle_block_rows)->default_value(o.shuffle_block_rows), "block shuffle: rows per contiguous block (0: follow the file's chunks, a multiple of the chunk rows near 1024; 1024 when not chunked)")
       ("shuffle-window-blocks", po::value(&o.shuffle_window_blocks)->default_value(o.shuffle_window_blocks), "block shuffle: blocks shuffled together (the shuffle buffer)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of all randomness (init, shuffle)");
   return d;
@@ -149,7 +149,7 @@ void check_train(const Options& o) {
   require_positive(o.log_every, "log-every");
   require_positive(o.input_cache_mb + 1, "input-cache-mb");
   require_positive(o.prefetch, "prefetch");
-  require_positive(o.shuffle_block_rows, "shuffle-block-rows");
+  require_nonnegative(static_cast<double>(o.shuffle_block_rows), "shuffle-block-rows");
   require_positive(o.shuffle_window_blocks, "shuffle-window-blocks");
   require_nonnegative(static_cast<double>(o.checkpoint_every), "checkpoint-every");
   require_nonnegative(static_cast<double>(o.keep_checkpoints), "keep-checkpoints");

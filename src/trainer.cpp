@@ -46,6 +46,17 @@ ShuffleMode shuffle_mode(const Options& o, const SetInfo& info, std::size_t cach
   return bytes <= cache_bytes ? ShuffleMode::kFull : ShuffleMode::kBlock;
 }
 
+// --shuffle-block-rows, or by default whole chunks of the file (a multiple
+// of its chunk rows near 1024), so that every block read decompresses each
+// chunk it touches once and touches no chunk it does not use.
+std::uint64_t block_rows(const Options& o, const SetInfo& info) {
+  if (o.shuffle_block_rows > 0) return static_cast<std::uint64_t>(o.shuffle_block_rows);
+  constexpr std::uint64_t kTarget = 1024;
+  const std::uint64_t chunk = info.chunk_rows;
+  if (chunk == 0) return kTarget;
+  return std::max<std::uint64_t>(1, (kTarget + chunk / 2) / chunk) * chunk;
+}
+
 const char* shuffle_name(ShuffleMode m) {
   return m == ShuffleMode::kNone ? "none" : m == ShuffleMode::kFull ? "full" : "block";
 }
@@ -192,7 +203,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     qc.batch_size = batch;
     qc.shuffle.mode = mode;
     qc.shuffle.seed = opts.seed;
-    qc.shuffle.block_rows = static_cast<std::uint64_t>(opts.shuffle_block_rows);
+    qc.shuffle.block_rows = block_rows(opts, train.info);
     qc.shuffle.window_blocks = static_cast<std::uint64_t>(opts.shuffle_window_blocks);
     qc.first_step = first_step;
     qc.end_step = total_steps;
@@ -217,6 +228,10 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     for (int r = 0; r < mpi.size() && mpi.rank() == 0; ++r)
       placement += (r ? ", " : "") + std::to_string(r) + "=" + &all[static_cast<std::size_t>(r) * kLen];
   }
+  std::string shuffle_text = shuffle_name(mode);
+  if (mode == ShuffleMode::kBlock)
+    shuffle_text += " (blocks of " + std::to_string(block_rows(opts, train.info)) + " rows, " +
+                    std::to_string(opts.shuffle_window_blocks) + " per window)";
   if (mpi.rank() == 0) {
     std::printf(
         "dptrain: ranks %s\n"
@@ -226,7 +241,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
         placement.c_str(), mpi.size(), mpi.nodes(), mpi.local_size(), be.name().c_str(), rt.threads,
         mpi.mpi_version().c_str(), opts.data.c_str(), opts.train_set.c_str(),
         static_cast<unsigned long long>(train.info.rows),
-        static_cast<unsigned long long>(train.info.dim), shuffle_name(mode), model->spec().c_str(),
+        static_cast<unsigned long long>(train.info.dim), shuffle_text.c_str(), model->spec().c_str(),
         model->num_params(), static_cast<unsigned long long>(batch),
         shard_counts(batch, mpi.size()).back(), shard_counts(batch, mpi.size()).front(),
         static_cast<unsigned long long>(total_steps),

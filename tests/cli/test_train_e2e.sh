@@ -38,6 +38,16 @@ assert train[-1]["loss"] < train[0]["loss"], "loss did not go down"
 assert evals[-1]["accuracy"] > 0.8, evals[-1]
 PY
 
+# Block shuffling follows the file's chunks by default: 28x28 uint8 rows in
+# about 1 MiB chunks are 1337 rows a chunk, the nearest multiple to 1024.
+synthetic "$WORK/c.h5" --n 3000 --val-n 100 --shape 28,28 --classes 4 --dtype uint8 --seed 2
+run 1 60 train --data "$WORK/c.h5" --val-set "" --shuffle block --steps 3 --device cpu
+expect_rc 0 "block shuffle"
+grep -q "shuffle block (blocks of 1337 rows, 64 per window)" "$OUT" || { cat "$OUT"; fail "blocks do not follow the chunks"; }
+run 1 60 train --data "$WORK/c.h5" --val-set "" --shuffle block --shuffle-block-rows 100 --steps 3 --device cpu
+expect_rc 0 "block shuffle, explicit block rows"
+grep -q "blocks of 100 rows" "$OUT" || { cat "$OUT"; fail "--shuffle-block-rows ignored"; }
+
 run 1 30 train --help
 expect_rc 0 "train --help"
 grep -q -- "--batch-size" "$OUT" || fail "train --help does not list --batch-size"
