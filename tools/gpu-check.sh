@@ -2,7 +2,8 @@
 # Implements: the GPU check for a bare machine with an NVIDIA GPU, the CUDA
 # Toolkit and PyTorch but no Open MPI/HDF5/Boost/BLAS: runs the prebuilt GPU
 # tests (1 rank, and 2 when there are 2 GPUs), trains on a synthetic set with
-# --device cuda, and compares step times with PyTorch eager. Under 5 minutes.
+# --device cuda, times a step against its bare cuBLAS GEMMs (dptrain_bench,
+# when built), and compares step times with PyTorch eager. Under 5 minutes.
 #   Here (Debian, network): cmake -S . -B build-gpu -DDPTRAIN_CUDA=ON && cmake --build build-gpu -j
 #                           tools/gpu-deps.sh
 #   There:                  tools/gpu-check.sh
@@ -107,7 +108,19 @@ train() {  # train PRECISION -> $work/PRECISION.jsonl
 for p in fp32 tf32 bf16; do train "$p"; done
 tail -3 "$work/fp32.out"
 
-# --- 3. PyTorch eager on the same MLP, and the step's GEMMs alone ----------------
+# --- 3. a step against its own GEMMs, through the same backend (dptrain_bench) ---
+bench=$build/tools/bench/dptrain_bench
+if [[ -x $bench ]]; then
+  for p in fp32 tf32 bf16; do
+    timeout -k 5 60 "${mpirun[@]}" -n 1 "$bench" gemm --device cuda --precision "$p" \
+      --repeats 200 >"$work/bench-$p.txt" 2>&1 || { note "dptrain_bench gemm --precision $p FAILED:"; status=1; }
+    grep -h '^{' "$work/bench-$p.txt" || tail -5 "$work/bench-$p.txt"
+  done
+else
+  note "no $bench (build its target too): step-vs-GEMM rows skipped"
+fi
+
+# --- 4. PyTorch eager on the same MLP, and the step's GEMMs alone ----------------
 if [[ -z $py ]] || ! "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   note "no PyTorch with CUDA: comparison skipped"
   exit $status

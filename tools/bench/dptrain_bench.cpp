@@ -50,13 +50,16 @@ constexpr const char* kUsage =
     "                                  [--data FILE]\n"
     "  --threads T   BLAS threads per rank (default 1)\n"
     "  --repeats N   timed repeats per row (default: as many as fit about 3 s)\n"
-    "  --data FILE   HDF5 file with /train/features and /train/labels (input row)\n";
+    "  --data FILE   HDF5 file with /train/features and /train/labels (input row)\n"
+    "  --device D    cpu (default) or cuda: the gemm row on the GPU (GEMMs through cuBLAS)\n"
+    "  --precision P fp32 (default), tf32 or bf16 (cuda only)\n";
 
 struct Args {
   std::string what;
   int threads = 1;
   int repeats = 0;  // 0: sized from the warm-up to the row's time budget
   std::string data;
+  std::string device = "cpu", precision = "fp32";
 };
 
 Args parse_args(int argc, char** argv) {
@@ -79,6 +82,8 @@ Args parse_args(int argc, char** argv) {
     if (arg == "--threads") a.threads = positive(arg, value(i));
     else if (arg == "--repeats") a.repeats = positive(arg, value(i));
     else if (arg == "--data") a.data = value(i);
+    else if (arg == "--device") a.device = value(i);
+    else if (arg == "--precision") a.precision = value(i);
     else if (arg == "-h" || arg == "--help") a.what = "help";
     else if (a.what.empty() && arg[0] != '-') a.what = arg;
     else throw Error(ExitCode::kUsage, "unexpected argument '" + arg + "'\n" + kUsage);
@@ -87,6 +92,9 @@ Args parse_args(int argc, char** argv) {
   DPT_REQUIRE(a.what == "gemm" || a.what == "exchange" || a.what == "input" || a.what == "all",
               ExitCode::kUsage, "which benchmark: gemm, exchange, input or all\n" + std::string(kUsage));
   DPT_REQUIRE(a.what != "input" || !a.data.empty(), ExitCode::kUsage, "input needs --data FILE");
+  DPT_REQUIRE(a.device == "cpu" || a.device == "cuda", ExitCode::kUsage, "--device: cpu or cuda");
+  DPT_REQUIRE(a.precision == "fp32" || a.precision == "tf32" || a.precision == "bf16",
+              ExitCode::kUsage, "--precision: fp32, tf32 or bf16");
   return a;
 }
 
@@ -221,13 +229,21 @@ double base_over_ours(double ours, double base) { return base / ours; }
 
 // --- gemm: one training step against the GEMMs inside it ----------------------
 Row bench_gemm(const MpiSession& mpi, const Args& args) {
-  const std::string name = "step vs bare GEMMs (1 rank, " + plural(args.threads, "thread") + ")";
+  const bool cuda = args.device == "cuda";
+  const std::string name =
+      cuda ? "step vs bare GEMMs (1 GPU, " + args.precision + ")"
+           : "step vs bare GEMMs (1 rank, " + plural(args.threads, "thread") + ")";
   if (mpi.rank() != 0) {
     idle_barrier(mpi.world());
     return {};
   }
   constexpr int kBatch = 128, kInput = 784;
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{args.threads});
+  BackendOptions bo;
+  bo.threads = args.threads;
+  bo.precision = args.precision == "tf32"   ? Precision::kTf32
+                 : args.precision == "bf16" ? Precision::kBf16
+                                            : Precision::kFp32;
+  auto be = make_backend(cuda ? DeviceKind::kCuda : DeviceKind::kCpu, bo);
   auto comm = make_mpi_communicator(MPI_COMM_SELF);
   Model model(*be, parse_model_spec("dense:256,relu,dense:256,relu,dense:10"), kInput, kBatch);
   model.init(1);
@@ -257,9 +273,12 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
     int ldc;
   };
   std::vector<DeviceBuffer<float>> buffers;
+  buffers.reserve(32);  // pointers into it are kept
   auto buffer = [&](int rows, int cols) {
-    buffers.emplace_back(*be, std::size_t(rows) * cols);
-    for (std::size_t i = 0; i < buffers.back().size(); ++i) buffers.back().get()[i] = uniform(rng);
+    std::vector<float> host(std::size_t(rows) * cols);
+    for (float& v : host) v = uniform(rng);
+    buffers.emplace_back(*be, host.size());
+    be->copy_to_device(buffers.back().get(), host.data(), host.size() * sizeof(float));
     return buffers.back().get();
   };
   std::vector<Gemm> forward, backward;
@@ -277,17 +296,26 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
   gemms.insert(gemms.end(), backward.begin(), backward.end());
   openblas_set_num_threads(args.threads);
 
+  // Both sides end with the device idle (train_step reads a count back;
+  // synchronize() is free on the CPU).
   const Side ours{nullptr, [&] {
                     const auto t0 = Clock::now();
                     train_step(*be, *comm, model, opt, LossKind::kXent, dev, kBatch, 1e-3f,
                                stats.get(), nullptr);
+                    be->synchronize();
                     return ms_since(t0);
                   }};
   const Side base{nullptr, [&] {
                     const auto t0 = Clock::now();
-                    for (const Gemm& g : gemms)
-                      cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b,
-                                  g.ldb, 0.0f, g.c, g.ldc);
+                    for (const Gemm& g : gemms) {
+                      if (cuda)  // the backend's GEMM is the bare cuBLAS call
+                        be->gemm(g.ta == CblasTrans, g.tb == CblasTrans, g.m, g.n, g.k, 1.0f, g.a,
+                                 g.lda, g.b, g.ldb, 0.0f, g.c, g.ldc);
+                      else
+                        cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda,
+                                    g.b, g.ldb, 0.0f, g.c, g.ldc);
+                    }
+                    be->synchronize();
                     return ms_since(t0);
                   }};
   const Samples s = alternate(MPI_COMM_SELF, args, {20, 3.0, 20, 5000}, ours, base);
@@ -297,7 +325,9 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
                       std::to_string(model.num_params()) +
                       " params) of MLP 784-256-256-10 on 128 rows; baseline = its " +
                       plural(static_cast<long>(gemms.size()), "GEMM") +
-                      " (cblas_sgemm, same shapes) back to back; ratio = ours / baseline");
+                      (cuda ? " (cublasGemmEx through the backend, same shapes and precision)"
+                            : " (cblas_sgemm, same shapes)") +
+                      " back to back; ratio = ours / baseline");
 }
 
 std::string format_mib(double mib) {
