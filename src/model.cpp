@@ -74,6 +74,22 @@ std::string activation_name(Activation a) {
   return "unknown";
 }
 
+std::vector<DenseInfo> dense_layout(const std::vector<int>& widths) {
+  std::vector<DenseInfo> layout;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
+    DenseInfo d;
+    d.name = "dense" + std::to_string(i);
+    d.in = widths[i];
+    d.out = widths[i + 1];
+    d.weight_offset = n;
+    d.bias_offset = n + static_cast<std::size_t>(d.in) * d.out;
+    n = d.bias_offset + d.out;
+    layout.push_back(std::move(d));
+  }
+  return layout;
+}
+
 std::vector<LayerSpec> parse_model_spec(const std::string& spec) {
   std::vector<LayerSpec> layers;
   std::size_t pos = 0;
@@ -103,20 +119,14 @@ Model::Model(Backend& backend, std::vector<LayerSpec> layers, int input_dim, int
   DPT_REQUIRE(input_dim_ >= 1, ExitCode::kData, "the input width must be at least 1");
   DPT_REQUIRE(max_rows_ >= 0, ExitCode::kOther, "max_rows must not be negative");
 
+  std::vector<int> widths{input_dim_};
   int width = input_dim_;
   int max_width = input_dim_;
   for (const LayerSpec& l : layers_) {
     if (l.kind == LayerSpec::Kind::kDense) {
       DPT_REQUIRE(l.units >= 1, ExitCode::kUsage, "dense width must be >= 1");
-      DenseInfo d;
-      d.name = "dense" + std::to_string(dense_.size());
-      d.in = width;
-      d.out = l.units;
-      d.weight_offset = num_params_;
-      d.bias_offset = num_params_ + static_cast<std::size_t>(d.in) * d.out;
-      num_params_ = d.bias_offset + d.out;
-      layer_dense_.push_back(static_cast<int>(dense_.size()));
-      dense_.push_back(std::move(d));
+      layer_dense_.push_back(static_cast<int>(widths.size()) - 1);
+      widths.push_back(l.units);
       width = l.units;
     } else {
       layer_dense_.push_back(-1);
@@ -125,6 +135,8 @@ Model::Model(Backend& backend, std::vector<LayerSpec> layers, int input_dim, int
     max_width = std::max(max_width, width);
   }
   output_dim_ = width;
+  dense_ = dense_layout(widths);
+  num_params_ = arena_size(dense_);
 
   const auto rows = static_cast<std::size_t>(max_rows_);
   params_ = DeviceBuffer<float>(be_, num_params_);

@@ -262,20 +262,14 @@ InputPipeline::~InputPipeline() {
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-double InputPipeline::start(std::uint64_t rows) {
+void InputPipeline::start(std::uint64_t rows) {
   DPT_REQUIRE(!started_, ExitCode::kOther, "input pipeline: start() twice without finish()");
-  double waited_ms = 0;
-  if (queue_) {
-    const auto t0 = std::chrono::steady_clock::now();
-    batch_ = queue_->pop();
-    waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  }
+  if (queue_) batch_ = queue_->pop();
   began_ = std::chrono::steady_clock::now();
   fill_->release();  // the step before last, all queued, was its last reader
   scatter_.start(batch_ ? &*batch_ : nullptr, rows, fill_->host());
   started_ = true;
   seen_done_ = false;
-  return waited_ms;
 }
 
 void InputPipeline::between_layers() {

@@ -117,8 +117,8 @@ class InputPipeline final : public LayerHooks {
 
   // Begins moving the next global batch of `rows` (from the BatchPlan) into
   // the free buffer. Rank 0 first pops it from its queue, which blocks while
-  // the reader is behind; returns the ms it waited for that.
-  double start(std::uint64_t rows);
+  // the reader is behind.
+  void start(std::uint64_t rows);
   bool started() const { return started_; }
   void between_layers() override;
   // Waits for the started batch and returns this rank's shard in backend

@@ -45,6 +45,14 @@ class LayerHooks {
   virtual void grads_ready(std::size_t begin) { (void)begin; }
 };
 
+// The arena layout of dense layers of widths {in, out0, out1, ...}: dense<i>
+// weight [out_i, in_i] then bias [out_i], in layer order (what Model builds).
+std::vector<DenseInfo> dense_layout(const std::vector<int>& widths);
+// Floats in such an arena.
+inline std::size_t arena_size(const std::vector<DenseInfo>& layout) {
+  return layout.empty() ? 0 : layout.back().bias_offset + layout.back().out;
+}
+
 class Model {
  public:
   // max_rows: the largest number of rows forward/backward will be called

@@ -46,7 +46,6 @@ class Scatter {
   void start(const Batch* batch, std::uint64_t rows, Shard& out);
   bool test();  // advances it; true once complete (also when none is in flight)
   void wait();
-  bool in_flight() const { return in_flight_; }
 
  private:
   // Fills the element counts and offsets of this batch's shards.

@@ -7,6 +7,7 @@
 
 #include "dptrain/checkpoint.hpp"
 #include "dptrain/error.hpp"
+#include "dptrain/model.hpp"
 
 namespace {
 
@@ -26,17 +27,8 @@ dptrain::CheckpointData make(const std::vector<int> &dims,
   d.meta.config = "model = " + d.meta.model + "\nlr = 0.01\n";
   d.meta.optimizer = optimizer;
   d.meta.optimizer_step = 2;
-  std::size_t n = 0;
-  for (std::size_t i = 0; i + 1 < dims.size(); ++i) {
-    dptrain::DenseInfo l;
-    l.name = "dense" + std::to_string(i);
-    l.in = dims[i];
-    l.out = dims[i + 1];
-    l.weight_offset = n;
-    l.bias_offset = n + std::size_t(l.in) * l.out;
-    n = l.bias_offset + l.out;
-    d.layout.push_back(l);
-  }
+  d.layout = dptrain::dense_layout(dims);
+  const std::size_t n = dptrain::arena_size(d.layout);
   d.params.resize(n);
   for (std::size_t j = 0; j < n; ++j)
     d.params[j] = 0.01f * float(j % 17) - 0.05f;

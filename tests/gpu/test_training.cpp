@@ -91,8 +91,8 @@ TEST(CudaTraining, Bf16LossStaysCloseToFp32) {
   auto gpu = gpu_test::make_gpu(Precision::kBf16);
   auto cpu = gpu_test::make_cpu();
   std::vector<float> gpu_losses, cpu_losses;
-  const auto on_gpu = train(*gpu, cfg, 1e-3f, &gpu_losses);
-  const auto on_cpu = train(*cpu, cfg, 1e-3f, &cpu_losses);
+  train(*gpu, cfg, 1e-3f, &gpu_losses);
+  train(*cpu, cfg, 1e-3f, &cpu_losses);
+  ASSERT_EQ(gpu_losses.size(), static_cast<std::size_t>(kSteps));
   EXPECT_TRUE(all_close(gpu_losses, cpu_losses, 3e-2, 0.0));
-  EXPECT_EQ(on_gpu.size(), on_cpu.size());
 }

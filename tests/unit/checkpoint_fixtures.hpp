@@ -20,25 +20,8 @@
 namespace dptrain::testing {
 
 // dims {in, h, ..., out} -> the arena layout Model builds.
-inline std::vector<DenseInfo> layout_of(const std::vector<int>& dims) {
-  std::vector<DenseInfo> l;
-  std::size_t n = 0;
-  for (std::size_t i = 0; i + 1 < dims.size(); ++i) {
-    DenseInfo d;
-    d.name = "dense" + std::to_string(i);
-    d.in = dims[i];
-    d.out = dims[i + 1];
-    d.weight_offset = n;
-    d.bias_offset = n + std::size_t(d.in) * d.out;
-    n = d.bias_offset + d.out;
-    l.push_back(d);
-  }
-  return l;
-}
+inline std::vector<DenseInfo> layout_of(const std::vector<int>& dims) { return dense_layout(dims); }
 
-inline std::size_t arena_size(const std::vector<DenseInfo>& l) { return l.back().bias_offset + l.back().out; }
-
-// A full training checkpoint whose every value differs from its neighbours.
 inline CheckpointData make_data(const std::vector<int>& dims = {6, 5, 3}) {
   CheckpointData d;
   d.meta.model = "dense:" + std::to_string(dims[1]);
