@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "cpu/blas_kernel.hpp"
 #include "dptrain/config.hpp"
 #include "dptrain/error.hpp"
 #include "dptrain/launch.hpp"
@@ -36,6 +37,8 @@ ExitCode run(const dptrain::Options& opts, dptrain::MpiSession& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before MPI starts: may re-execute with the right OpenBLAS kernel.
+  dptrain::select_blas_kernel(argv);
   dptrain::MpiSession mpi(argc, argv);
   dptrain::Options opts;
   try {

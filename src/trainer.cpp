@@ -236,10 +236,11 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
     std::printf(
         "dptrain: ranks %s\n"
         "dptrain: %d rank(s) on %d node(s), %d per node, device %s, %d thread(s)/rank, %s\n"
+        "dptrain: GEMM %s\n"
         "dptrain: data %s: /%s %llu x %llu, shuffle %s; model %s (%zu parameters); "
         "batch %llu (shards of %d..%d); %llu steps (%llu per epoch)\n",
         placement.c_str(), mpi.size(), mpi.nodes(), mpi.local_size(), be.name().c_str(), rt.threads,
-        mpi.mpi_version().c_str(), opts.data.c_str(), opts.train_set.c_str(),
+        mpi.mpi_version().c_str(), be.gemm_library().c_str(), opts.data.c_str(), opts.train_set.c_str(),
         static_cast<unsigned long long>(train.info.rows),
         static_cast<unsigned long long>(train.info.dim), shuffle_text.c_str(), model->spec().c_str(),
         model->num_params(), static_cast<unsigned long long>(batch),

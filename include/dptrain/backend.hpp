@@ -49,6 +49,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;  // "cpu" or "cuda"
+  // The GEMM library, its version and kernel, for the start-up summary.
+  virtual std::string gemm_library() const = 0;
 
   // --- memory (bytes) ---
   virtual void* allocate(std::size_t bytes) = 0;  // zero-filled

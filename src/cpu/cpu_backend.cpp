@@ -3,6 +3,8 @@
 // against this one, so it favours exactness over speed where they conflict.
 #include "cpu/cpu_backend.hpp"
 
+#include "cpu/blas_kernel.hpp"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -106,6 +108,7 @@ class CpuBackend final : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string name() const override { return "cpu"; }
+  std::string gemm_library() const override { return blas_description(); }
 
   void* allocate(std::size_t bytes) override {
     void* p = allocate_host(bytes);

@@ -79,6 +79,12 @@ class CudaBackend final : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   std::string name() const override { return "cuda"; }
+  std::string gemm_library() const override {
+    int v = 0;
+    cublasGetVersion(cublas_.get(), &v);
+    return "cuBLAS " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+           std::to_string(v % 100);
+  }
   cudaStream_t stream() const { return stream_.get(); }
   int device() const { return device_; }
 

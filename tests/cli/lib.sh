@@ -19,13 +19,15 @@ fail() {
 }
 
 # run NP TIMEOUT ARGS... : runs dptrain on NP ranks; sets RC, OUT, ERR.
+# MPIEXEC_ARGS (an array) adds options to mpiexec.
+MPIEXEC_ARGS=()
 run() {
   local np=$1 limit=$2
   shift 2
   OUT=$WORK/out.txt
   ERR=$WORK/err.txt
   set +e
-  timeout -k 5 "$limit" "$MPIEXEC" -n "$np" --oversubscribe "$DPTRAIN" "$@" </dev/null >"$OUT" 2>"$ERR"
+  timeout -k 5 "$limit" "$MPIEXEC" -n "$np" --oversubscribe "${MPIEXEC_ARGS[@]}" "$DPTRAIN" "$@" </dev/null >"$OUT" 2>"$ERR"
   RC=$?
   set -e
   if [[ $RC -eq 124 || $RC -eq 137 ]]; then

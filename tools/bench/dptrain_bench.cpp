@@ -34,6 +34,7 @@
 #include "dptrain/model.hpp"
 #include "dptrain/optimizer.hpp"
 #include "dptrain/scatter.hpp"
+#include "cpu/blas_kernel.hpp"
 #include "h5.hpp"
 #include "runtime.hpp"
 
@@ -497,6 +498,7 @@ int run(const MpiSession& mpi, const Args& args) {
 
 int main(int argc, char** argv) {
   using namespace dptrain;
+  select_blas_kernel(argv);  // the GEMM kernel dptrain itself would run
   MpiSession mpi(argc, argv);
   bench::Args args;
   try {

@@ -1,0 +1,42 @@
+# OpenBLAS's kernel choice: when the library falls back to its generic kernel
+# on a CPU with AVX2 or AVX-512 (its model table does not know the CPU),
+# dptrain re-executes itself once, before MPI starts, with the kernel the CPU
+# supports, and the start-up summary says so; a user's OPENBLAS_CORETYPE is
+# obeyed, with a warning when it is below the CPU.
+source "$(dirname "$0")/lib.sh"
+: "${OPENBLAS_UNKNOWN_CPU:?run through ctest}"
+
+if ! grep -qw avx2 /proc/cpuinfo; then
+  echo "SKIP: this CPU has no AVX2, so OpenBLAS's generic kernel is the right one"
+  exit 0
+fi
+unset OPENBLAS_CORETYPE
+if grep -qw avx512_bf16 /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then want=Cooperlake
+elif grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then want=SkylakeX
+else want=Haswell; fi
+
+synthetic "$WORK/d.h5" --n 200 --val-n 40 --shape 6 --classes 3 --dtype float32 --seed 1
+args=(train --data "$WORK/d.h5" --model dense:8,relu,dense:3 --batch-size 20 --epochs 1
+      --device cpu --threads 1 --seed 3)
+
+# 1. The library's own pick is generic: every rank re-executes with $want.
+export LD_PRELOAD=$OPENBLAS_UNKNOWN_CPU
+MPIEXEC_ARGS=(-x LD_PRELOAD)
+run 2 120 "${args[@]}"
+expect_rc 0 "training after the re-exec"
+grep -q "GEMM OpenBLAS .*, $want kernel (chosen for this CPU's .*; the library's own pick was Prescott)" "$OUT" ||
+  { cat "$OUT"; fail "summary does not show the re-exec to $want"; }
+grep -q WARNING "$OUT" && { cat "$OUT"; fail "warning although the right kernel runs"; }
+
+# 2. The user's choice is obeyed, with a warning.
+OPENBLAS_CORETYPE=Prescott run 2 120 "${args[@]}"
+expect_rc 0 "training with OPENBLAS_CORETYPE=Prescott"
+grep -q "Prescott kernel (set by OPENBLAS_CORETYPE); WARNING: below this CPU's" "$OUT" ||
+  { cat "$OUT"; fail "user's OPENBLAS_CORETYPE not obeyed or not warned about"; }
+unset LD_PRELOAD
+
+# 3. A library that knows the CPU is left alone: no re-exec.
+run 1 120 "${args[@]}"
+expect_rc 0 "training with the library's own pick"
+grep -q "GEMM OpenBLAS [0-9.]*, [A-Za-z]* kernel$" "$OUT" || { cat "$OUT"; fail "unexpected GEMM line"; }
+echo PASS
