@@ -53,9 +53,18 @@ def read_idx(src, stem, magic):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--src", default=DEFAULT_SRC, help=f"directory of the idx files (default {DEFAULT_SRC})")
-    ap.add_argument("out", help="output HDF5 file")
+    ap.add_argument("--train-rows", type=int, default=0, help="keep the first N training images (0: all)")
+    ap.add_argument("--test-rows", type=int, default=0, help="keep the first N test images (0: all)")
+    ap.add_argument("out", help="output HDF5 file (its folder is created)")
     args = ap.parse_args()
-    with h5py.File(args.out, "w") as f:
+    keep = {"train": args.train_rows, "test": args.test_rows}
+    if min(keep.values()) < 0:
+        ap.error("--train-rows and --test-rows must be >= 0")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    # Written under a temporary name and renamed, so an interrupted run never
+    # leaves a partial file that a later run (tools/demo.sh) would take as done.
+    tmp = args.out + ".tmp"
+    with h5py.File(tmp, "w") as f:
         for name, stem in SETS.items():
             images = read_idx(args.src, f"{stem}-images-idx3-ubyte", IMAGES_MAGIC)
             labels = read_idx(args.src, f"{stem}-labels-idx1-ubyte", LABELS_MAGIC)
@@ -63,6 +72,8 @@ def main():
                 sys.exit(f"convert_fashion_mnist: {name}: {len(images)} images but {len(labels)} labels")
             if labels.max() >= 10:
                 sys.exit(f"convert_fashion_mnist: {name}: label {labels.max()} outside [0, 10)")
+            if keep[name]:
+                images, labels = images[:keep[name]], labels[:keep[name]]
             row = int(np.prod(images.shape[1:]))
             chunk = (max(1, min(len(images), CHUNK_BYTES // row)), *images.shape[1:])
             f.create_dataset(f"{name}/features", data=images, chunks=chunk)
@@ -70,6 +81,7 @@ def main():
                              chunks=(min(len(labels), CHUNK_BYTES // 4),))
             print(f"{args.out}: /{name}: {len(images)} images {images.shape[1:]}")
         f.attrs["source"] = "Fashion-MNIST (Zalando Research), MIT license"
+    os.replace(tmp, args.out)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Example:
         --classes 10 --dtype uint8 --seed 1
 """
 import argparse
+import os
 import sys
 
 try:
@@ -85,6 +86,7 @@ def main():
     task = np.random.default_rng([args.seed, 0])
     means = (task.standard_normal((args.classes, dim)) * 1.5).astype(np.float32)
     weights = (task.standard_normal((dim, max(1, args.regression))) / np.sqrt(dim)).astype(np.float32)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with h5py.File(args.out, "w") as f:
         for i, name in enumerate(sets):
             rng = np.random.default_rng([args.seed, i + 1])

@@ -44,8 +44,14 @@ def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
-def run(cmd, timeout):
-    env = dict(os.environ, **ENV_ONE_THREAD)
+# Set in main(): the PyTorch baseline runs OpenBLAS's kernel that dptrain runs
+# (torch reaches OpenBLAS through libblas.so.3 on Debian, and would otherwise
+# keep the library's own pick, generic on CPUs its table does not know).
+BASELINE_ENV = {}
+
+
+def run(cmd, timeout, extra_env=None):
+    env = dict(os.environ, **ENV_ONE_THREAD, **(extra_env or {}))
     t0 = time.perf_counter()
     p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                        env=env, timeout=timeout, cwd=ROOT)
@@ -84,7 +90,7 @@ class Bench:
         cmd = [self.a.python, os.path.join(HERE, "torch_mlp.py"), "--data", self.a.data,
                "--mode", mode, "--ranks", str(ranks), "--threads", "1", "--batch", str(self.a.batch),
                "--warmup", str(self.a.torch_warmup), "--steps", str(self.a.torch_steps)]
-        out, wall = run(cmd, self.a.timeout)
+        out, wall = run(cmd, self.a.timeout, BASELINE_ENV)
         result = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
         return {"cmd": shlex.join(cmd), "wall_s": wall, **result}
 
@@ -206,9 +212,17 @@ def machine(args):
                       env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).returncode:
         commit += " (+ uncommitted changes)"
     torch_v = sh([args.python, "-c", "import torch; print(torch.__version__)"])
+    # The GEMM library and kernel dptrain runs here (its start-up summary), and
+    # torch's BLAS: the figures depend on both.
+    startup = sh([os.path.join(args.build_dir, "dptrain"), "train", "--data", args.data, "--steps", "1",
+                  "--val-set", "", "--device", "cpu", "--threads", "1"])
+    gemm = re.search(r"^dptrain: GEMM (.*)$", startup, re.M)
+    torch_blas = sh([args.python, "-c", "import torch, re; c = torch.__config__.show(); "
+                     "m = re.search(r'BLAS_INFO=(\\w+)', c); print(m.group(1) if m else '?')"])
     return {"cpu": cpu, "cores": os.cpu_count(), "host": platform.node(),
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "dptrain_commit": commit, "torch": torch_v,
+            "dptrain_commit": commit, "torch": torch_v, "torch_blas": torch_blas,
+            "dptrain_gemm": gemm.group(1) if gemm else "unknown (no GEMM line in the start-up summary)",
             "openmpi": (sh([args.mpiexec, "--version"]).splitlines() or [""])[0],
             "loadavg_start": open("/proc/loadavg").read().split()[:3]}
 
@@ -225,6 +239,7 @@ def write_md(path, info, args, rows):
         f"- machine: {info['cpu']}, {info['cores']} cores ({info['host']})",
         f"- date: {info['date']}; load average at start: {' '.join(info['loadavg_start'])}",
         f"- dptrain commit {info['dptrain_commit']}; torch {info['torch']}; {info['openmpi']}",
+        f"- GEMMs: dptrain {info['dptrain_gemm']}; torch BLAS {info['torch_blas']}",
         f"- data: {os.path.relpath(args.data, ROOT)}; MLP 784-256-256-10, Adam, global batch {args.batch}; "
         f"{args.repeats} repeats, medians; 1 thread per process (OMP/OPENBLAS_NUM_THREADS=1)", "",
         "| row | ours | baseline | ratio (median) | target | met? |",
@@ -304,6 +319,10 @@ def main():
     os.makedirs(args.out, exist_ok=True)
 
     info = machine(args)
+    kernel = re.search(r"OpenBLAS [\d.]+, (\w+) kernel", info["dptrain_gemm"])
+    if kernel and not os.environ.get("OPENBLAS_CORETYPE"):
+        BASELINE_ENV["OPENBLAS_CORETYPE"] = kernel.group(1)
+        info["torch_blas"] += f", run with OPENBLAS_CORETYPE={kernel.group(1)} (dptrain's kernel)"
     b = Bench(args)
     rows, repeats = ([], []) if args.skip_e2e else b.end_to_end()
     micro_rows, micro_raw = b.micro()
