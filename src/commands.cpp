@@ -8,17 +8,17 @@
 #include "dptrain/metrics.hpp"
 #include "dptrain/trainer.hpp"
 #include "h5.hpp"
-#include "runtime.hpp"
+#include "control_plane.hpp"
+#include "evaluate.hpp"
+#include "shard_transfer.hpp"
+#include "shared_set.hpp"
 
 namespace dptrain {
 namespace {
 
-void broadcast_string(MPI_Comm comm, std::string& s) {
-  std::uint64_t n = s.size();
-  DPT_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm));
-  s.resize(n);
-  if (n) DPT_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm));
-}
+// eval and predict read the set once, in order: hold it in memory when it
+// fits this much (the training default of --input-cache-mb).
+constexpr std::size_t kEvalCacheBytes = std::size_t(1) << 30;
 
 // A checkpoint's model on every rank, with rank 0's weights.
 struct LoadedModel {
@@ -27,7 +27,7 @@ struct LoadedModel {
   std::int64_t step = 0;
 };
 
-LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, DataSet* set_out,
+LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, SharedSet* set_out,
                        const std::string& set_name, std::uint64_t batch) {
   CheckpointData ck;
   std::string spec, loss;
@@ -68,9 +68,9 @@ LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, 
 ExitCode run_eval(const Options& opts, MpiSession& mpi) {
   Runtime rt = make_runtime(opts, mpi);
   const auto batch = static_cast<std::uint64_t>(opts.eval_batch_size);
-  DataSet set;
+  SharedSet set;
   LoadedModel lm = load_model(opts, mpi, rt, &set, opts.set, batch);
-  const EvalResult r = evaluate(rt, mpi, set, *lm.model, lm.loss, batch, std::size_t(1) << 30);
+  const EvalResult r = evaluate(mpi, *rt.backend, *rt.comm, set, *lm.model, lm.loss, batch, kEvalCacheBytes);
   if (mpi.rank() == 0) {
     if (lm.loss == LossKind::kXent)
       std::printf("%s /%s: %llu samples, loss %.6f, accuracy %.6f\n", opts.data.c_str(),
@@ -93,7 +93,7 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   Runtime rt = make_runtime(opts, mpi);
   Backend& be = *rt.backend;
   const auto batch = static_cast<std::uint64_t>(opts.eval_batch_size);
-  DataSet set;
+  SharedSet set;
   LoadedModel lm = load_model(opts, mpi, rt, &set, opts.set, batch);
   const int width = lm.model->output_dim();
   const std::uint64_t n = set.info.rows;
@@ -103,8 +103,6 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   const std::string tmp = opts.output + ".tmp";
   h5::File out;
   h5::DataSet logits_ds, labels_ds;
-  std::unique_ptr<InputQueue> queue;
-  const BatchPlan plan(n, batch);
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
     out = h5::create_file(tmp, ExitCode::kUsage);
@@ -115,45 +113,32 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
     co.chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, 1u << 18));
     labels_ds = h5::create_dataset(out.get(), "/predictions/labels", H5T_STD_I32LE, {n},
                                    ExitCode::kUsage, co);
-    InputQueueConfig qc;
-    qc.batch_size = batch;
-    qc.shuffle.mode = ShuffleMode::kNone;
-    qc.end_step = plan.steps_per_epoch();
-    qc.raw_uint8 = raw_uint8_wire(set.info);
-    queue = std::make_unique<InputQueue>(*set.data, qc);
   });
 
-  const bool raw = raw_uint8_wire(set.info);
-  ShardBuffers shard(be, max_shard_rows(batch, mpi.size()), set.info.dim, set.info.label_width,
-                     lm.loss, 0, raw);
-  Scatter scatter(mpi.world(), set.info.dim, set.info.label_width, lm.loss == LossKind::kXent,
-                  raw);
+  // Each batch's outputs are gathered to rank 0 in rank order, which is
+  // sample order (shards are consecutive rows), and written there.
   std::vector<float> local(static_cast<std::size_t>(max_shard_rows(batch, mpi.size())) * width);
   std::vector<float> global(mpi.rank() == 0 ? batch * width : 0);
   std::vector<std::int32_t> labels(mpi.rank() == 0 ? batch : 0);
-  for (std::uint64_t s = 0; s < plan.steps_per_epoch(); ++s) {
-    const BatchSlot slot = plan.slot(s);
-    Shard& dev = next_shard(queue.get(), scatter, slot.rows, shard);
-    if (dev.rows > 0) {
-      const float* o = lm.model->forward(dev.features, dev.rows);
-      be.copy_to_host(local.data(), o, static_cast<std::size_t>(dev.rows) * width * sizeof(float));
-    }
+  forward_pass(mpi, be, set, *lm.model, lm.loss, batch, kEvalCacheBytes,
+               [&](const BatchSlot& slot, const Shard& shard, const float* o) {
+    if (shard.rows > 0)
+      be.copy_to_host(local.data(), o, static_cast<std::size_t>(shard.rows) * width * sizeof(float));
     std::vector<int> counts = shard_counts(slot.rows, mpi.size());
     for (int& c : counts) c *= width;
     const std::vector<int> displs = shard_offsets(counts);
-    DPT_MPI_CHECK(MPI_Gatherv(local.data(), dev.rows * width, MPI_FLOAT, global.data(),
+    DPT_MPI_CHECK(MPI_Gatherv(local.data(), shard.rows * width, MPI_FLOAT, global.data(),
                               counts.data(), displs.data(), MPI_FLOAT, 0, mpi.world()));
-    if (mpi.rank() == 0) {
-      for (std::uint64_t r = 0; r < slot.rows; ++r) {
-        const float* row = global.data() + r * width;
-        labels[r] = static_cast<std::int32_t>(std::max_element(row, row + width) - row);
-      }
-      h5::write_rows(logits_ds.get(), H5T_NATIVE_FLOAT, slot.position, slot.rows, global.data(),
-                     ExitCode::kOther);
-      h5::write_rows(labels_ds.get(), H5T_NATIVE_INT32, slot.position, slot.rows, labels.data(),
-                     ExitCode::kOther);
+    if (mpi.rank() != 0) return;
+    for (std::uint64_t r = 0; r < slot.rows; ++r) {
+      const float* row = global.data() + r * width;
+      labels[r] = static_cast<std::int32_t>(std::max_element(row, row + width) - row);
     }
-  }
+    h5::write_rows(logits_ds.get(), H5T_NATIVE_FLOAT, slot.position, slot.rows, global.data(),
+                   ExitCode::kOther);
+    h5::write_rows(labels_ds.get(), H5T_NATIVE_INT32, slot.position, slot.rows, labels.data(),
+                   ExitCode::kOther);
+  });
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
     h5::write_attr(out.get(), "checkpoint", opts.checkpoint, ExitCode::kOther);

@@ -9,7 +9,8 @@
 #include "dptrain/checkpoint.hpp"
 #include "dptrain/config.hpp"
 #include "dptrain/optimizer.hpp"
-#include "runtime.hpp"
+#include "dptrain/launch.hpp"
+#include "loss.hpp"
 
 namespace dptrain {
 
@@ -32,6 +33,34 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
 void save_state(const std::string& path, bool in_checkpoint_dir, const Options& opts,
                 const MpiSession& mpi, Runtime& rt, Model& model, Optimizer& opt, LossKind loss,
                 const BatchPlan& plan, std::uint64_t step);
+
+// The state a step loop saves, bound once to what it is made of. Agreed, as
+// save_state.
+class StateSaver {
+ public:
+  StateSaver(const Options& opts, const MpiSession& mpi, Runtime& rt, Model& model, Optimizer& opt,
+             LossKind loss, const BatchPlan& plan)
+      : opts_(opts), mpi_(mpi), rt_(rt), model_(model), opt_(opt), loss_(loss), plan_(plan) {}
+  // After `steps` completed steps: ckpt-<steps>.h5 in --checkpoint-dir, old
+  // ones pruned to --keep-checkpoints.
+  void to_dir(std::uint64_t steps) const {
+    save_state(checkpoint_path(opts_.checkpoint_dir, static_cast<std::int64_t>(steps)), true, opts_,
+               mpi_, rt_, model_, opt_, loss_, plan_, steps);
+  }
+  // After `steps` completed steps: the --save file.
+  void to_save_file(std::uint64_t steps) const {
+    save_state(opts_.save, false, opts_, mpi_, rt_, model_, opt_, loss_, plan_, steps);
+  }
+
+ private:
+  const Options& opts_;
+  const MpiSession& mpi_;
+  Runtime& rt_;
+  Model& model_;
+  Optimizer& opt_;
+  LossKind loss_;
+  const BatchPlan& plan_;
+};
 
 // Agreed check that every tower holds the same parameters: a checksum per
 // rank, min and max all-reduced. On a mismatch rank 0 names the ranks that

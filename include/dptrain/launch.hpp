@@ -1,14 +1,18 @@
 // Implements: the MPI session (init/finalize), where each rank runs (node,
-// node-local rank, device), and the agreement helpers that keep every rank's
+// node-local rank, device and backend), and the agreement helpers that keep every rank's
 // exit code identical (DESIGN.md section 6).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <mpi.h>
 
+#include "dptrain/backend.hpp"
+#include "dptrain/comm.hpp"
+#include "dptrain/config.hpp"
 #include "dptrain/error.hpp"
 
 namespace dptrain {
@@ -34,6 +38,22 @@ class MpiSession {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
   std::string host_;
 };
+
+// What a rank computes on: the backend (device, threads) and the
+// communicator among the ranks on that backend's memory.
+struct Runtime {
+  DeviceKind device = DeviceKind::kCpu;
+  int device_index = 0;
+  int threads = 1;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> comm;
+};
+
+// Launch's device choice, agreed across ranks: --device auto means cuda only
+// when every rank sees a GPU (so all towers run alike); rank r of a node
+// takes GPU r mod (visible GPUs), and two ranks on one GPU are refused;
+// --threads 0 means the node's cores / ranks on the node.
+Runtime make_runtime(const Options& opts, const MpiSession& mpi);
 
 // Thrown after all ranks agreed on a failure; the rank(s) that failed have
 // already printed the message.

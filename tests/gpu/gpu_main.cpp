@@ -1,6 +1,7 @@
 // Implements: the main of the GPU test binary, run by ctest under mpiexec -n 1
 // and 2. Exits 77 (ctest: skipped) on every rank when any rank sees no GPU;
-// otherwise only rank 0 prints and a failure on any rank fails every rank
+// otherwise rank 0 prints in full, other ranks their failures only, and a
+// failure on any rank fails every rank
 // (the failure count is all-reduced at the end), as in tests/mpi/mpi_main.cpp.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -10,6 +11,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "rank_printer.hpp"
 
 #include "cuda/cuda_backend.hpp"
 #include "gpu_env.hpp"
@@ -33,12 +36,6 @@ bool gpus_distinct(MPI_Comm node, int local_size, int device) {
   std::sort(ids.begin(), ids.end());
   const bool unknown = std::any_of(ids.begin(), ids.end(), [](const std::string& s) { return s.empty(); });
   return !unknown && std::adjacent_find(ids.begin(), ids.end()) == ids.end();
-}
-
-void quiet_other_ranks(int rank) {
-  if (rank == 0) return;
-  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  delete listeners.Release(listeners.default_result_printer());
 }
 
 }  // namespace
@@ -86,7 +83,7 @@ int main(int argc, char** argv) {
     std::printf("GPU tests: %d rank(s), %d GPU(s) visible on rank 0, %s\n", e.size,
                 e.device_count, e.distinct ? "one GPU per rank" : "ranks share GPUs (NCCL tests skip)");
 
-  gpu_test::quiet_other_ranks(e.rank);
+  dptrain::testing_support::install_rank_printer(e.rank);
   const int local = RUN_ALL_TESTS() == 0 ? 0 : 1;
   int failed = 0;
   MPI_Allreduce(&local, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

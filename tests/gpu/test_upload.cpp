@@ -11,7 +11,7 @@
 
 #include "dptrain/metrics.hpp"
 #include "gpu_env.hpp"
-#include "runtime.hpp"
+#include "shard_transfer.hpp"
 
 namespace {
 

@@ -1,17 +1,13 @@
 // Implements: the main of the MPI test binary, run by ctest under
-// mpiexec -n 1..4. Only rank 0 prints; a failure on any rank fails the run on
-// every rank (the failure count is all-reduced at the end).
+// mpiexec -n 1..4. Rank 0 prints in full, every other rank its failures only
+// (rank_printer.hpp); a failure on any rank fails the run on every rank (the
+// failure count is all-reduced at the end).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-namespace {
+#include "rank_printer.hpp"
 
-// Silences every rank but 0 by removing the default printer there.
-void quiet_other_ranks(int rank) {
-  if (rank == 0) return;
-  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  delete listeners.Release(listeners.default_result_printer());
-}
+namespace {
 
 }  // namespace
 
@@ -21,7 +17,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   ::testing::InitGoogleTest(&argc, argv);
-  quiet_other_ranks(rank);
+  dptrain::testing_support::install_rank_printer(rank);
   const int local = RUN_ALL_TESTS() == 0 ? 0 : 1;
   int failed = 0;
   MPI_Allreduce(&local, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -12,7 +12,8 @@
 #include "dptrain/comm.hpp"
 #include "dptrain/optimizer.hpp"
 #include "dptrain/random.hpp"
-#include "runtime.hpp"
+#include "shard_transfer.hpp"
+#include "train_step.hpp"
 
 namespace dptrain {
 namespace {

@@ -13,7 +13,8 @@
 #include "dptrain/metrics.hpp"
 #include "dptrain/optimizer.hpp"
 #include "h5_fixtures.hpp"
-#include "runtime.hpp"
+#include "shard_transfer.hpp"
+#include "train_step.hpp"
 #include "test_paths.hpp"
 
 namespace {

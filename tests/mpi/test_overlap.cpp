@@ -16,7 +16,8 @@
 #include "dptrain/optimizer.hpp"
 #include "dptrain/random.hpp"
 #include "h5_fixtures.hpp"
-#include "runtime.hpp"
+#include "shard_transfer.hpp"
+#include "train_step.hpp"
 #include "test_paths.hpp"
 
 namespace dptrain {

@@ -36,7 +36,8 @@
 #include "dptrain/scatter.hpp"
 #include "cpu/blas_kernel.hpp"
 #include "h5.hpp"
-#include "runtime.hpp"
+#include "shard_transfer.hpp"
+#include "train_step.hpp"
 
 // Declared here too because the reference cblas.h lacks it (as in the backend).
 extern "C" void openblas_set_num_threads(int num_threads);

@@ -1,0 +1,25 @@
+// Implements: the loss of --loss (see loss.hpp).
+#include "loss.hpp"
+
+#include "dptrain/error.hpp"
+
+namespace dptrain {
+
+LossKind parse_loss(const std::string& name) {
+  if (name == "xent") return LossKind::kXent;
+  if (name == "mse") return LossKind::kMse;
+  throw Error(ExitCode::kUsage, "--loss '" + name + "' is not one of: xent, mse");
+}
+
+const char* loss_name(LossKind loss) { return loss == LossKind::kXent ? "xent" : "mse"; }
+
+void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard, int width,
+                float grad_scale, float* dout, float* stats) {
+  if (shard.rows == 0) return;
+  if (loss == LossKind::kXent)
+    be.softmax_xent(out, shard.labels, shard.rows, width, grad_scale, dout, stats);
+  else
+    be.mse(out, shard.targets, shard.rows, width, grad_scale, dout, stats);
+}
+
+}  // namespace dptrain

@@ -1,0 +1,70 @@
+// Implements: opening a set on rank 0 and sharing its shape (see
+// shared_set.hpp).
+#include "shared_set.hpp"
+
+#include "control_plane.hpp"
+#include "dptrain/error.hpp"
+
+namespace dptrain {
+
+namespace {
+
+// What every rank needs to know about a set that only rank 0 opened.
+struct SetShape {
+  std::uint64_t rows, dim, label_width, chunk_rows;
+  std::int32_t feature_type, label_type;
+  std::int64_t max_label;
+};
+
+}  // namespace
+
+SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::string& set,
+                    LossKind loss, int outputs) {
+  SharedSet ds;
+  agree(mpi.world(), [&] {
+    if (mpi.rank() != 0) return;
+    ds.data = std::make_unique<Dataset>(file, set);
+    const SetInfo& info = ds.data->info();
+    const std::string where = file + ": /" + set + "/labels";
+    if (loss == LossKind::kXent) {
+      DPT_REQUIRE(info.label_type == LabelType::kClass, ExitCode::kData,
+                  where + " holds float targets [N, K]; --loss xent needs integer class ids [N]");
+    } else {
+      DPT_REQUIRE(info.label_type == LabelType::kTarget, ExitCode::kData,
+                  where + " holds integer class ids; --loss mse needs float32 targets [N, K]");
+      DPT_REQUIRE(info.label_width == static_cast<std::uint64_t>(outputs), ExitCode::kUsage,
+                  where + " has " + std::to_string(info.label_width) +
+                      " targets per sample but the model's last dense layer has " +
+                      std::to_string(outputs) + " outputs");
+    }
+    ds.max_label = ds.data->validate(loss == LossKind::kXent ? outputs : 0);
+  });
+  SetShape s{};
+  if (mpi.rank() == 0) {
+    const SetInfo& i = ds.data->info();
+    s = {i.rows,
+         i.dim,
+         i.label_width,
+         i.chunk_rows,
+         static_cast<std::int32_t>(i.feature_type),
+         static_cast<std::int32_t>(i.label_type),
+         ds.max_label};
+  }
+  broadcast_value(mpi.world(), s);
+  if (mpi.rank() == 0) {
+    ds.info = ds.data->info();
+  } else {
+    ds.info.file = file;
+    ds.info.set = set;
+    ds.info.rows = s.rows;
+    ds.info.dim = s.dim;
+    ds.info.label_width = s.label_width;
+    ds.info.chunk_rows = s.chunk_rows;
+    ds.info.feature_type = static_cast<FeatureType>(s.feature_type);
+    ds.info.label_type = static_cast<LabelType>(s.label_type);
+    ds.max_label = s.max_label;
+  }
+  return ds;
+}
+
+}  // namespace dptrain

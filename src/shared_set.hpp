@@ -1,0 +1,33 @@
+// Implements: a set of the data file as every rank knows it (internal): the
+// Dataset itself lives on rank 0 only, where it is opened and validated; its
+// shape is broadcast so every rank can size its buffers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dptrain/dataset.hpp"
+#include "dptrain/launch.hpp"
+#include "loss.hpp"
+
+namespace dptrain {
+
+// One set of the data file: the Dataset lives on rank 0 only; info and the
+// largest class id are known on every rank.
+struct SharedSet {
+  std::unique_ptr<Dataset> data;  // rank 0 only
+  SetInfo info;
+  std::int64_t max_label = -1;
+};
+
+// Opens and validates file:/set on rank 0 and broadcasts its shape. Agreed:
+// a bad file makes every rank throw AgreedFailure(kData).
+SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::string& set,
+                   LossKind loss, int outputs);
+
+// Whether a set's features travel as uint8 (InputQueueConfig::raw_uint8,
+// Scatter and ShardBuffers must agree): every uint8 set.
+inline bool raw_uint8_wire(const SetInfo& info) { return info.feature_type == FeatureType::kUint8; }
+
+}  // namespace dptrain

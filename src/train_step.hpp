@@ -1,0 +1,31 @@
+// Implements: one synchronized training step (internal): forward, loss
+// scaled by 1/B_global, backward with bucketed gradient all-reduces, then the
+// optimizer step that every rank applies alike (DESIGN.md section 1).
+#pragma once
+
+#include <cstdint>
+
+#include "dptrain/backend.hpp"
+#include "dptrain/comm.hpp"
+#include "dptrain/model.hpp"
+#include "dptrain/scatter.hpp"
+#include "loss.hpp"
+
+namespace dptrain {
+
+class Optimizer;
+class PhaseTimer;
+class GradientBuckets;
+
+// One synchronized step on this rank's shard: forward, loss scaled by
+// 1/global_rows, backward, all-reduce SUM of the gradient arena, then the
+// optimizer step at lr unless the reduced gradients hold NaN/Inf. Returns
+// false (and skips the update) in that case; every rank sees the same
+// reduced gradients, so every rank returns the same. timer may be null.
+// With buckets, their all-reduces overlap backward (and buckets' hooks run
+// between layers of forward too); without, one all-reduce follows backward.
+bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, LossKind loss,
+                const Shard& shard, std::uint64_t global_rows, float lr, float* stats,
+                PhaseTimer* timer, GradientBuckets* buckets = nullptr);
+
+}  // namespace dptrain
