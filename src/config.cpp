@@ -9,6 +9,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "dptrain/backend.hpp"
 #include "dptrain/error.hpp"
 #include "dptrain/model.hpp"
 #include "dptrain/optimizer.hpp"
@@ -166,7 +167,11 @@ void check_train(const Options& o) {
 }
 
 void check_common(const Options& o) {
-  require_one_of(o.device, "device", {"auto", "cpu", "cuda"});
+  // The backends come from the factory, built or not: one not built here
+  // fails later with a message that says so.
+  std::vector<std::string> devices = {"auto"};
+  for (const std::string& name : backend_names()) devices.push_back(name);
+  require_one_of(o.device, "device", devices);
   require_one_of(o.precision, "precision", {"fp32", "tf32", "bf16"});
   require_nonnegative(static_cast<double>(o.threads), "threads");
   if (!(o.comm_timeout > 0)) usage_error("--comm-timeout must be > 0");

@@ -54,7 +54,7 @@ void Optimizer::step(float* w, const float* g, float lr) {
     p.momentum = cfg_.momentum;
     p.nesterov = cfg_.nesterov;
     p.weight_decay = cfg_.weight_decay;
-    be_.sgd_step(w, g, s1_.get(), n_, p);
+    be_.optimizers().sgd_step(w, g, s1_.get(), n_, p);
     return;
   }
   AdamParams p;
@@ -65,7 +65,7 @@ void Optimizer::step(float* w, const float* g, float lr) {
   p.weight_decay = cfg_.weight_decay;
   p.decoupled = cfg_.kind == OptimizerKind::kAdamW;
   p.step = step_count_;
-  be_.adam_step(w, g, s1_.get(), s2_.get(), n_, p);
+  be_.optimizers().adam_step(w, g, s1_.get(), s2_.get(), n_, p);
 }
 
 std::vector<Optimizer::State> Optimizer::state() {

@@ -1,8 +1,12 @@
-// Implements: the compute interface of one device (DESIGN.md section 1).
-// Called per layer or per arena, never per element. Pointers passed to these
-// functions are device pointers obtained from allocate() (host memory on the
-// CPU backend). All matrices are row-major.
+// Implements: the compute interface of one device (DESIGN.md section 1): a
+// small core (memory and copies, host staging and uploads, a device clock,
+// GEMM, capability queries) and one table of kernels per layer family,
+// reached through one accessor each. Called per layer or per arena, never per
+// element. Pointers passed to these functions are device pointers obtained
+// from allocate() (host memory on the CPU backend). All matrices are row-major.
 #pragma once
+
+#include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -10,28 +14,15 @@
 #include <new>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "dptrain/comm.hpp"
+#include "dptrain/kernels/activation_kernels.hpp"
+#include "dptrain/kernels/dense_kernels.hpp"
+#include "dptrain/kernels/loss_kernels.hpp"
+#include "dptrain/kernels/optimizer_kernels.hpp"
 
 namespace dptrain {
-
-enum class DeviceKind { kCpu, kCuda };
-enum class Activation { kRelu, kTanh, kGelu, kSigmoid };
-
-struct SgdParams {
-  float lr = 0.01f;
-  float momentum = 0.0f;
-  bool nesterov = false;
-  float weight_decay = 0.0f;  // L2: g += wd * w
-};
-
-struct AdamParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  bool decoupled = false;  // false: Adam (L2 into g); true: AdamW (w -= lr*wd*w)
-  std::int64_t step = 1;   // 1-based step count, for bias correction
-};
 
 // --precision: fp32 everywhere; tf32 tensor-core GEMMs (fp32 storage); bf16
 // GEMM inputs with fp32 accumulation, fp32 master weights, optimizer state
@@ -40,17 +31,43 @@ enum class Precision { kFp32, kTf32, kBf16 };
 
 struct BackendOptions {
   int threads = 1;       // CPU compute threads (BLAS)
-  int device_index = 0;  // CUDA device ordinal
+  int device_index = 0;  // device ordinal (CUDA)
   Precision precision = Precision::kFp32;
 };
 
+// What callers may rely on, asked instead of which backend it is.
+struct BackendCaps {
+  // Shards must be staged in host memory (allocate_host) and uploaded
+  // (upload_async); otherwise the scatter writes straight into backend memory.
+  bool staged_uploads = false;
+  // Phases are timed by device markers (mark / marker_ms); otherwise the
+  // work is done when a call returns and host clocks are exact.
+  bool device_clock = false;
+  // Pointers from allocate() may be read and written by the host.
+  bool host_addressable_memory = true;
+};
+
+// Transitional: removed once callers ask caps() and name() instead.
+enum class DeviceKind { kCpu, kCuda };
+
 class Backend {
  public:
+  Backend() = default;
   virtual ~Backend() = default;
-  virtual DeviceKind kind() const = 0;
-  virtual std::string name() const = 0;  // "cpu" or "cuda"
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  virtual std::string name() const = 0;       // the factory's name: "cpu", "cuda"
+  virtual std::string placement() const = 0;  // for the start-up summary: "cpu", "cuda:0"
   // The GEMM library, its version and kernel, for the start-up summary.
   virtual std::string gemm_library() const = 0;
+  virtual BackendCaps caps() const = 0;
+
+  // The collectives that work on this backend's memory, among the ranks of
+  // world (duplicated, so their traffic never mixes with anything else on
+  // it): MPI on host memory, NCCL on CUDA device memory. Collective over
+  // world. The backend must outlive the communicator.
+  virtual std::unique_ptr<Communicator> make_communicator(MPI_Comm world) = 0;
 
   // --- memory (bytes) ---
   virtual void* allocate(std::size_t bytes) = 0;  // zero-filled
@@ -97,7 +114,7 @@ class Backend {
   // mark(i) records marker i (0 <= i < kMarkers) after the work queued so
   // far; marker_ms(i, j) is the device time from marker i to j once both
   // completed (it waits for j), or a negative value on a backend whose
-  // work is done when the call returns (CPU: host clocks are exact there).
+  // work is done when the call returns (caps().device_clock is false).
   static constexpr int kMarkers = 8;
   virtual void mark(int /*i*/) {}
   virtual double marker_ms(int /*from*/, int /*to*/) { return -1.0; }
@@ -109,49 +126,70 @@ class Backend {
                     const float* a, int lda, const float* b, int ldb, float beta, float* c,
                     int ldc) = 0;
 
-  // y[r, c] += bias[c] for r < rows.
-  virtual void add_bias(float* y, const float* bias, int rows, int cols) = 0;
-  // db[c] = sum_r dy[r, c]  (overwrites db; rows == 0 gives zeros).
-  virtual void bias_grad(const float* dy, float* db, int rows, int cols) = 0;
-
-  // y = f(x), elementwise over n values.
-  virtual void activation_forward(Activation f, const float* x, float* y, std::size_t n) = 0;
-  // dx = f'(x) * dy; x is the input and y the output of the forward pass.
-  virtual void activation_backward(Activation f, const float* x, const float* y,
-                                   const float* dy, float* dx, std::size_t n) = 0;
-
-  // Softmax cross-entropy over rows of logits[rows, cols] with class labels.
-  // dlogits = grad_scale * (softmax - onehot). stats[0] += sum of per-sample
-  // losses, stats[1] += number of rows whose argmax equals the label.
-  // Numerically stable (max subtracted). Labels are already range-checked.
-  virtual void softmax_xent(const float* logits, const std::int32_t* labels, int rows,
-                            int cols, float grad_scale, float* dlogits, float* stats) = 0;
-  // Mean squared error; per-sample loss = mean over cols of (pred - target)^2.
-  // dpred = grad_scale * 2 * (pred - target) / cols. stats[0] += loss sum;
-  // stats[1] is left unchanged.
-  virtual void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
-                   float* dpred, float* stats) = 0;
-
-  // One fused update over a whole parameter arena.
-  virtual void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
-                        const SgdParams& p) = 0;
-  virtual void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
-                         const AdamParams& p) = 0;
-
-  // x *= alpha.
-  virtual void scale(float* x, float alpha, std::size_t n) = 0;
   // Number of NaN/Inf values in x (returned to the host).
   virtual std::size_t count_nonfinite(const float* x, std::size_t n) = 0;
+
+  // --- the kernel families, one table each (include/dptrain/kernels/) ---
+  virtual ActivationKernels& activations() = 0;
+  virtual DenseKernels& dense() = 0;
+  virtual LossKernels& losses() = 0;
+  virtual OptimizerKernels& optimizers() = 0;
+
+  // Transitional: forwards to the kernel families; removed once callers move.
+  void add_bias(float* y, const float* bias, int rows, int cols) {
+    dense().add_bias(y, bias, rows, cols);
+  }
+  void bias_grad(const float* dy, float* db, int rows, int cols) {
+    dense().bias_grad(dy, db, rows, cols);
+  }
+  void activation_forward(Activation f, const float* x, float* y, std::size_t n) {
+    activations().forward(f, x, y, n);
+  }
+  void activation_backward(Activation f, const float* x, const float* y, const float* dy,
+                           float* dx, std::size_t n) {
+    activations().backward(f, x, y, dy, dx, n);
+  }
+  void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
+                    float grad_scale, float* dlogits, float* stats) {
+    losses().softmax_xent(logits, labels, rows, cols, grad_scale, dlogits, stats);
+  }
+  void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
+           float* dpred, float* stats) {
+    losses().mse(pred, target, rows, cols, grad_scale, dpred, stats);
+  }
+  void sgd_step(float* w, const float* g, float* velocity, std::size_t n, const SgdParams& p) {
+    optimizers().sgd_step(w, g, velocity, n, p);
+  }
+  void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
+                 const AdamParams& p) {
+    optimizers().adam_step(w, g, m, v, n, p);
+  }
+
+  // Transitional: the kind derived from name(); removed once callers ask
+  // caps() and placement() instead (defined in backend_factory.cpp).
+  DeviceKind kind() const;
 
  private:
   static constexpr std::size_t kHostAlignment = 64;
 };
 
-// The factory: cpu always exists; cuda only when built with CUDA (throws an
-// exit-2 Error otherwise, or when no GPU is usable).
+// --- the factory: the one place that maps names to implementations ---
+// Every name make_backend knows, built into this binary or not, in the order
+// --device lists them: "cpu", "cuda".
+std::vector<std::string> backend_names();
+// The backend called name: cpu always exists; cuda only when built with CUDA.
+// Throws an exit-2 Error for an unknown name, a backend not built into this
+// binary, or one that cannot run here (no usable GPU, a bad device index).
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& opts);
+// How many devices the named backend can run on from this process: 1 for
+// cpu; the visible GPUs for cuda (0 when not built or none is visible).
+// Never touches a device it is not asked to; exit-2 Error for an unknown name.
+int visible_devices(const std::string& name);
+
+// Transitional: removed once callers pass a backend name.
 std::unique_ptr<Backend> make_backend(DeviceKind kind, const BackendOptions& opts);
-bool cuda_compiled();
-int cuda_device_count();  // 0 when not compiled or no GPU is visible
+// Transitional: visible_devices("cuda"); removed once callers move.
+int cuda_device_count();
 
 // Where a BackendBuffer lives: device memory (Backend::allocate) or host
 // staging memory (Backend::allocate_host, pinned on CUDA).

@@ -56,11 +56,14 @@ class Communicator {
   int started_ = 0;  // tickets of the blocking default
 };
 
+// A backend's own communicator comes from Backend::make_communicator.
+
 // MPI over host memory; comm is duplicated so our traffic never mixes with
-// anything else on it.
+// anything else on it. What the CPU backend's make_communicator returns;
+// tests and tools use it directly.
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
-// NCCL over device memory of the CUDA backend (unique id sent by MPI_Bcast
-// on comm). Throws an exit-2 Error when built without CUDA.
+// Transitional: backend.make_communicator(comm) for the cuda backend (NCCL),
+// an exit-2 Error for any other; removed once callers move.
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend& backend);
 
 }  // namespace dptrain

@@ -77,11 +77,6 @@ class PhaseTimer {
     }
   }
   double ms(Phase p) const { return ms_[static_cast<int>(p)]; }
-  double total_ms() const {
-    double s = 0;
-    for (double v : ms_) s += v;
-    return s;
-  }
   void reset() {
     for (double& v : ms_) v = 0;
   }

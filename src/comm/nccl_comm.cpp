@@ -1,8 +1,11 @@
-// Implements: the NCCL communicator over device memory of the CUDA backend.
+// Implements: the NCCL communicator over device memory of the CUDA backend
+// (created by its make_communicator, with its compute stream and device).
 // Collectives run on the communicator's own stream, ordered after the
 // backend's compute stream by an event and followed by another event the
 // compute stream waits on: the host never blocks, yet every later kernel or
 // copy on the compute stream sees the reduced data.
+#include "comm/nccl_comm.hpp"
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -12,7 +15,6 @@
 #include <string>
 #include <thread>
 
-#include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_handles.hpp"
 #include "cuda/error_cuda.hpp"
 #include "dptrain/comm.hpp"
@@ -24,9 +26,8 @@ namespace dptrain {
 // change needs abort() and async_error().
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(MPI_Comm parent, Backend& backend)
-      : compute_(static_cast<cudaStream_t>(cuda_stream_of(backend))),
-        device_(cuda_device_of(backend)), unwinding_at_start_(std::uncaught_exceptions()) {
+  NcclCommunicator(MPI_Comm parent, cudaStream_t compute, int device)
+      : compute_(compute), device_(device), unwinding_at_start_(std::uncaught_exceptions()) {
     DPT_MPI_CHECK(MPI_Comm_dup(parent, &mpi_.comm));
     DPT_MPI_CHECK(MPI_Comm_set_errhandler(mpi_.comm, MPI_ERRORS_RETURN));
     DPT_MPI_CHECK(MPI_Comm_rank(mpi_.comm, &rank_));
@@ -199,8 +200,9 @@ class NcclCommunicator final : public Communicator {
   bool pending_ = false;  // a started sum the compute stream has not waited on
 };
 
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend& backend) {
-  return std::make_unique<NcclCommunicator>(comm, backend);
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm parent, cudaStream_t compute,
+                                                     int device) {
+  return std::make_unique<NcclCommunicator>(parent, compute, device);
 }
 
 }  // namespace dptrain

@@ -1,4 +1,5 @@
-// Implements: the factory of the CPU reference backend (internal header).
+// Implements: the factory of the CPU reference backend (internal header; the
+// factory by name, make_backend("cpu", ...), is what callers use).
 #pragma once
 
 #include <memory>

@@ -1,8 +1,10 @@
-// Implements: the CUDA backend — device memory and copies on one non-blocking
-// compute stream, input uploads from pinned memory on a copy stream ordered
-// by per-slot events, cuBLAS GEMMs (fp32, tf32, bf16 inputs) on row-major data
-// through operand order, and the kernels of kernels.hpp. Semantics are those
-// of the CPU reference (src/cpu/cpu_backend.cpp), which the GPU tests check.
+// Implements: the core of the CUDA backend — device memory and copies on one
+// non-blocking compute stream, input uploads from pinned memory on a copy
+// stream ordered by per-slot events, device markers, cuBLAS GEMMs (fp32,
+// tf32, bf16 inputs) on row-major data through operand order, the NCCL
+// communicator on its device, and the kernel tables of kernel_tables.hpp, all
+// launching on the compute stream. Semantics are those of the CPU reference
+// (src/cpu/), which the GPU tests check.
 #include "cuda/cuda_backend.hpp"
 
 #include <cublas_v2.h>
@@ -10,12 +12,13 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdio>
 #include <string>
 
+#include "comm/nccl_comm.hpp"
 #include "cuda/cuda_handles.hpp"
 #include "cuda/error_cuda.hpp"
+#include "cuda/kernel_tables.hpp"
 #include "cuda/kernels.hpp"
 #include "dptrain/error.hpp"
 
@@ -52,7 +55,10 @@ class CudaBackend final : public Backend {
     int sms = 0;
     DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     launch_ = {stream_.get(), std::max(1, sms) * kBlocksPerSm};
-    partials_ = cuda::DeviceMemory(2 * cuda::kMaxLossBlocks * sizeof(double));
+    activations_ = cuda::make_activation_kernels(launch_);
+    dense_ = cuda::make_dense_kernels(launch_);
+    losses_ = cuda::make_loss_kernels(launch_);
+    optimizers_ = cuda::make_optimizer_kernels(launch_);
     counter_ = cuda::DeviceMemory(sizeof(unsigned long long));
     host_counter_ = cuda::PinnedMemory(sizeof(unsigned long long));
     // Everything the upload path needs exists before the first step. Each
@@ -77,16 +83,24 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  DeviceKind kind() const override { return DeviceKind::kCuda; }
   std::string name() const override { return "cuda"; }
+  std::string placement() const override { return "cuda:" + std::to_string(device_); }
   std::string gemm_library() const override {
     int v = 0;
     cublasGetVersion(cublas_.get(), &v);
     return "cuBLAS " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
            std::to_string(v % 100);
   }
-  cudaStream_t stream() const { return stream_.get(); }
-  int device() const { return device_; }
+  // Device memory is not the host's; the host only queues work, so shards
+  // are staged and uploaded, and phases are timed by events.
+  BackendCaps caps() const override {
+    return {.staged_uploads = true, .device_clock = true, .host_addressable_memory = false};
+  }
+  // NCCL orders its collectives after and before this backend's compute
+  // stream, on this backend's device.
+  std::unique_ptr<Communicator> make_communicator(MPI_Comm world) override {
+    return make_nccl_communicator(world, stream_.get(), device_);
+  }
 
   void* allocate(std::size_t bytes) override {
     const std::size_t size = std::max(bytes, kMinAllocation);
@@ -230,51 +244,6 @@ class CudaBackend final : public Backend {
                                   CUBLAS_GEMM_DEFAULT));
   }
 
-  void add_bias(float* y, const float* bias, int rows, int cols) override {
-    cuda::add_bias(launch_, y, bias, rows, cols);
-  }
-  void bias_grad(const float* dy, float* db, int rows, int cols) override {
-    cuda::bias_grad(launch_, dy, db, rows, cols);
-  }
-  void activation_forward(Activation f, const float* x, float* y, std::size_t n) override {
-    cuda::activation_forward(launch_, f, x, y, n);
-  }
-  void activation_backward(Activation f, const float* x, const float* y, const float* dy,
-                           float* dx, std::size_t n) override {
-    cuda::activation_backward(launch_, f, x, y, dy, dx, n);
-  }
-
-  // dlogits / dpred may be null (evaluation), as on the CPU backend.
-  void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
-                    float grad_scale, float* dlogits, float* stats) override {
-    cuda::softmax_xent(launch_, logits, labels, rows, cols, grad_scale, dlogits, stats,
-                       static_cast<double*>(partials_.get()));
-  }
-  void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
-           float* dpred, float* stats) override {
-    cuda::mse(launch_, pred, target, rows, cols, grad_scale, dpred, stats,
-              static_cast<double*>(partials_.get()));
-  }
-
-  void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
-                const SgdParams& p) override {
-    cuda::sgd_step(launch_, w, g, velocity, n, p.lr, p.momentum, p.weight_decay, p.nesterov);
-  }
-
-  void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
-                 const AdamParams& p) override {
-    // Bias corrections in double, exactly as the CPU backend computes them.
-    const double t = static_cast<double>(std::max<std::int64_t>(1, p.step));
-    const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta1), t)));
-    const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta2), t)));
-    const float l2 = p.decoupled ? 0.0f : p.weight_decay;
-    const float shrink = p.decoupled ? 1.0f - p.lr * p.weight_decay : 1.0f;
-    cuda::adam_step(launch_, w, g, m, v, n, p.lr, p.beta1, p.beta2, p.eps, l2, shrink, inv_bc1,
-                    inv_bc2);
-  }
-
-  void scale(float* x, float alpha, std::size_t n) override { cuda::scale(launch_, x, alpha, n); }
-
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
     auto* counter = static_cast<unsigned long long*>(counter_.get());
     auto* host = static_cast<unsigned long long*>(host_counter_.get());
@@ -283,6 +252,11 @@ class CudaBackend final : public Backend {
     DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
     return static_cast<std::size_t>(*host);
   }
+
+  ActivationKernels& activations() override { return *activations_; }
+  DenseKernels& dense() override { return *dense_; }
+  LossKernels& losses() override { return *losses_; }
+  OptimizerKernels& optimizers() override { return *optimizers_; }
 
  private:
   static constexpr std::size_t kBf16Bytes = 2;
@@ -314,7 +288,11 @@ class CudaBackend final : public Backend {
   cuda::Stream stream_;
   cuda::CublasHandle cublas_;
   cuda::Launch launch_;
-  cuda::DeviceMemory partials_, counter_;
+  std::unique_ptr<ActivationKernels> activations_;
+  std::unique_ptr<DenseKernels> dense_;
+  std::unique_ptr<LossKernels> losses_;
+  std::unique_ptr<OptimizerKernels> optimizers_;
+  cuda::DeviceMemory counter_;
   cuda::PinnedMemory host_counter_;
   cuda::DeviceMemory bf16_a_, bf16_b_;
   cuda::Stream copy_;  // host-to-device uploads of the input
@@ -326,14 +304,6 @@ class CudaBackend final : public Backend {
     return markers_[static_cast<std::size_t>(i)].get();
   }  // phase boundaries of a step
 };
-
-CudaBackend& as_cuda(Backend& backend) {
-  auto* cb = dynamic_cast<CudaBackend*>(&backend);
-  if (!cb)
-    throw Error(ExitCode::kUsage,
-                "the NCCL communicator needs the cuda backend, not '" + backend.name() + "'");
-  return *cb;
-}
 
 }  // namespace
 
@@ -355,10 +325,6 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
                                       " are visible");
   return std::make_unique<CudaBackend>(opts);
 }
-
-void* cuda_stream_of(Backend& backend) { return as_cuda(backend).stream(); }
-
-int cuda_device_of(Backend& backend) { return as_cuda(backend).device(); }
 
 std::string cuda_device_uuid(int device) {
   try {

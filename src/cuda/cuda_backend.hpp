@@ -1,5 +1,6 @@
 // Implements: the factory of the CUDA backend (internal header; plain C++,
-// no CUDA types, so callers need no CUDA headers).
+// no CUDA types, so callers need no CUDA headers). src/none/cuda_none.cpp
+// implements it in a build without CUDA.
 #pragma once
 
 #include <memory>
@@ -10,12 +11,6 @@
 namespace dptrain {
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);
 int cuda_visible_devices();  // 0 when no GPU is usable
-
-// For the NCCL communicator, which must order its stream after the backend's
-// compute stream and live on the same device. Both throw Error(kUsage) when
-// the backend is not the CUDA backend. The stream is a cudaStream_t.
-void* cuda_stream_of(Backend& backend);
-int cuda_device_of(Backend& backend);
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" as nvidia-smi prints it, so that
 // ranks can tell whether two of them were given the same GPU; empty when the

@@ -1,7 +1,7 @@
-// Implements: the elementwise CUDA kernels — fill, scale, bf16 conversion,
-// bias add and bias gradient, activations forward/backward, and the NaN/Inf
-// count. Math follows src/cpu/cpu_backend.cpp (precise erff/tanhf/expf: no
-// fast-math, so the CPU reference stays a tight bound).
+// Implements: the elementwise CUDA kernels — fill, GEMM's beta scaling, bf16
+// conversion, bias add and bias gradient, activations forward/backward, and
+// the NaN/Inf count. Math follows src/cpu/activation_kernels.cpp (precise
+// erff/tanhf/expf: no fast-math, so the CPU reference stays a tight bound).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -27,10 +27,6 @@ __device__ inline std::size_t grid_stride() {
 
 __global__ void fill_kernel(float* x, float value, std::size_t n) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) x[i] = value;
-}
-
-__global__ void scale_kernel(float* x, float alpha, std::size_t n) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) x[i] *= alpha;
 }
 
 __global__ void scale_matrix_kernel(float* c, int m, int n, int ldc, float beta) {
@@ -115,12 +111,6 @@ __global__ void count_nonfinite_kernel(const float* x, std::size_t n, unsigned l
 void fill(const Launch& l, float* x, float value, std::size_t n) {
   if (n == 0) return;
   fill_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(x, value, n);
-  DPT_CUDA_CHECK(cudaGetLastError());
-}
-
-void scale(const Launch& l, float* x, float alpha, std::size_t n) {
-  if (n == 0) return;
-  scale_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(x, alpha, n);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,7 @@
 // Implements: the launchers of the CUDA kernels (internal to src/cuda/). Each
 // launches on the given stream, checks the launch, and returns at once; the
-// CudaBackend maps the Backend interface onto them.
+// kernel tables (kernel_tables.hpp) and the CudaBackend map the Backend
+// interface onto them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dptrain/backend.hpp"
+#include "dptrain/kernels/activation_kernels.hpp"
 
 namespace dptrain::cuda {
 
@@ -30,7 +31,6 @@ inline unsigned grid_for(std::size_t n, const Launch& l) {
 
 // --- elementwise.cu ---
 void fill(const Launch& l, float* x, float value, std::size_t n);
-void scale(const Launch& l, float* x, float alpha, std::size_t n);
 // C[m, n] (row stride ldc) = beta * C, and exactly 0 when beta == 0 (C unread).
 void scale_matrix(const Launch& l, float* c, int m, int n, int ldc, float beta);
 // y[i] = bf16(x[i]), round to nearest even; y is __nv_bfloat16[n].

@@ -2,7 +2,7 @@
 // correct count) summed on the device into the caller's stats. One warp per
 // row; each block writes its partial sums, and a one-warp launch adds them in
 // block order, so the sums are reproducible (no float atomics). Per-row math
-// mirrors src/cpu/cpu_backend.cpp, including double accumulation.
+// mirrors src/cpu/loss_kernels.cpp, including double accumulation.
 #include <cuda_runtime.h>
 
 #include <cstdint>

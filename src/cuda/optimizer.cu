@@ -1,6 +1,6 @@
 // Implements: the fused optimizer kernels — SGD (momentum, Nesterov, L2) and
 // Adam/AdamW — one launch over the whole parameter arena, with the update
-// formulas of src/cpu/cpu_backend.cpp (torch.optim semantics).
+// formulas of src/cpu/optimizer_kernels.cpp (torch.optim semantics).
 #include <cuda_runtime.h>
 
 #include "cuda/error_cuda.hpp"

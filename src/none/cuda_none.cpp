@@ -6,8 +6,6 @@ namespace dptrain {
 
 int cuda_visible_devices() { return 0; }
 std::string cuda_device_uuid(int) { return {}; }
-void* cuda_stream_of(Backend&) { return nullptr; }
-int cuda_device_of(Backend&) { return -1; }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&) {
   DPT_REQUIRE(false, ExitCode::kUsage,

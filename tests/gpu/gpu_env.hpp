@@ -33,13 +33,13 @@ inline std::unique_ptr<dptrain::Backend> make_gpu(
   dptrain::BackendOptions o;
   o.device_index = env().device;
   o.precision = p;
-  return dptrain::make_backend(dptrain::DeviceKind::kCuda, o);
+  return dptrain::make_backend("cuda", o);
 }
 
 inline std::unique_ptr<dptrain::Backend> make_cpu() {
   dptrain::BackendOptions o;
   o.threads = 1;
-  return dptrain::make_backend(dptrain::DeviceKind::kCpu, o);
+  return dptrain::make_backend("cpu", o);
 }
 
 // The fixture of the kernel tests: the GPU backend under test and the CPU

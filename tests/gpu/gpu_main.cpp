@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   }
 
   // Every rank must take the same path, or a rank would wait alone.
-  e.device_count = dptrain::cuda_device_count();
+  e.device_count = dptrain::visible_devices("cuda");
   int fewest = 0;
   MPI_Allreduce(&e.device_count, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (fewest == 0) {

@@ -1,12 +1,14 @@
-// Implements: the CUDA backend's memory, elementwise, bias, activation, scale
-// and NaN-count operations checked against the CPU backend on random inputs,
-// with sizes that hit partial blocks and warps (1, 3, 257, ...).
+// Implements: the CUDA backend's identity and capabilities, its memory, fill
+// and NaN count, and its dense and activation kernel tables, checked against
+// the CPU backend on random inputs, with sizes that hit partial blocks and
+// warps (1, 3, 257, ...).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
@@ -26,22 +28,23 @@ constexpr std::size_t kSizes[] = {1, 3, 31, 257, 1000 * 37, 1000003};
 
 class CudaKernels : public gpu_test::CpuAndGpu {};
 
-TEST_F(CudaKernels, Identity) {
-  EXPECT_EQ(gpu_->kind(), dptrain::DeviceKind::kCuda);
+TEST_F(CudaKernels, IdentityAndCaps) {
   EXPECT_EQ(gpu_->name(), "cuda");
+  EXPECT_EQ(gpu_->placement(), "cuda:" + std::to_string(gpu_test::env().device));
+  const dptrain::BackendCaps caps = gpu_->caps();
+  EXPECT_TRUE(caps.staged_uploads);
+  EXPECT_TRUE(caps.device_clock);
+  EXPECT_FALSE(caps.host_addressable_memory);
   const std::string uuid = dptrain::cuda_device_uuid(gpu_test::env().device);
   EXPECT_EQ(uuid.rfind("GPU-", 0), 0u) << uuid;
   EXPECT_EQ(uuid.size(), 40u) << uuid;
-  EXPECT_EQ(dptrain::cuda_device_of(*gpu_), gpu_test::env().device);
-  EXPECT_NE(dptrain::cuda_stream_of(*gpu_), nullptr);
-  EXPECT_THROW(dptrain::cuda_stream_of(*cpu_), dptrain::Error);
 }
 
 TEST_F(CudaKernels, BadDeviceIndexIsUsageError) {
   dptrain::BackendOptions o;
-  o.device_index = dptrain::cuda_device_count();
+  o.device_index = dptrain::visible_devices("cuda");
   try {
-    dptrain::make_backend(dptrain::DeviceKind::kCuda, o);
+    dptrain::make_backend("cuda", o);
     FAIL() << "expected an error";
   } catch (const dptrain::Error& e) {
     EXPECT_EQ(e.code(), dptrain::ExitCode::kUsage);
@@ -78,17 +81,11 @@ TEST_F(CudaKernels, OverlappingCopyDeviceActsLikeMemmove) {
   }
 }
 
-TEST_F(CudaKernels, FillAndScale) {
+TEST_F(CudaKernels, Fill) {
   for (std::size_t n : kSizes) {
     DeviceBuffer<float> buf(*gpu_, n);
     gpu_->fill(buf.get(), 2.5f, n);
     EXPECT_EQ(download(*gpu_, buf), std::vector<float>(n, 2.5f)) << n;
-    const auto x = random_vector(n, 3);
-    auto want = x;
-    cpu_->scale(want.data(), -0.37f, n);
-    auto dev = upload(*gpu_, x);
-    gpu_->scale(dev.get(), -0.37f, n);
-    EXPECT_EQ(download(*gpu_, dev), want) << n;  // one rounding each: exact
   }
 }
 
@@ -98,24 +95,24 @@ TEST_F(CudaKernels, AddBiasAndBiasGrad) {
     const std::size_t total = static_cast<std::size_t>(rows) * cols;
     const auto y = random_vector(total, 4), bias = random_vector(cols, 5);
     auto want = y;
-    cpu_->add_bias(want.data(), bias.data(), rows, cols);
+    cpu_->dense().add_bias(want.data(), bias.data(), rows, cols);
     auto dy = upload(*gpu_, y);
     auto db = upload(*gpu_, bias);
-    gpu_->add_bias(dy.get(), db.get(), rows, cols);
+    gpu_->dense().add_bias(dy.get(), db.get(), rows, cols);
     EXPECT_EQ(download(*gpu_, dy), want) << rows << "x" << cols;
 
     std::vector<float> want_db(cols, 7.0f);
-    cpu_->bias_grad(y.data(), want_db.data(), rows, cols);
+    cpu_->dense().bias_grad(y.data(), want_db.data(), rows, cols);
     auto g = upload(*gpu_, y);
     DeviceBuffer<float> got_db(*gpu_, cols);
     gpu_->fill(got_db.get(), 7.0f, cols);  // must be overwritten, not added to
-    gpu_->bias_grad(g.get(), got_db.get(), rows, cols);
+    gpu_->dense().bias_grad(g.get(), got_db.get(), rows, cols);
     EXPECT_TRUE(all_close(download(*gpu_, got_db), want_db, 1e-5, 1e-5 * std::sqrt(rows)))
         << rows << "x" << cols;
   }
   DeviceBuffer<float> db(*gpu_, 7);
   gpu_->fill(db.get(), 1.0f, 7);
-  gpu_->bias_grad(db.get(), db.get(), 0, 7);  // no rows: zeros
+  gpu_->dense().bias_grad(db.get(), db.get(), 0, 7);  // no rows: zeros
   EXPECT_EQ(download(*gpu_, db), std::vector<float>(7, 0.0f));
 }
 
@@ -123,8 +120,8 @@ TEST_F(CudaKernels, BiasGradIsDeterministic) {
   const int rows = 3001, cols = 77;
   auto dy = upload(*gpu_, random_vector(static_cast<std::size_t>(rows) * cols, 6));
   DeviceBuffer<float> a(*gpu_, cols), b(*gpu_, cols);
-  gpu_->bias_grad(dy.get(), a.get(), rows, cols);
-  gpu_->bias_grad(dy.get(), b.get(), rows, cols);
+  gpu_->dense().bias_grad(dy.get(), a.get(), rows, cols);
+  gpu_->dense().bias_grad(dy.get(), b.get(), rows, cols);
   EXPECT_EQ(download(*gpu_, a), download(*gpu_, b));
 }
 
@@ -135,16 +132,16 @@ TEST_F(CudaKernels, Activations) {
       if (n > 2) x[1] = 0.0f;  // relu's kink: both sides must agree on it
       const auto dy = random_vector(n, 8);
       std::vector<float> y(n), dx(n);
-      cpu_->activation_forward(f, x.data(), y.data(), n);
-      cpu_->activation_backward(f, x.data(), y.data(), dy.data(), dx.data(), n);
+      cpu_->activations().forward(f, x.data(), y.data(), n);
+      cpu_->activations().backward(f, x.data(), y.data(), dy.data(), dx.data(), n);
 
       auto gx = upload(*gpu_, x);
       auto gdy = upload(*gpu_, dy);
       DeviceBuffer<float> gy(*gpu_, n), gdx(*gpu_, n);
-      gpu_->activation_forward(f, gx.get(), gy.get(), n);
+      gpu_->activations().forward(f, gx.get(), gy.get(), n);
       // Backward from the CPU's y, so a forward difference does not leak in.
       auto cy = upload(*gpu_, y);
-      gpu_->activation_backward(f, gx.get(), cy.get(), gdy.get(), gdx.get(), n);
+      gpu_->activations().backward(f, gx.get(), cy.get(), gdy.get(), gdx.get(), n);
       const int fi = static_cast<int>(f);
       EXPECT_TRUE(all_close(download(*gpu_, gy), y, 2e-6, 1e-6)) << "forward f=" << fi << " n=" << n;
       EXPECT_TRUE(all_close(download(*gpu_, gdx), dx, 2e-6, 1e-6)) << "backward f=" << fi << " n=" << n;

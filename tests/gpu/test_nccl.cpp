@@ -26,7 +26,7 @@ class Nccl : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!env().distinct) return;
     gpu_ = gpu_test::make_gpu();
-    comm_ = dptrain::make_nccl_communicator(MPI_COMM_WORLD, *gpu_);
+    comm_ = gpu_->make_communicator(MPI_COMM_WORLD);
   }
   static void TearDownTestSuite() {
     comm_.reset();
@@ -77,19 +77,20 @@ TEST_F(Nccl, AllreduceSum) {
 }
 
 // No host synchronization anywhere between the fill, the all-reduce and the
-// scale: only the events between the two streams order them.
+// bias add (a kernel that reads and rewrites every value): only the events
+// between the two streams order them.
 TEST_F(Nccl, OrderedWithComputeStream) {
   const std::size_t n = std::size_t{1} << 24;
   DeviceBuffer<float> buf(*gpu_, n);
+  const auto one = upload(*gpu_, std::vector<float>{1.0f});
   std::int64_t wrong = 0;
   for (int round = 0; round < 3; ++round) {
     gpu_->fill(buf.get(), static_cast<float>(env().rank + round), n);
     comm_->allreduce_sum(buf.get(), n);
-    gpu_->scale(buf.get(), 2.0f, n);
+    gpu_->dense().add_bias(buf.get(), one.get(), static_cast<int>(n), 1);  // buf += 1
     const auto out = download(*gpu_, buf);
-    float want = 0.0f;
+    float want = 1.0f;
     for (int r = 0; r < env().size; ++r) want += static_cast<float>(r + round);
-    want *= 2.0f;
     for (float x : out) wrong += x != want;
   }
   EXPECT_EQ(wrong_on_any_rank(wrong), 0);

@@ -39,7 +39,8 @@ std::vector<float> train(Backend& be, const OptimizerConfig& cfg, float lr,
     auto dy = upload(be, y);
     be.fill(stats.get(), 0.0f, 2);
     const float* out = model.forward(dx.get(), kRows);
-    be.softmax_xent(out, dy.get(), kRows, kClasses, 1.0f / kRows, model.output_grad(), stats.get());
+    be.losses().softmax_xent(out, dy.get(), kRows, kClasses, 1.0f / kRows, model.output_grad(),
+                             stats.get());
     model.backward(dx.get(), model.output_grad(), kRows);
     EXPECT_EQ(be.count_nonfinite(model.grads(), model.num_params()), 0u);
     opt.step(model.params(), model.grads(), lr);

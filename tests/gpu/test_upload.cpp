@@ -30,13 +30,15 @@ TEST_F(CudaUpload, AsyncUploadThenKernelSeesTheData) {
     HostBuffer<float> h(*gpu_, n);
     std::memcpy(h.get(), x.data(), n * sizeof(float));
     DeviceBuffer<float> d(*gpu_, n);
-    gpu_->release_slot(1);  // after the zero-fill of d
+    // Allocated before the upload: an allocation may synchronize the device,
+    // which would hide a missing wait below.
+    DeviceBuffer<float> out(*gpu_, n);
+    gpu_->release_slot(1);  // after the zero-fill of d and out
     gpu_->upload_async(1, d.get(), h.get(), n * sizeof(float));
     gpu_->wait_upload(1);
-    gpu_->scale(d.get(), 2.0f, n);  // a kernel on the compute stream reads the upload
-    std::vector<float> want(x);
-    for (float& v : want) v *= 2.0f;
-    EXPECT_EQ(download(*gpu_, d), want) << n;
+    // A kernel on the compute stream reads the upload: out = 0 + d.
+    gpu_->dense().add_bias(out.get(), d.get(), 1, static_cast<int>(n));
+    EXPECT_EQ(download(*gpu_, out), x) << n;
     gpu_->sync_upload(1);
   }
 }
@@ -63,7 +65,7 @@ TEST_F(CudaUpload, TwoSlotsAlternatingLoseNothing) {
       be->release_slot(s);
       be->upload_async(s, d[s].get(), h[s].get(), n * sizeof(float));
       be->wait_upload(s);
-      for (int k = 0; k < kReads; ++k) be->add_bias(acc.get(), d[s].get(), 1, kCols);
+      for (int k = 0; k < kReads; ++k) be->dense().add_bias(acc.get(), d[s].get(), 1, kCols);
     }
     std::vector<float> want(n, 0.0f);  // small integers: exact in any order
     for (int i = 0; i < kRounds; ++i)

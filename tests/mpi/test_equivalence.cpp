@@ -72,7 +72,7 @@ struct TrainRun {
 };
 
 TrainRun train(const Case& c, MPI_Comm comm_handle, bool record) {
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
+  auto be = make_backend("cpu", BackendOptions{});
   auto comm = make_mpi_communicator(comm_handle);
   const int ranks = comm->size();
   const std::uint64_t max_batch = *std::max_element(c.batches.begin(), c.batches.end());
@@ -199,7 +199,7 @@ TEST_P(Equivalence, MatchesOneRankAndTowersAgree) {
 
   // Training moved the weights (a no-op step would pass the comparisons),
   // and by far more than the tolerance.
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
+  auto be = make_backend("cpu", BackendOptions{});
   Model fresh(*be, parse_model_spec(kSpec), kDim, 1);
   fresh.init(7);
   double moved = 0, widest = 0;

@@ -60,7 +60,7 @@ TEST(NoAllocation, StepsAfterWarmUpAllocateNothing) {
     qc.end_step = steps;
     queue = std::make_unique<InputQueue>(*data, qc);
   }
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
+  auto be = make_backend("cpu", BackendOptions{});
   auto comm = make_mpi_communicator(MPI_COMM_WORLD);
   const int max_rows = max_shard_rows(batch, ranks);
   Model model(*be, parse_model_spec("dense:32,relu,dense:16,gelu,dense:4"), dim, max_rows);

@@ -35,7 +35,7 @@ const char* kSpec = "dense:300,relu,dense:7,tanh,dense:5,relu,dense:64,relu,dens
 constexpr int kDim = 11;
 
 TEST(Buckets, PlanCoversTheArenaLastLayerFirstAtLayerBoundaries) {
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
+  auto be = make_backend("cpu", BackendOptions{});
   Model model(*be, parse_model_spec(kSpec), kDim, 4);
   for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(64), std::size_t(4096),
                             std::size_t(1) << 30}) {
@@ -57,7 +57,7 @@ TEST(Buckets, PlanCoversTheArenaLastLayerFirstAtLayerBoundaries) {
 }
 
 TEST(Buckets, BucketedSumsEqualOneAllReduceBitwise) {
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
+  auto be = make_backend("cpu", BackendOptions{});
   auto comm = make_mpi_communicator(MPI_COMM_WORLD);
   Model model(*be, parse_model_spec(kSpec), kDim, 4);
   const std::size_t n = model.num_params();
@@ -117,7 +117,7 @@ TEST(MpiSums, AreAddedInRankOrderBitwise) {
 
 // K steps of the full train_step, with and without buckets.
 std::vector<float> train(std::size_t bucket_bytes, bool use_buckets) {
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
+  auto be = make_backend("cpu", BackendOptions{});
   auto comm = make_mpi_communicator(MPI_COMM_WORLD);
   const int ranks = comm->size();
   const std::uint64_t batch = 23;
@@ -164,7 +164,7 @@ TEST(Buckets, TrainingWithBucketsEqualsTrainingWithoutBitwise) {
 // converted on each rank, the shards are bitwise those of converting on
 // rank 0 and sending floats.
 void check_pipeline(bool uint8, ShuffleMode mode = ShuffleMode::kFull, bool stream = false) {
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
+  auto be = make_backend("cpu", BackendOptions{});
   const int rank = world_rank();
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);

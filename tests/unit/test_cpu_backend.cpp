@@ -1,5 +1,6 @@
-// Implements: unit tests of the CPU backend's GEMM, bias, activation, loss
-// and utility kernels against naive host loops and std:: formulas.
+// Implements: unit tests of the CPU backend's core (identity, capabilities,
+// memory, GEMM, NaN count) and of its dense, activation and loss kernel tables
+// against naive host loops and std:: formulas.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,9 +58,15 @@ class CpuBackendTest : public ::testing::Test {
   std::unique_ptr<Backend> be_ = make_cpu_backend(BackendOptions{});
 };
 
-TEST_F(CpuBackendTest, Identity) {
-  EXPECT_EQ(be_->kind(), DeviceKind::kCpu);
+TEST_F(CpuBackendTest, IdentityAndCaps) {
   EXPECT_EQ(be_->name(), "cpu");
+  EXPECT_EQ(be_->placement(), "cpu");
+  // Shards are scattered straight into backend memory, and host clocks
+  // time the phases.
+  const BackendCaps caps = be_->caps();
+  EXPECT_FALSE(caps.staged_uploads);
+  EXPECT_FALSE(caps.device_clock);
+  EXPECT_TRUE(caps.host_addressable_memory);
 }
 
 TEST_F(CpuBackendTest, AllocateIsZeroedAndAligned) {
@@ -133,13 +140,13 @@ TEST_F(CpuBackendTest, GemmWithEmptyOutputDoesNothing) {
 TEST_F(CpuBackendTest, BiasOps) {
   std::vector<float> y = {1, 2, 3, 4, 5, 6};  // [2, 3]
   const std::vector<float> bias = {10, 20, 30};
-  be_->add_bias(y.data(), bias.data(), 2, 3);
+  be_->dense().add_bias(y.data(), bias.data(), 2, 3);
   EXPECT_EQ(y, (std::vector<float>{11, 22, 33, 14, 25, 36}));
 
   std::vector<float> db = {9, 9, 9};
-  be_->bias_grad(y.data(), db.data(), 2, 3);
+  be_->dense().bias_grad(y.data(), db.data(), 2, 3);
   EXPECT_EQ(db, (std::vector<float>{25, 47, 69}));
-  be_->bias_grad(y.data(), db.data(), 0, 3);
+  be_->dense().bias_grad(y.data(), db.data(), 0, 3);
   EXPECT_EQ(db, (std::vector<float>{0, 0, 0}));
 }
 
@@ -148,7 +155,7 @@ TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
   std::vector<float> y(x.size());
   for (Activation f :
        {Activation::kRelu, Activation::kTanh, Activation::kGelu, Activation::kSigmoid}) {
-    be_->activation_forward(f, x.data(), y.data(), x.size());
+    be_->activations().forward(f, x.data(), y.data(), x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double v = x[i];
       double want = 0.0;
@@ -172,7 +179,7 @@ TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
   // GELU is the exact erf form, not the tanh approximation (they differ ~1e-4 here).
   const float x1 = 1.5f;
   float y1 = 0.0f;
-  be_->activation_forward(Activation::kGelu, &x1, &y1, 1);
+  be_->activations().forward(Activation::kGelu, &x1, &y1, 1);
   EXPECT_NEAR(y1, 1.3997892f, 1e-6f);
 }
 
@@ -184,7 +191,7 @@ TEST_F(CpuBackendTest, SoftmaxXentValuesAndStats) {
   const std::vector<std::int32_t> labels = {2, 1, 0};
   std::vector<float> d(9);
   float stats[2] = {1.0f, 10.0f};  // accumulates
-  be_->softmax_xent(logits.data(), labels.data(), 3, 3, 0.5f, d.data(), stats);
+  be_->losses().softmax_xent(logits.data(), labels.data(), 3, 3, 0.5f, d.data(), stats);
   const double row1 = std::log(2.0 + std::exp(-5.0));
   EXPECT_NEAR(stats[0], 1.0 + 0.40760596 + row1, 1e-5);
   EXPECT_EQ(stats[1], 12.0f);  // rows 0 and 2 correct
@@ -202,17 +209,15 @@ TEST_F(CpuBackendTest, MseValuesAndStats) {
   const std::vector<float> target = {0, 2, 1, 1};  // diffs (1,0) and (2,3)
   std::vector<float> d(4);
   float stats[2] = {0.0f, 5.0f};
-  be_->mse(pred.data(), target.data(), 2, 2, 0.25f, d.data(), stats);
+  be_->losses().mse(pred.data(), target.data(), 2, 2, 0.25f, d.data(), stats);
   EXPECT_NEAR(stats[0], 0.5 + 6.5, 1e-6);  // (1+0)/2 + (4+9)/2
   EXPECT_EQ(stats[1], 5.0f);
   // 0.25 * 2 * diff / 2
   EXPECT_EQ(d, (std::vector<float>{0.25f, 0.0f, 0.5f, 0.75f}));
 }
 
-TEST_F(CpuBackendTest, ScaleFillCopyAndNonfinite) {
-  std::vector<float> x = {1, -2, 4};
-  be_->scale(x.data(), 0.5f, x.size());
-  EXPECT_EQ(x, (std::vector<float>{0.5f, -1, 2}));
+TEST_F(CpuBackendTest, FillCopyAndNonfinite) {
+  std::vector<float> x = {0.5f, -1, 2};
   be_->fill(x.data(), 3.0f, 2);
   EXPECT_EQ(x, (std::vector<float>{3, 3, 2}));
   std::vector<float> y(3);

@@ -245,7 +245,7 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
   bo.precision = args.precision == "tf32"   ? Precision::kTf32
                  : args.precision == "bf16" ? Precision::kBf16
                                             : Precision::kFp32;
-  auto be = make_backend(cuda ? DeviceKind::kCuda : DeviceKind::kCpu, bo);
+  auto be = make_backend(args.device, bo);
   auto comm = make_mpi_communicator(MPI_COMM_SELF);
   Model model(*be, parse_model_spec("dense:256,relu,dense:256,relu,dense:10"), kInput, kBatch);
   model.init(1);
@@ -340,7 +340,7 @@ std::string format_mib(double mib) {
 
 // --- exchange: bucketed gradient all-reduce against one MPI_Allreduce -----------
 Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{args.threads});
+  auto be = make_backend("cpu", BackendOptions{args.threads});
   std::string spec;
   for (int i = 0; i < layers; ++i) spec += (i ? ",relu,dense:256" : "dense:256");
   Model model(*be, parse_model_spec(spec), 256, 1);
@@ -406,7 +406,7 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
   DPT_MPI_CHECK(MPI_Bcast(&shape, sizeof shape, MPI_BYTE, 0, mpi.world()));
   const LossKind loss = shape.class_labels ? LossKind::kXent : LossKind::kMse;
 
-  auto be = make_backend(DeviceKind::kCpu, BackendOptions{args.threads});
+  auto be = make_backend("cpu", BackendOptions{args.threads});
   // As the trainer does: uint8 features travel as bytes, converted per rank.
   const bool raw = shape.feature_bytes == shape.rows * shape.dim;
   ShardBuffers shard(*be, max_shard_rows(kBatch, mpi.size()), shape.dim, shape.label_width, loss,

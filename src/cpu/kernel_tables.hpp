@@ -1,0 +1,20 @@
+// Implements: the factories of the CPU backend's kernel tables, one per
+// family, each defined in its own file of src/cpu/ (internal header).
+#pragma once
+
+#include <memory>
+
+#include "dptrain/kernels/activation_kernels.hpp"
+#include "dptrain/kernels/dense_kernels.hpp"
+#include "dptrain/kernels/loss_kernels.hpp"
+#include "dptrain/kernels/optimizer_kernels.hpp"
+
+namespace dptrain {
+
+// Each in the file of its family's name: activation_kernels.cpp, ...
+std::unique_ptr<ActivationKernels> make_cpu_activation_kernels();
+std::unique_ptr<DenseKernels> make_cpu_dense_kernels();
+std::unique_ptr<LossKernels> make_cpu_loss_kernels();
+std::unique_ptr<OptimizerKernels> make_cpu_optimizer_kernels();
+
+}  // namespace dptrain

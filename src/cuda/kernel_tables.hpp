@@ -1,0 +1,23 @@
+// Implements: the factories of the CUDA backend's kernel tables, one per
+// family, each defined in its own file of src/cuda/ over the launchers of
+// kernels.hpp (internal header). A table launches on l.stream, the backend's
+// compute stream, which must outlive it.
+#pragma once
+
+#include <memory>
+
+#include "cuda/kernels.hpp"
+#include "dptrain/kernels/activation_kernels.hpp"
+#include "dptrain/kernels/dense_kernels.hpp"
+#include "dptrain/kernels/loss_kernels.hpp"
+#include "dptrain/kernels/optimizer_kernels.hpp"
+
+namespace dptrain::cuda {
+
+// Each in the file of its family's name: activation_kernels.cpp, ...
+std::unique_ptr<ActivationKernels> make_activation_kernels(const Launch& l);
+std::unique_ptr<DenseKernels> make_dense_kernels(const Launch& l);
+std::unique_ptr<LossKernels> make_loss_kernels(const Launch& l);
+std::unique_ptr<OptimizerKernels> make_optimizer_kernels(const Launch& l);
+
+}  // namespace dptrain::cuda
