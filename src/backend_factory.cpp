@@ -53,23 +53,4 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
 
 int visible_devices(const std::string& name) { return entry(name).visible_devices(); }
 
-// --- transitional: removed once callers pass names and ask caps() ---
-
-DeviceKind Backend::kind() const {
-  return name() == "cpu" ? DeviceKind::kCpu : DeviceKind::kCuda;
-}
-
-std::unique_ptr<Backend> make_backend(DeviceKind kind, const BackendOptions& opts) {
-  return make_backend(kind == DeviceKind::kCpu ? "cpu" : "cuda", opts);
-}
-
-int cuda_device_count() { return visible_devices("cuda"); }
-
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend& backend) {
-  if (backend.name() != "cuda")
-    throw Error(ExitCode::kUsage,
-                "the NCCL communicator needs the cuda backend, not '" + backend.name() + "'");
-  return backend.make_communicator(comm);
-}
-
 }  // namespace dptrain

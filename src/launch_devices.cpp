@@ -45,14 +45,13 @@ void check_distinct_gpus(const MpiSession& mpi, int device) {
 Runtime make_runtime(const Options& opts, const MpiSession& mpi) {
   Runtime rt;
   int gpus = 0;
-  agree(mpi.world(), [&] { gpus = cuda_device_count(); });
+  agree(mpi.world(), [&] { gpus = visible_devices("cuda"); });
   // auto means cuda only when every rank has a GPU, so all towers run alike.
   int min_gpus = gpus;
   DPT_MPI_CHECK(MPI_Allreduce(&gpus, &min_gpus, 1, MPI_INT, MPI_MIN, mpi.world()));
-  if (opts.device == "cuda" || (opts.device == "auto" && min_gpus > 0)) {
-    rt.device = DeviceKind::kCuda;
-    rt.device_index = gpus > 0 ? mpi.local_rank() % gpus : 0;
-  }
+  rt.backend_name = opts.device != "auto" ? opts.device : min_gpus > 0 ? "cuda" : "cpu";
+  const bool on_gpu = rt.backend_name == "cuda";
+  rt.device_index = on_gpu && gpus > 0 ? mpi.local_rank() % gpus : 0;
   if (opts.threads > 0) {
     rt.threads = static_cast<int>(opts.threads);
   } else {
@@ -64,13 +63,10 @@ Runtime make_runtime(const Options& opts, const MpiSession& mpi) {
     bo.threads = rt.threads;
     bo.device_index = rt.device_index;
     bo.precision = parse_precision(opts.precision);
-    rt.backend = make_backend(rt.device, bo);
+    rt.backend = make_backend(rt.backend_name, bo);
   });
-  if (rt.device == DeviceKind::kCuda) check_distinct_gpus(mpi, rt.device_index);
-  agree(mpi.world(), [&] {
-    rt.comm = rt.device == DeviceKind::kCuda ? make_nccl_communicator(mpi.world(), *rt.backend)
-                                             : make_mpi_communicator(mpi.world());
-  });
+  if (on_gpu) check_distinct_gpus(mpi, rt.device_index);
+  agree(mpi.world(), [&] { rt.comm = rt.backend->make_communicator(mpi.world()); });
   return rt;
 }
 

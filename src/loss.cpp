@@ -17,9 +17,9 @@ void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard
                 float grad_scale, float* dout, float* stats) {
   if (shard.rows == 0) return;
   if (loss == LossKind::kXent)
-    be.softmax_xent(out, shard.labels, shard.rows, width, grad_scale, dout, stats);
+    be.losses().softmax_xent(out, shard.labels, shard.rows, width, grad_scale, dout, stats);
   else
-    be.mse(out, shard.targets, shard.rows, width, grad_scale, dout, stats);
+    be.losses().mse(out, shard.targets, shard.rows, width, grad_scale, dout, stats);
 }
 
 }  // namespace dptrain

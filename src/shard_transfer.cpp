@@ -11,7 +11,7 @@ namespace dptrain {
 ShardBuffers::ShardBuffers(Backend& be, int max_rows, std::uint64_t dim,
                            std::uint64_t label_width, LossKind loss, int slot, bool raw_uint8)
     : be_(be), slot_(slot), dim_(dim), label_width_(label_width),
-      staged_(be.kind() != DeviceKind::kCpu) {
+      staged_(be.caps().staged_uploads) {
   const std::size_t rows = static_cast<std::size_t>(std::max(1, max_rows));
   x_ = DeviceBuffer<float>(be, rows * dim);
   if (loss == LossKind::kXent) y_ = DeviceBuffer<std::int32_t>(be, rows);

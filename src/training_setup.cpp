@@ -139,8 +139,9 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
   progress_ = std::make_unique<Progress>(mpi_, be, *rt_.comm, metrics_, timer_, total_steps_);
   stop_vote_ = std::make_unique<StopVote>(mpi_.world());
   timer_.attach(&timeline_);
-  // On a GPU the phases are timed on the device (events between phases).
-  if (rt_.device == DeviceKind::kCuda) timer_.attach_device(&be);
+  // Where the device runs ahead of the host, phases are timed on the device
+  // (markers between phases).
+  if (be.caps().device_clock) timer_.attach_device(&be);
 }
 
 void TrainingRun::open_data() {
@@ -201,10 +202,8 @@ void TrainingRun::make_input_queue() {
 void TrainingRun::print_summary() const {
   const Backend& be = *rt_.backend;
   // Where every rank runs: "host:cpu" or "host:cuda:<gpu>" per rank.
-  const std::string mine = mpi_.host() + ":" +
-                           (rt_.device == DeviceKind::kCuda ? "cuda:" + std::to_string(rt_.device_index)
-                                                           : std::string("cpu"));
-  const std::vector<std::string> places = gather_strings(mpi_.world(), mine);
+  const std::vector<std::string> places =
+      gather_strings(mpi_.world(), mpi_.host() + ":" + be.placement());
   if (mpi_.rank() != 0) return;
   std::string placement;
   for (std::size_t r = 0; r < places.size(); ++r)

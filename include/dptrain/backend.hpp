@@ -47,9 +47,6 @@ struct BackendCaps {
   bool host_addressable_memory = true;
 };
 
-// Transitional: removed once callers ask caps() and name() instead.
-enum class DeviceKind { kCpu, kCuda };
-
 class Backend {
  public:
   Backend() = default;
@@ -165,10 +162,6 @@ class Backend {
     optimizers().adam_step(w, g, m, v, n, p);
   }
 
-  // Transitional: the kind derived from name(); removed once callers ask
-  // caps() and placement() instead (defined in backend_factory.cpp).
-  DeviceKind kind() const;
-
  private:
   static constexpr std::size_t kHostAlignment = 64;
 };
@@ -186,10 +179,6 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
 // Never touches a device it is not asked to; exit-2 Error for an unknown name.
 int visible_devices(const std::string& name);
 
-// Transitional: removed once callers pass a backend name.
-std::unique_ptr<Backend> make_backend(DeviceKind kind, const BackendOptions& opts);
-// Transitional: visible_devices("cuda"); removed once callers move.
-int cuda_device_count();
 
 // Where a BackendBuffer lives: device memory (Backend::allocate) or host
 // staging memory (Backend::allocate_host, pinned on CUDA).

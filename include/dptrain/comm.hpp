@@ -11,7 +11,6 @@
 
 namespace dptrain {
 
-class Backend;
 
 class Communicator {
  public:
@@ -62,8 +61,5 @@ class Communicator {
 // anything else on it. What the CPU backend's make_communicator returns;
 // tests and tools use it directly.
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
-// Transitional: backend.make_communicator(comm) for the cuda backend (NCCL),
-// an exit-2 Error for any other; removed once callers move.
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend& backend);
 
 }  // namespace dptrain

@@ -42,7 +42,7 @@ class MpiSession {
 // What a rank computes on: the backend (device, threads) and the
 // communicator among the ranks on that backend's memory.
 struct Runtime {
-  DeviceKind device = DeviceKind::kCpu;
+  std::string backend_name;  // "cpu", "cuda": the factory's name
   int device_index = 0;
   int threads = 1;
   std::unique_ptr<Backend> backend;

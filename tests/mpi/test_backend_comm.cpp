@@ -59,17 +59,5 @@ TEST(BackendComm, CpuBackendMakesTheMpiCommunicatorOfTheWorld) {
   comm->barrier();
 }
 
-// Transitional: the NCCL factory refuses a backend that is not cuda (before
-// any collective, so every rank throws alike).
-TEST(BackendComm, NcclNeedsTheCudaBackend) {
-  auto be = make_backend("cpu", BackendOptions{});
-  try {
-    make_nccl_communicator(MPI_COMM_WORLD, *be);
-    FAIL() << "expected an Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ExitCode::kUsage);
-  }
-}
-
 }  // namespace
 }  // namespace dptrain

@@ -55,12 +55,5 @@ TEST(BackendFactory, CudaWithoutAGpuIsAUsageError) {
   EXPECT_NE(what.find("--device cuda"), std::string::npos) << what;
 }
 
-TEST(BackendFactory, TransitionalShimsForwardToTheNames) {
-  const auto be = make_backend(DeviceKind::kCpu, BackendOptions{});
-  EXPECT_EQ(be->name(), "cpu");
-  EXPECT_EQ(be->kind(), DeviceKind::kCpu);
-  EXPECT_EQ(cuda_device_count(), visible_devices("cuda"));
-}
-
 }  // namespace
 }  // namespace dptrain
