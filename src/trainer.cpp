@@ -127,7 +127,7 @@ void poke(Backend& be, float* arena, float value) { be.copy_to_device(arena, &va
 ExitCode run_train(const Options& opts, MpiSession& mpi) {
   const LossKind loss = parse_loss(opts.loss);
   const std::vector<LayerSpec> layers = parse_model_spec(opts.model);
-  const int outputs = layers.back().units;
+  const int outputs = spec_output_width(layers);
   const std::size_t cache_bytes = static_cast<std::size_t>(opts.input_cache_mb) << 20;
 
   install_stop_signal_handlers();
@@ -255,7 +255,7 @@ ExitCode run_train(const Options& opts, MpiSession& mpi) {
   InputPipeline input(mpi.world(), be, queue.get(), max_rows, train.info.dim,
                       train.info.label_width, loss, raw_uint8_wire(train.info));
   GradientBuckets buckets(comm, model->grads(),
-                          plan_buckets(model->dense_layers(), model->num_params(),
+                          plan_buckets(model->param_layout(), model->num_params(),
                                        static_cast<std::size_t>(opts.bucket_mb * 1048576.0)),
                           &input);
   DeviceBuffer<float> stats(be, 2);  // loss sum and correct count since the last log
