@@ -6,14 +6,15 @@
 
 namespace dptrain {
 
-std::vector<BucketRange> plan_buckets(const std::vector<DenseInfo>& dense, std::size_t num_params,
+std::vector<BucketRange> plan_buckets(const std::vector<ParamInfo>& params, std::size_t num_params,
                                       std::size_t bucket_bytes) {
   std::vector<BucketRange> plan;
   if (num_params == 0) return plan;
   if (bucket_bytes == 0) return {{0, num_params}};
+  const std::vector<std::size_t> begins = layer_begins(params);
   std::size_t end = num_params;
-  for (std::size_t i = dense.size(); i-- > 0;) {
-    const std::size_t begin = dense[i].weight_offset;
+  for (std::size_t i = begins.size(); i-- > 0;) {
+    const std::size_t begin = begins[i];
     if ((end - begin) * sizeof(float) >= bucket_bytes || i == 0) {
       plan.push_back({begin, end});
       end = begin;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "checkpoint_format.hpp"
@@ -34,39 +35,71 @@ h5::CreateOptions chunked(hsize_t row_floats) {
   return co;
 }
 
-// Writes one arena (params or an optimizer state) as <base>/dense<i>/{weight,bias}.
-void write_arena(hid_t file, const std::string& base, const std::vector<DenseInfo>& layout,
+std::vector<hsize_t> dims_of(const ParamInfo& p) { return {p.shape.begin(), p.shape.end()}; }
+
+// Writes one arena (params, buffers or an optimizer state) as
+// <base>/<layer>/<name>, one dataset per tensor, chunked by rows of its
+// first dimension.
+void write_arena(hid_t file, const std::string& base, const std::vector<ParamInfo>& layout,
                  const std::vector<float>& arena) {
-  for (std::size_t i = 0; i < layout.size(); ++i) {
-    const DenseInfo& d = layout[i];
-    const std::string g = base + "/" + layer_group(i);
-    const hsize_t out = static_cast<hsize_t>(d.out), in = static_cast<hsize_t>(d.in);
-    h5::write_array(file, g + "/weight", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out, in},
-                    arena.data() + d.weight_offset, kCode, chunked(in));
-    h5::write_array(file, g + "/bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {out},
-                    arena.data() + d.bias_offset, kCode, chunked(1));
+  for (const ParamInfo& p : layout) {
+    const hsize_t row_floats = p.count / p.shape.front();
+    h5::write_array(file, base + "/" + p.path(), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims_of(p),
+                    arena.data() + p.offset, kCode, chunked(row_floats));
   }
 }
 
-// Refuses data whose arrays do not match its own layout: writing it would
-// produce a file that our reader rejects.
-void check_data(const CheckpointData& data, const std::string& path) {
-  if (data.layout.empty()) fail(path, "cannot write checkpoint: the model has no dense layers");
+bool bad_name(const std::string& s) {
+  return s.empty() || s.find_first_of("/,.") != std::string::npos;
+}
+// A layer may be nested ("res0/proj"): '/'-separated names, none empty.
+bool bad_layer_name(const std::string& s) {
+  return s.empty() || s.front() == '/' || s.back() == '/' || s.find("//") != std::string::npos ||
+         s.find_first_of(",.") != std::string::npos;
+}
+
+// Refuses a layout that is not a packed arena of `values` floats with
+// distinct names: writing it would produce a file that our reader rejects.
+void check_arena(const std::vector<ParamInfo>& layout, std::size_t values, const char* what,
+                 std::set<std::string>& names, const std::string& path) {
   std::size_t n = 0;
-  for (std::size_t i = 0; i < data.layout.size(); ++i) {
-    const DenseInfo& d = data.layout[i];
-    if (d.in <= 0 || d.out <= 0 || d.weight_offset != n ||
-        d.bias_offset != n + std::size_t(d.in) * d.out)
-      fail(path, "cannot write checkpoint: dense" + std::to_string(i) +
-                     " has a bad shape or arena offset");
-    n = d.bias_offset + d.out;
+  for (const ParamInfo& p : layout) {
+    std::size_t count = p.shape.empty() ? 0 : 1;
+    for (std::size_t d : p.shape) count *= d;
+    if (bad_layer_name(p.layer) || bad_name(p.name) || count == 0 || p.count != count ||
+        p.offset != n)
+      fail(path, "cannot write checkpoint: " + p.path() + " has a bad name, shape or arena offset");
+    if (!names.insert(p.path()).second)
+      fail(path, "cannot write checkpoint: two tensors named " + p.path());
+    n += p.count;
   }
-  if (data.params.size() != n)
-    fail(path, "cannot write checkpoint: " + std::to_string(data.params.size()) +
-                   " parameters for a layout of " + std::to_string(n));
+  if (values != n)
+    fail(path, "cannot write checkpoint: " + std::to_string(values) + " " + what +
+                   " for a layout of " + std::to_string(n));
+}
+
+void check_data(const CheckpointData& data, const std::string& path) {
+  if (data.param_layout.empty()) fail(path, "cannot write checkpoint: the model has no parameters");
+  std::set<std::string> names;
+  check_arena(data.param_layout, data.params.size(), "parameters", names, path);
+  check_arena(data.buffer_layout, data.buffers.size(), "buffer values", names, path);
   for (const auto& s : data.optimizer_state)
-    if (s.values.size() != n || s.name.empty() || s.name.find_first_of("/,.") != std::string::npos)
+    if (s.values.size() != data.params.size() || bad_name(s.name))
       fail(path, "cannot write checkpoint: optimizer state '" + s.name + "' is misshaped");
+}
+
+// The buffers attribute of /model: the buffer tensors in arena order, so
+// a reader finds them without knowing any layer kind.
+void write_buffers(hid_t f, const CheckpointData& data) {
+  if (data.buffer_layout.empty()) return;
+  write_arena(f, "/model", data.buffer_layout, data.buffers);
+  std::string list;
+  for (const ParamInfo& p : data.buffer_layout) {
+    if (!list.empty()) list += ',';
+    list += p.path();
+  }
+  h5::Group model = h5::open_group(f, "/model", kCode);
+  h5::write_attr_fixed(model.get(), kBuffersAttr, list, kCode);
 }
 
 void write_contents(hid_t f, const CheckpointData& data) {
@@ -83,13 +116,14 @@ void write_contents(hid_t f, const CheckpointData& data) {
   h5::write_attr(f, "world_size", m.world_size, kCode);
   h5::write_attr(f, "optimizer_step", m.optimizer_step, kCode);
   h5::write_attr(f, "seed", m.seed, kCode);
-  write_arena(f, "/model", data.layout, data.params);
+  write_arena(f, "/model", data.param_layout, data.params);
+  write_buffers(f, data);
 
   h5::Group opt = h5::create_group(f, "/optimizer", kCode);
   std::string names;
   for (const auto& s : data.optimizer_state) {
     names += (names.empty() ? "" : ",") + s.name;
-    write_arena(f, "/optimizer/" + s.name, data.layout, s.values);
+    write_arena(f, "/optimizer/" + s.name, data.param_layout, s.values);
   }
   h5::write_attr_fixed(opt.get(), "name", m.optimizer, kCode);
   h5::write_attr(opt.get(), "step", m.optimizer_step, kCode);
@@ -124,6 +158,58 @@ void test_delay() {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
+// "dense" for dense0, dense1, ...: the kind of a layer (DESIGN.md section 4 names).
+std::string kind_of(const std::string& layer) {
+  return layer.substr(0, layer.find_last_not_of("0123456789") + 1);
+}
+
+// Layers of each kind in a layout, kinds in order of first appearance.
+std::vector<std::pair<std::string, int>> kind_counts(const std::vector<ParamInfo>& layout) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    if (i > 0 && layout[i].layer == layout[i - 1].layer) continue;
+    const std::string kind = kind_of(layout[i].layer);
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&](const auto& c) { return c.first == kind; });
+    if (it == counts.end())
+      counts.emplace_back(kind, 1);
+    else
+      ++it->second;
+  }
+  return counts;
+}
+
+int count_of(const std::vector<std::pair<std::string, int>>& counts, const std::string& kind) {
+  for (const auto& c : counts)
+    if (c.first == kind) return c.second;
+  return 0;
+}
+
+// have (the checkpoint's) must be need (the model's), tensor by tensor; the
+// message names the first difference. `layers` words the count message.
+void check_same_tensors(const std::vector<ParamInfo>& have, const std::vector<ParamInfo>& need,
+                        const std::string& layers, const std::string& path) {
+  for (std::size_t i = 0; i < std::min(have.size(), need.size()); ++i) {
+    const std::string where = "/model/" + have[i].path();
+    if (have[i].path() != need[i].path())
+      fail(path, where + ": the checkpoint holds it where the model has /model/" + need[i].path());
+    if (have[i].shape != need[i].shape)
+      fail(path, where + ": checkpoint has shape " + dims_string(have[i].shape) +
+                     ", the model needs " + dims_string(need[i].shape));
+  }
+  if (have.size() == need.size()) return;
+  const auto a = kind_counts(have), b = kind_counts(need);
+  auto kinds = b;
+  kinds.insert(kinds.end(), a.begin(), a.end());
+  for (const auto& k : kinds)
+    if (count_of(a, k.first) != count_of(b, k.first))
+      fail(path, "checkpoint has " + std::to_string(count_of(a, k.first)) + " " + k.first +
+                     " layers" + layers + ", the model has " +
+                     std::to_string(count_of(b, k.first)));
+  fail(path, "checkpoint has " + std::to_string(have.size()) + " tensors" + layers +
+                 ", the model has " + std::to_string(need.size()));
+}
+
 }  // namespace
 
 void write_checkpoint(const std::string& path, const CheckpointData& data) {
@@ -153,19 +239,10 @@ void write_checkpoint(const std::string& path, const CheckpointData& data) {
   }
 }
 
-void check_layout(const CheckpointData& data, const std::vector<DenseInfo>& layout,
-                  const std::string& path) {
-  const auto& have = data.layout;
-  for (std::size_t i = 0; i < std::min(have.size(), layout.size()); ++i) {
-    if (have[i].in != layout[i].in || have[i].out != layout[i].out)
-      fail(path, "/model/" + layer_group(i) + ": checkpoint weight is [" +
-                     std::to_string(have[i].out) + ", " + std::to_string(have[i].in) +
-                     "], the model needs [" + std::to_string(layout[i].out) + ", " +
-                     std::to_string(layout[i].in) + "]");
-  }
-  if (have.size() != layout.size())
-    fail(path, "checkpoint has " + std::to_string(have.size()) + " dense layers, the model has " +
-                   std::to_string(layout.size()));
+void check_layout(const CheckpointData& data, const std::vector<ParamInfo>& params,
+                  const std::vector<ParamInfo>& buffers, const std::string& path) {
+  check_same_tensors(data.param_layout, params, "", path);
+  check_same_tensors(data.buffer_layout, buffers, " with buffers", path);
 }
 
 }  // namespace dptrain

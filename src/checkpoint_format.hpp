@@ -19,6 +19,8 @@ inline constexpr std::int64_t kVersion = 1;
 // hostile shape is refused before it turns into an allocation.
 inline constexpr std::uint64_t kMaxFloats = std::uint64_t(1) << 34;
 inline constexpr int kMaxLayers = 4096;
+inline constexpr std::size_t kMaxSpecLayers = 4 * kMaxLayers;  // activations and the like too
+inline constexpr std::size_t kMaxTensorRank = 5;  // conv3d weight [out, in, k, k, k]
 inline constexpr std::size_t kMaxStates = 8;
 inline constexpr hsize_t kMaxAttrBytes = hsize_t(16) << 20;  // a config text is a few KiB
 
@@ -33,6 +35,11 @@ inline std::string strip_prefix(const std::string& what, const std::string& file
   return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
 }
 
+// Version 1 files, and /model files other tools write for an MLP, hold the
+// parameters as /model/dense<i>/{weight,bias}, i = 0, 1, ...
 inline std::string layer_group(std::size_t i) { return "dense" + std::to_string(i); }
+// The /model attribute listing buffer tensors ("bn0/running_mean,...") in
+// arena order; absent when the model has none.
+inline constexpr const char* kBuffersAttr = "buffers";
 
 }  // namespace dptrain::ckpt

@@ -8,6 +8,7 @@
 
 #include "checkpoint_format.hpp"
 #include "dptrain/checkpoint.hpp"
+#include "dptrain/layer_spec.hpp"
 
 namespace dptrain {
 namespace {
@@ -46,7 +47,8 @@ struct Reader {
     return h5::read_attr_string(obj, name, kCode);
   }
 
-  // Shape of a float dataset that must exist; checks dtype and rank only.
+  // Shape of a float dataset that must exist; checks dtype and rank only
+  // (rank 0: any rank from 1 to kMaxTensorRank).
   std::vector<hsize_t> float_shape(const std::string& name, std::size_t rank) const {
     if (!h5::exists(file, name)) bad(name + ": missing");
     probe(name);
@@ -56,9 +58,10 @@ struct Reader {
     if (H5Tget_class(t.get()) != H5T_FLOAT)
       bad(name + ": dtype " + h5::type_name(t.get()) + " is not a float type (need float32)");
     std::vector<hsize_t> s = h5::shape(ds.get());
-    if (s.size() != rank)
+    if (rank ? s.size() != rank : (s.empty() || s.size() > kMaxTensorRank))
       bad(name + ": shape " + h5::shape_string(s) + " has rank " + std::to_string(s.size()) +
-          ", need rank " + std::to_string(rank));
+          ", need rank " +
+          (rank ? std::to_string(rank) : "1 to " + std::to_string(kMaxTensorRank)));
     for (hsize_t x : s)
       if (x == 0 || x > hsize_t(std::numeric_limits<int>::max()))
         bad(name + ": shape " + h5::shape_string(s) + " has an empty or oversized dimension");
@@ -84,10 +87,11 @@ struct Reader {
     bad(name + ": " + kind + " at index [" + where + "] (a checkpoint holds finite values only)");
   }
 
-  // Walks /model/dense0, dense1, ... until one is missing.
-  std::vector<DenseInfo> model_layout() const {
-    std::vector<DenseInfo> layout;
-    std::uint64_t total = 0;
+  // The version 1 parameter layout: /model/dense0, dense1, ... until one is
+  // missing, each a weight [out, in] taking the previous layer's outputs and
+  // a bias [out].
+  std::vector<ParamInfo> param_layout() const {
+    std::vector<ParamInfo> layout;
     for (std::size_t i = 0;; ++i) {
       const std::string g = "/model/" + layer_group(i);
       if (!h5::exists(file, g)) break;
@@ -99,54 +103,75 @@ struct Reader {
       if (b[0] != w[0])
         bad(g + ": bias has " + std::to_string(b[0]) + " values but weight " +
             h5::shape_string(w) + " has " + std::to_string(w[0]) + " output rows");
-      if (i > 0 && w[1] != hsize_t(layout.back().out))
+      if (i > 0 && w[1] != hsize_t(layout.back().shape[0]))
         bad(g + "/weight: shape " + h5::shape_string(w) + " takes " + std::to_string(w[1]) +
-            " inputs but " + layout.back().name + " has " + std::to_string(layout.back().out) +
-            " outputs");
-      DenseInfo d;
-      d.name = layer_group(i);
-      d.out = static_cast<int>(w[0]);
-      d.in = static_cast<int>(w[1]);
-      d.weight_offset = total;
-      d.bias_offset = total + w[0] * w[1];
-      total = d.bias_offset + w[0];  // dims are < 2^31, so this cannot overflow
-      if (total > kMaxFloats)
+            " inputs but " + layout.back().layer + " has " +
+            std::to_string(layout.back().shape[0]) + " outputs");
+      // Dimensions are below 2^31, so these products cannot overflow.
+      const std::size_t at = arena_size(layout);
+      layout.push_back({layer_group(i), "weight", {w[0], w[1]}, at, w[0] * w[1]});
+      layout.push_back({layer_group(i), "bias", {b[0]}, at + w[0] * w[1], b[0]});
+      if (arena_size(layout) > kMaxFloats)
         bad("/model: more than 2^34 parameters; refusing to load (a damaged file?)");
-      layout.push_back(d);
     }
     if (layout.empty()) bad("/model: no dense0 group (expected /model/dense0/weight and bias)");
     // A gap (dense0, dense2) would silently drop layers.
+    const std::size_t layers = layout.size() / 2;
     for (const auto& c : h5::children(h5::open_group(file, "/model", kCode).get())) {
       if (c.rfind("dense", 0) != 0 || c.size() == 5 ||
           c.find_first_not_of("0123456789", 5) != std::string::npos)
         continue;
-      if (c.size() > 10 || std::stoul(c.substr(5)) >= layout.size())
-        bad("/model/" + c + ": present, but /model/" + layer_group(layout.size()) + " is missing");
+      if (c.size() > 10 || std::stoul(c.substr(5)) >= layers)
+        bad("/model/" + c + ": present, but /model/" + layer_group(layers) + " is missing");
     }
     return layout;
   }
 
-  // One arena from <base>/dense<i>; shapes must equal the model's.
-  std::vector<float> arena(const std::string& base, const std::vector<DenseInfo>& layout,
-                           std::size_t n) const {
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-      const DenseInfo& d = layout[i];
-      const std::string g = base + "/" + layer_group(i);
-      if (h5::exists(file, g)) probe(g);
-      const auto w = float_shape(g + "/weight", 2);
-      const auto b = float_shape(g + "/bias", 1);
-      if (w[0] != hsize_t(d.out) || w[1] != hsize_t(d.in) || b[0] != hsize_t(d.out))
-        bad(g + ": weight " + h5::shape_string(w) + " and bias " + h5::shape_string(b) +
-            " do not match /model/" + d.name + " (weight [" + std::to_string(d.out) + ", " +
-            std::to_string(d.in) + "], bias [" + std::to_string(d.out) + "])");
+  // The buffer layout that the /model attribute `buffers` lists, with the
+  // stored shapes; empty without the attribute (version 1 MLP files).
+  std::vector<ParamInfo> buffer_layout() const {
+    std::vector<ParamInfo> layout;
+    h5::Group model = h5::open_group(file, "/model", kCode);
+    if (!h5::has_attr(model.get(), kBuffersAttr)) return layout;
+    const std::string list = attr_string(model.get(), "/model", kBuffersAttr);
+    for (std::size_t p = 0; p < list.size();) {
+      const std::size_t c = std::min(list.find(',', p), list.size());
+      const std::string entry = list.substr(p, c - p);
+      p = c + 1;
+      const std::size_t slash = entry.rfind('/');
+      if (slash == std::string::npos || slash == 0 || slash + 1 == entry.size())
+        bad("/model: bad entry '" + entry + "' in the buffers attribute (need <layer>/<name>)");
+      if (layout.size() >= std::size_t(kMaxLayers))
+        bad("/model: more than " + std::to_string(kMaxLayers) + " buffers");
+      const auto shape = float_shape("/model/" + entry, 0);
+      ParamInfo t{entry.substr(0, slash), entry.substr(slash + 1), {}, arena_size(layout), 1};
+      for (hsize_t d : shape) {
+        t.shape.push_back(d);
+        // Checked before multiplying, so a hostile shape cannot overflow.
+        t.count = t.count > kMaxFloats / d ? kMaxFloats + 1 : t.count * d;
+      }
+      if (t.offset + t.count > kMaxFloats)
+        bad("/model: more than 2^34 buffer values; refusing to load (a damaged file?)");
+      layout.push_back(std::move(t));
     }
-    std::vector<float> v(n);
+    return layout;
+  }
+
+  // One arena from <base>/<layer>/<name> for each tensor of layout, whose
+  // shapes (read from /model) every array must have.
+  std::vector<float> arena(const std::string& base, const std::vector<ParamInfo>& layout) const {
     for (std::size_t i = 0; i < layout.size(); ++i) {
-      const DenseInfo& d = layout[i];
-      const std::string g = base + "/" + layer_group(i);
-      read_floats(g + "/weight", v.data() + d.weight_offset, std::size_t(d.out) * d.in, d.in);
-      read_floats(g + "/bias", v.data() + d.bias_offset, d.out, 1);
+      const ParamInfo& t = layout[i];
+      const std::string g = base + "/" + t.layer;
+      if ((i == 0 || layout[i - 1].layer != t.layer) && h5::exists(file, g)) probe(g);
+      const auto s = float_shape(g + "/" + t.name, t.shape.size());
+      if (!std::equal(s.begin(), s.end(), t.shape.begin()))
+        bad(g + "/" + t.name + ": shape " + h5::shape_string(s) + " and /model/" + t.path() +
+            " " + dims_string(t.shape) + " do not match");
     }
+    std::vector<float> v(arena_size(layout));
+    for (const ParamInfo& t : layout)
+      read_floats(base + "/" + t.path(), v.data() + t.offset, t.count, t.count / t.shape.front());
     return v;
   }
 
@@ -173,18 +198,26 @@ struct Reader {
       bad("negative step, epoch, epoch_position or optimizer_step, or world_size < 1");
   }
 
-  // The spec's dense widths must be the stored ones (the input width is not
-  // in the spec).
-  void check_spec(const std::string& spec, const std::vector<DenseInfo>& layout) const {
-    std::vector<int> units;
+  // The spec must give the stored layout. Version 1 files do not store the
+  // input shape; dense0's weight gives the flat input width.
+  void check_spec(const std::string& spec, const CheckpointData& d) const {
+    std::vector<LayerSpec> specs;
     try {
-      for (const auto& l : parse_model_spec(spec))
-        if (l.kind == LayerSpec::Kind::kDense) units.push_back(l.units);
+      specs = parse_model_spec(spec);
     } catch (const Error&) {
       bad("model attribute '" + spec + "' is not a valid --model spec");
     }
-    bool same = units.size() == layout.size();
-    for (std::size_t i = 0; same && i < units.size(); ++i) same = units[i] == layout[i].out;
+    bool same = false;
+    try {
+      // A spec of far more layers than any file holds is not worth building.
+      if (specs.size() <= kMaxSpecLayers) {
+        const int input = static_cast<int>(d.param_layout.front().shape.back());
+        const ModelLayout want = model_layout(specs, Shape{input});
+        same = want.params == d.param_layout && want.buffers == d.buffer_layout;
+      }
+    } catch (const Error&) {
+      // A spec whose layers cannot take that input does not match either.
+    }
     if (!same) bad("model attribute '" + spec + "' does not match the /model layer shapes");
   }
 
@@ -208,7 +241,7 @@ struct Reader {
     for (const auto& n : names) {
       if (n.empty() || n.find('/') != std::string::npos) bad("/optimizer: bad state name '" + n + "'");
       if (h5::exists(file, "/optimizer/" + n)) probe("/optimizer/" + n);
-      out.push_back({n, arena("/optimizer/" + n, d.layout, d.params.size())});
+      out.push_back({n, arena("/optimizer/" + n, d.param_layout)});
     }
     return out;
   }
@@ -249,10 +282,11 @@ CheckpointData read_impl(const std::string& path, bool model_only) {
   CheckpointData d;
   const bool full = has_format && !model_only;
   r.meta(d.meta, full);
-  d.layout = r.model_layout();
-  if (!d.meta.model.empty()) r.check_spec(d.meta.model, d.layout);
-  const DenseInfo& last = d.layout.back();
-  d.params = r.arena("/model", d.layout, last.bias_offset + last.out);
+  d.param_layout = r.param_layout();
+  d.buffer_layout = r.buffer_layout();
+  if (!d.meta.model.empty()) r.check_spec(d.meta.model, d);
+  d.params = r.arena("/model", d.param_layout);
+  d.buffers = r.arena("/model", d.buffer_layout);
   if (full) {
     d.optimizer_state = r.optimizer(d);
     r.rng(d.meta);

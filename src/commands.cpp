@@ -48,18 +48,23 @@ LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, 
     layers = parse_model_spec(spec);
     lm.loss = parse_loss(loss);
   });
-  *set_out = open_set(mpi, opts.data, set_name, lm.loss, layers.back().units);
+  *set_out = open_set(mpi, opts.data, set_name, lm.loss, spec_output_width(layers));
   agree(mpi.world(), [&] {
     lm.model = std::make_unique<Model>(*rt.backend, layers, static_cast<int>(set_out->info.dim),
                                        max_shard_rows(batch, mpi.size()));
     if (mpi.rank() == 0) {
-      check_layout(ck, lm.model->dense_layers(), opts.checkpoint);
+      check_layout(ck, lm.model->param_layout(), lm.model->buffer_layout(), opts.checkpoint);
       rt.backend->copy_to_device(lm.model->params(), ck.params.data(),
                                  ck.params.size() * sizeof(float));
+      if (!ck.buffers.empty())
+        rt.backend->copy_to_device(lm.model->buffers(), ck.buffers.data(),
+                                   ck.buffers.size() * sizeof(float));
       lm.step = ck.meta.step;
     }
   });
   rt.comm->broadcast(lm.model->params(), lm.model->num_params() * sizeof(float), 0);
+  if (lm.model->num_buffers())
+    rt.comm->broadcast(lm.model->buffers(), lm.model->num_buffers() * sizeof(float), 0);
   return lm;
 }
 

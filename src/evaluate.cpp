@@ -31,7 +31,7 @@ void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& mod
   for (std::uint64_t s = 0; s < plan.steps_per_epoch(); ++s) {
     const BatchSlot slot = plan.slot(s);
     const Shard& dev = next_shard(queue.get(), scatter, slot.rows, shard);
-    const float* out = dev.rows > 0 ? model.forward(dev.features, dev.rows) : nullptr;
+    const float* out = dev.rows > 0 ? model.forward(dev.features, dev.rows, nullptr, Mode::kEval) : nullptr;
     on_batch(slot, dev, out);
   }
 }

@@ -51,6 +51,21 @@ void print_config(const std::string& text, std::ostream& out) {
   }
 }
 
+// One line per layer: its tensors with their shapes and how many values
+// they hold together.
+void print_tensors(const std::vector<ParamInfo>& layout, const char* unit, std::ostream& out) {
+  for (std::size_t i = 0; i < layout.size();) {
+    const std::string& layer = layout[i].layer;
+    out << "    " << std::left << std::setw(8) << layer << " ";
+    std::uint64_t n = 0;
+    for (int k = 0; i < layout.size() && layout[i].layer == layer; ++i, ++k) {
+      out << std::setw(k == 0 ? 22 : 14) << layout[i].name + " " + dims_string(layout[i].shape);
+      n += layout[i].count;
+    }
+    out << std::right << n << " " << unit << "\n";
+  }
+}
+
 void inspect_checkpoint(const std::string& path, bool has_format, std::ostream& out) {
   // A /model-only file (h5py, --init-from) has no attributes to show.
   const CheckpointData ck = read_checkpoint(path, !has_format);
@@ -73,15 +88,16 @@ void inspect_checkpoint(const std::string& path, bool has_format, std::ostream& 
     out << "\n";
   }
   out << "  layers:\n";
-  for (const auto& d : ck.layout) {
-    const std::uint64_t n = std::uint64_t(d.out) * d.in + d.out;
-    const std::string w = "weight [" + std::to_string(d.out) + ", " + std::to_string(d.in) + "]";
-    const std::string b = "bias [" + std::to_string(d.out) + "]";
-    out << "    " << std::left << std::setw(8) << d.name << " " << std::setw(22) << w
-        << std::setw(14) << b << std::right << n << " parameters\n";
+  print_tensors(ck.param_layout, "parameters", out);
+  if (!ck.buffer_layout.empty()) {
+    out << "  buffers:\n";
+    print_tensors(ck.buffer_layout, "values", out);
   }
   const std::uint64_t n = ck.params.size();
   out << "  parameters:      " << n << " (" << human_bytes(n * 4) << " as float32)\n";
+  if (!ck.buffers.empty())
+    out << "  buffer values:   " << ck.buffers.size() << " ("
+        << human_bytes(ck.buffers.size() * 4) << " as float32)\n";
   if (!ck.optimizer_state.empty())
     out << "  optimizer bytes: " << human_bytes(n * 4 * ck.optimizer_state.size()) << "\n";
   print_config(m.config, out);

@@ -35,7 +35,7 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
     if (!resuming) path = opts.init_from;
     if (path.empty()) return;
     CheckpointData ck = read_checkpoint(path, !resuming);
-    check_layout(ck, model.dense_layers(), path);
+    check_layout(ck, model.param_layout(), model.buffer_layout(), path);
     if (resuming) {
       DPT_REQUIRE(ck.has_training_state, ExitCode::kCheckpoint,
                   path + ": holds only /model; use --init-from to start from its weights");
@@ -67,6 +67,8 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
       header[2] = ck.meta.optimizer_step;
     }
     be.copy_to_device(model.params(), ck.params.data(), ck.params.size() * sizeof(float));
+    if (!ck.buffers.empty())
+      be.copy_to_device(model.buffers(), ck.buffers.data(), ck.buffers.size() * sizeof(float));
     header[3] = 1;
     sp.from = path;
     std::printf("dptrain: %s %s (step %lld)\n", resuming ? "resuming from" : "initialising from",
@@ -76,6 +78,8 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
   DPT_MPI_CHECK(MPI_Bcast(header, 4, MPI_INT64_T, 0, mpi.world()));
   if (header[3]) {
     rt.comm->broadcast(model.params(), model.num_params() * sizeof(float), 0);
+    if (model.num_buffers())
+      rt.comm->broadcast(model.buffers(), model.num_buffers() * sizeof(float), 0);
   }
   if (header[0]) {
     for (auto& s : opt.state()) rt.comm->broadcast(s.data, opt.size() * sizeof(float), 0);
@@ -108,9 +112,13 @@ void save_state(const std::string& path, bool in_checkpoint_dir, const Options& 
     ck.meta.config = opts.config_text;
     ck.meta.optimizer = optimizer_name(opt.config().kind);
     ck.meta.optimizer_step = opt.step_count();
-    ck.layout = model.dense_layers();
+    ck.param_layout = model.param_layout();
     ck.params.resize(model.num_params());
     be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));
+    ck.buffer_layout = model.buffer_layout();
+    ck.buffers.resize(model.num_buffers());
+    if (!ck.buffers.empty())
+      be.copy_to_host(ck.buffers.data(), model.buffers(), ck.buffers.size() * sizeof(float));
     for (auto& s : opt.state()) {
       CheckpointData::State st{s.name, std::vector<float>(opt.size())};
       be.copy_to_host(st.values.data(), s.data, opt.size() * sizeof(float));

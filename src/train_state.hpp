@@ -10,6 +10,7 @@
 #include "dptrain/config.hpp"
 #include "dptrain/optimizer.hpp"
 #include "dptrain/launch.hpp"
+#include "dptrain/model.hpp"
 #include "loss.hpp"
 
 namespace dptrain {

@@ -132,7 +132,7 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
                                            raw_uint8_wire(train_.info));
   buckets_ = std::make_unique<GradientBuckets>(
       *rt_.comm, model_->grads(),
-      plan_buckets(model_->dense_layers(), model_->num_params(),
+      plan_buckets(model_->param_layout(), model_->num_params(),
                    static_cast<std::size_t>(opts_.bucket_mb * 1048576.0)),
       input_.get());
   saver_ = std::make_unique<StateSaver>(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
@@ -145,7 +145,7 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
 }
 
 void TrainingRun::open_data() {
-  const int outputs = layers_.back().units;
+  const int outputs = spec_output_width(layers_);
   train_ = open_set(mpi_, opts_.data, opts_.train_set, loss_, outputs);
   if (!opts_.val_set.empty()) {
     val_.emplace(open_set(mpi_, opts_.data, opts_.val_set, loss_, outputs));

@@ -132,36 +132,6 @@ class Backend {
   virtual LossKernels& losses() = 0;
   virtual OptimizerKernels& optimizers() = 0;
 
-  // Transitional: forwards to the kernel families; removed once callers move.
-  void add_bias(float* y, const float* bias, int rows, int cols) {
-    dense().add_bias(y, bias, rows, cols);
-  }
-  void bias_grad(const float* dy, float* db, int rows, int cols) {
-    dense().bias_grad(dy, db, rows, cols);
-  }
-  void activation_forward(Activation f, const float* x, float* y, std::size_t n) {
-    activations().forward(f, x, y, n);
-  }
-  void activation_backward(Activation f, const float* x, const float* y, const float* dy,
-                           float* dx, std::size_t n) {
-    activations().backward(f, x, y, dy, dx, n);
-  }
-  void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
-                    float grad_scale, float* dlogits, float* stats) {
-    losses().softmax_xent(logits, labels, rows, cols, grad_scale, dlogits, stats);
-  }
-  void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
-           float* dpred, float* stats) {
-    losses().mse(pred, target, rows, cols, grad_scale, dpred, stats);
-  }
-  void sgd_step(float* w, const float* g, float* velocity, std::size_t n, const SgdParams& p) {
-    optimizers().sgd_step(w, g, velocity, n, p);
-  }
-  void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
-                 const AdamParams& p) {
-    optimizers().adam_step(w, g, m, v, n, p);
-  }
-
  private:
   static constexpr std::size_t kHostAlignment = 64;
 };

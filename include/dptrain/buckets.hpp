@@ -21,9 +21,10 @@ struct BucketRange {
 };
 
 // Buckets of at least bucket_bytes (a layer larger than that is a bucket of
-// its own; layers are never split), in start order: the first covers the
-// last layers. bucket_bytes == 0 gives one bucket for the whole arena.
-std::vector<BucketRange> plan_buckets(const std::vector<DenseInfo>& dense, std::size_t num_params,
+// its own; layers are never split: a layer is the run of `params` entries
+// with one layer name), in start order: the first covers the last layers.
+// bucket_bytes == 0 gives one bucket for the whole arena.
+std::vector<BucketRange> plan_buckets(const std::vector<ParamInfo>& params, std::size_t num_params,
                                       std::size_t bucket_bytes);
 
 class GradientBuckets final : public LayerHooks {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/model.hpp"
+#include "dptrain/layer.hpp"
 
 namespace dptrain {
 
@@ -23,11 +23,14 @@ struct CheckpointMeta {
 };
 
 // Host copy of everything a checkpoint holds. Arrays are arena-shaped: the
-// same layout as Model::params() (dense<i> weight [out,in] then bias [out]).
+// same layouts as Model::params() and Model::buffers(), each tensor stored
+// as /model/<layer>/<name>.
 struct CheckpointData {
   CheckpointMeta meta;
-  std::vector<DenseInfo> layout;  // the dense layers, in order
-  std::vector<float> params;      // arena, sum of out*in+out over layout
+  std::vector<ParamInfo> param_layout;   // every parameter tensor, in arena order
+  std::vector<float> params;             // arena_size(param_layout) values
+  std::vector<ParamInfo> buffer_layout;  // non-trained tensors (running statistics)
+  std::vector<float> buffers;            // arena_size(buffer_layout) values
   struct State {
     std::string name;             // "m", "v", "velocity"
     std::vector<float> values;    // arena-shaped like params
@@ -41,16 +44,19 @@ struct CheckpointData {
 // Error(kCheckpoint) naming the path on failure.
 void write_checkpoint(const std::string& path, const CheckpointData& data);
 
-// Reads and validates (format, version, shapes against each other, finite
-// values, checksummed data). model_only: read /model and attributes that
-// exist, accept a file with only /model (for --init-from). Throws
-// Error(kCheckpoint) naming the path and what is wrong.
+// Reads and validates (format, version, shapes against each other and
+// against the model attribute, finite values, checksummed data).
+// model_only: read /model and attributes that exist, accept a file with only
+// /model (for --init-from). Parameters are the version 1 MLP groups
+// /model/dense<i>/{weight,bias}; buffers are the tensors that the /model
+// attribute `buffers` lists ("bn0/running_mean,..."), in arena order.
+// Throws Error(kCheckpoint) naming the path and what is wrong.
 CheckpointData read_checkpoint(const std::string& path, bool model_only = false);
 
-// Checks a checkpoint's /model layout against a model; Error(kCheckpoint)
-// naming the first mismatching dense layer.
-void check_layout(const CheckpointData& data, const std::vector<DenseInfo>& layout,
-                  const std::string& path);
+// Checks a checkpoint's /model layout against a model's parameter and
+// buffer layouts; Error(kCheckpoint) naming the first mismatching tensor.
+void check_layout(const CheckpointData& data, const std::vector<ParamInfo>& params,
+                  const std::vector<ParamInfo>& buffers, const std::string& path);
 
 // "<dir>/ckpt-<step, 9 digits>.h5"
 std::string checkpoint_path(const std::string& dir, std::int64_t step);

@@ -1,37 +1,26 @@
-// Implements: the MLP tower built from --model. Parameters and gradients each
-// live in one contiguous arena on the backend, laid out dense0.weight
-// [out,in], dense0.bias [out], dense1.weight, ... so gradient exchange is one
-// (or a few bucketed) all-reduce calls and checkpoints map 1:1 to
-// /model/dense<i>/{weight,bias}.
+// Implements: the tower built from --model (DESIGN.md section 1): the
+// ordered layers over one parameter arena, one gradient arena laid out like
+// it and one buffer arena for non-trained state. Layer i's tensors follow
+// layer i - 1's (dense0/weight [out,in], dense0/bias [out], dense1/...), so
+// gradient exchange is one (or a few bucketed) all-reduce calls and
+// checkpoints map 1:1 to /model/<layer>/<tensor>.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dptrain/backend.hpp"
+#include "dptrain/layer.hpp"
+#include "dptrain/layer_spec.hpp"
+#include "dptrain/tensor.hpp"
 
 namespace dptrain {
 
-struct LayerSpec {
-  enum class Kind { kDense, kActivation };
-  Kind kind = Kind::kDense;
-  int units = 0;                          // dense only
-  Activation activation = Activation::kRelu;  // activation only
-};
-
-// "dense:256,relu,dense:10" -> layers. Throws Error(kUsage) naming the bad
-// token. Requires at least one dense layer and a dense layer last.
-std::vector<LayerSpec> parse_model_spec(const std::string& spec);
+// "relu", "tanh", "gelu", "sigmoid": the activation family's token names.
 std::string activation_name(Activation a);
-
-struct DenseInfo {
-  std::string name;  // "dense0", "dense1", ...
-  int in = 0, out = 0;
-  std::size_t weight_offset = 0;  // into the arena, in floats
-  std::size_t bias_offset = 0;
-};
 
 // What forward and backward tell the caller as they go: a point between
 // layers (to move communication along) and, in backward, each time a suffix
@@ -45,57 +34,67 @@ class LayerHooks {
   virtual void grads_ready(std::size_t begin) { (void)begin; }
 };
 
-// The arena layout of dense layers of widths {in, out0, out1, ...}: dense<i>
-// weight [out_i, in_i] then bias [out_i], in layer order (what Model builds).
-std::vector<DenseInfo> dense_layout(const std::vector<int>& widths);
-// Floats in such an arena.
-inline std::size_t arena_size(const std::vector<DenseInfo>& layout) {
-  return layout.empty() ? 0 : layout.back().bias_offset + layout.back().out;
-}
-
 class Model {
  public:
   // max_rows: the largest number of rows forward/backward will be called
-  // with (activation buffers are allocated once, here).
-  Model(Backend& backend, std::vector<LayerSpec> layers, int input_dim, int max_rows);
+  // with (activation and gradient buffers are allocated once, here).
+  // input_dim: flat samples [N, input_dim], as the data files give them.
+  Model(Backend& backend, const std::vector<LayerSpec>& specs, int input_dim, int max_rows);
+  Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input, int max_rows);
+  // Layers already built for `input` (build_layers, or layers a test makes).
+  Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
+        int max_rows);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  // He-uniform (layers followed by relu/gelu) or Glorot-uniform weights,
-  // zero biases, from the seed alone.
+  // Every layer initializes its own tensors from the seed alone (dense: He-
+  // uniform before relu/gelu, else Glorot-uniform; zero biases).
   void init(std::uint64_t seed);
 
-  // Forward over x[rows, input_dim] (device); returns the output [rows, out].
-  // Keeps the activations needed by backward.
-  const float* forward(const float* x, int rows, LayerHooks* hooks = nullptr);
-  // Backward from dout[rows, out] (device, typically output_grad()), after
-  // forward with the same x and rows. Overwrites the gradient arena; calls
-  // hooks->grads_ready with decreasing offsets, ending with 0.
+  // Forward over x[rows, input] (device); returns the output [rows, output].
+  // Keeps each layer's output, which backward reads.
+  const float* forward(const float* x, int rows, LayerHooks* hooks = nullptr,
+                       Mode mode = Mode::kTrain);
+  // Backward from dout[rows, output] (device, typically output_grad()),
+  // after forward with the same x and rows. Overwrites the gradient arena;
+  // calls hooks->grads_ready with decreasing offsets, ending with 0. No
+  // gradient flows past the first layer with parameters.
   void backward(const float* x, const float* dout, int rows, LayerHooks* hooks = nullptr);
 
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }
+  float* buffers() { return buffers_.get(); }
   // Buffer [max_rows, output_dim] for the loss gradient.
   float* output_grad() { return dout_.get(); }
-  std::size_t num_params() const { return num_params_; }
-  int input_dim() const { return input_dim_; }
-  int output_dim() const { return output_dim_; }
+  std::size_t num_params() const { return arena_size(params_layout_); }
+  std::size_t num_buffers() const { return arena_size(buffers_layout_); }
+  const Shape& input_shape() const { return input_; }
+  const Shape& output_shape() const { return layers_.back()->output_shape(); }
+  int input_dim() const { return static_cast<int>(input_.size()); }
+  int output_dim() const { return static_cast<int>(output_shape().size()); }
   int max_rows() const { return max_rows_; }
-  const std::vector<DenseInfo>& dense_layers() const { return dense_; }
-  const std::vector<LayerSpec>& layers() const { return layers_; }
+  // Every tensor of the parameter (buffer) arena, in arena order.
+  const std::vector<ParamInfo>& param_layout() const { return params_layout_; }
+  const std::vector<ParamInfo>& buffer_layout() const { return buffers_layout_; }
+  std::size_t num_layers() const { return layers_.size(); }
+  const Layer& layer(std::size_t i) const { return *layers_[i]; }
   std::string spec() const;
 
  private:
+  ConstTensorView input_of(std::size_t li, const float* x, int rows) const;
+
   Backend& be_;
-  std::vector<LayerSpec> layers_;
-  std::vector<DenseInfo> dense_;
-  std::vector<int> layer_dense_;  // layer index -> dense index, -1 for activations
-  std::vector<int> layer_width_;  // output width of each layer
-  int input_dim_, output_dim_, max_rows_;
-  std::size_t num_params_ = 0;
-  DeviceBuffer<float> params_, grads_;
-  std::vector<DeviceBuffer<float>> acts_;  // output of each layer [max_rows, width]
-  DeviceBuffer<float> dout_, dbuf_a_, dbuf_b_;  // gradient ping-pong buffers
+  std::vector<std::unique_ptr<Layer>> layers_;
+  Shape input_;
+  int max_rows_;
+  std::vector<ParamInfo> params_layout_, buffers_layout_;
+  std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
+  DeviceBuffer<float> params_, grads_, buffers_;
+  std::vector<DeviceBuffer<float>> acts_;  // output of each layer [max_rows, its output shape]
+  // The loss gradient, and two buffers that take turns holding the
+  // gradient w.r.t. a layer's input; a container layer keeps its inner
+  // gradients in buffers of its own, so two suffice at this level.
+  DeviceBuffer<float> dout_, dbuf_a_, dbuf_b_;
 };
 
 }  // namespace dptrain

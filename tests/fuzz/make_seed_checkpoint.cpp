@@ -7,7 +7,7 @@
 
 #include "dptrain/checkpoint.hpp"
 #include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
+#include "dptrain/layer_spec.hpp"
 
 namespace {
 
@@ -27,8 +27,10 @@ dptrain::CheckpointData make(const std::vector<int> &dims,
   d.meta.config = "model = " + d.meta.model + "\nlr = 0.01\n";
   d.meta.optimizer = optimizer;
   d.meta.optimizer_step = 2;
-  d.layout = dptrain::dense_layout(dims);
-  const std::size_t n = dptrain::arena_size(d.layout);
+  d.param_layout = dptrain::model_layout(dptrain::parse_model_spec(d.meta.model),
+                                         dptrain::Shape{dims[0]})
+                       .params;
+  const std::size_t n = dptrain::arena_size(d.param_layout);
   d.params.resize(n);
   for (std::size_t j = 0; j < n; ++j)
     d.params[j] = 0.01f * float(j % 17) - 0.05f;

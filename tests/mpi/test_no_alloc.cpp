@@ -70,7 +70,7 @@ TEST(NoAllocation, StepsAfterWarmUpAllocateNothing) {
   Optimizer opt(*be, oc, model.num_params());
   InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LossKind::kXent);
   GradientBuckets buckets(*comm, model.grads(),
-                          plan_buckets(model.dense_layers(), model.num_params(), 1), &input);
+                          plan_buckets(model.param_layout(), model.num_params(), 1), &input);
   DeviceBuffer<float> stats(*be, 2);
   PhaseTimer timer;
 

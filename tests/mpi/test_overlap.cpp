@@ -39,20 +39,21 @@ TEST(Buckets, PlanCoversTheArenaLastLayerFirstAtLayerBoundaries) {
   Model model(*be, parse_model_spec(kSpec), kDim, 4);
   for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(64), std::size_t(4096),
                             std::size_t(1) << 30}) {
-    const auto plan = plan_buckets(model.dense_layers(), model.num_params(), bytes);
+    const auto plan = plan_buckets(model.param_layout(), model.num_params(), bytes);
+    const std::vector<std::size_t> begins = layer_begins(model.param_layout());
     ASSERT_FALSE(plan.empty());
     EXPECT_EQ(plan.front().end, model.num_params());
     EXPECT_EQ(plan.back().begin, 0u);
     for (std::size_t i = 1; i < plan.size(); ++i) EXPECT_EQ(plan[i].end, plan[i - 1].begin);
     for (const BucketRange& b : plan) {
       bool at_layer = false;
-      for (const DenseInfo& d : model.dense_layers()) at_layer |= d.weight_offset == b.begin;
+      for (std::size_t begin : begins) at_layer |= begin == b.begin;
       EXPECT_TRUE(at_layer) << "bucket starts inside a layer";
       // Every bucket but the one holding the first layer reaches the size.
       if (b.begin != 0) EXPECT_GE((b.end - b.begin) * sizeof(float), bytes);
     }
     if (bytes == 0 || bytes == (std::size_t(1) << 30)) EXPECT_EQ(plan.size(), 1u);
-    if (bytes == 1) EXPECT_EQ(plan.size(), model.dense_layers().size());
+    if (bytes == 1) EXPECT_EQ(plan.size(), begins.size());
   }
 }
 
@@ -71,14 +72,14 @@ TEST(Buckets, BucketedSumsEqualOneAllReduceBitwise) {
   for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(256), std::size_t(2048)}) {
     std::vector<float> grads = mine;
     GradientBuckets buckets(*comm, grads.data(),
-                            plan_buckets(model.dense_layers(), n, bytes));
+                            plan_buckets(model.param_layout(), n, bytes));
     for (int round = 0; round < 2; ++round) {  // state resets between steps
       std::memcpy(grads.data(), mine.data(), n * sizeof(float));
       buckets.begin_step();
       // As backward reports them: last layer first.
-      const auto& dense = model.dense_layers();
-      for (std::size_t i = dense.size(); i-- > 0;) {
-        buckets.grads_ready(dense[i].weight_offset);
+      const std::vector<std::size_t> begins = layer_begins(model.param_layout());
+      for (std::size_t i = begins.size(); i-- > 0;) {
+        buckets.grads_ready(begins[i]);
         buckets.between_layers();
       }
       buckets.finish();
@@ -129,7 +130,7 @@ std::vector<float> train(std::size_t bucket_bytes, bool use_buckets) {
   ShardBuffers shard(*be, max_shard_rows(batch, ranks), kDim, 1, LossKind::kXent);
   Scatter scatter(MPI_COMM_WORLD, kDim, 1, true);
   GradientBuckets buckets(*comm, model.grads(),
-                          plan_buckets(model.dense_layers(), model.num_params(), bucket_bytes));
+                          plan_buckets(model.param_layout(), model.num_params(), bucket_bytes));
   DeviceBuffer<float> stats(*be, 2);
   for (std::uint64_t s = 0; s < 4; ++s) {
     const std::uint64_t rows = s == 3 ? 2 : batch;  // a short batch: empty shards at P = 3, 4

@@ -1,5 +1,5 @@
-// Implements: shared pieces of the checkpoint unit tests: arena layouts like
-// Model builds, a full checkpoint whose values all differ, a fixture with a
+// Implements: shared pieces of the checkpoint unit tests: parameter layouts
+// like Model builds, a full checkpoint whose values all differ, a fixture with a
 // scratch directory, and helpers that damage files the way disks and other
 // tools do.
 #pragma once
@@ -14,18 +14,27 @@
 #include <vector>
 
 #include "dptrain/checkpoint.hpp"
+#include "dptrain/layer_spec.hpp"
 #include "h5.hpp"
 #include "test_paths.hpp"
 
 namespace dptrain::testing {
 
-// dims {in, h, ..., out} -> the arena layout Model builds.
-inline std::vector<DenseInfo> layout_of(const std::vector<int>& dims) { return dense_layout(dims); }
+// dims {in, h, ..., out} -> "dense:h,relu,...,relu,dense:out".
+inline std::string spec_of(const std::vector<int>& dims) {
+  std::string spec = "dense:" + std::to_string(dims[1]);
+  for (std::size_t i = 2; i < dims.size(); ++i) spec += ",relu,dense:" + std::to_string(dims[i]);
+  return spec;
+}
+
+// dims {in, h, ..., out} -> the parameter layout Model builds.
+inline std::vector<ParamInfo> layout_of(const std::vector<int>& dims) {
+  return model_layout(parse_model_spec(spec_of(dims)), Shape{dims[0]}).params;
+}
 
 inline CheckpointData make_data(const std::vector<int>& dims = {6, 5, 3}) {
   CheckpointData d;
-  d.meta.model = "dense:" + std::to_string(dims[1]);
-  for (std::size_t i = 2; i < dims.size(); ++i) d.meta.model += ",relu,dense:" + std::to_string(dims[i]);
+  d.meta.model = spec_of(dims);
   d.meta.loss = "xent";
   d.meta.step = 1234;
   d.meta.epoch = 3;
@@ -35,8 +44,8 @@ inline CheckpointData make_data(const std::vector<int>& dims = {6, 5, 3}) {
   d.meta.config = "model = x\nlr = 0.001\n";
   d.meta.optimizer = "adam";
   d.meta.optimizer_step = 1234;
-  d.layout = layout_of(dims);
-  const std::size_t n = arena_size(d.layout);
+  d.param_layout = layout_of(dims);
+  const std::size_t n = arena_size(d.param_layout);
   d.params.resize(n);
   for (std::size_t j = 0; j < n; ++j) d.params[j] = 0.001f * float(j) - 0.3f;
   d.params[0] = -0.0f;  // bitwise equality must keep the sign of zero
@@ -87,26 +96,24 @@ inline void replace_array(hid_t f, const std::string& name, const std::vector<hs
   h5::write_array(f, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, values.data(), ExitCode::kOther);
 }
 
-// /model/dense<i>/{weight,bias} with the bare HDF5 C API and no attributes,
-// the way h5py or a converter from another framework writes them.
-inline void write_raw_model(const std::string& file, const std::vector<DenseInfo>& layout,
+// /model/<layer>/<tensor> with the bare HDF5 C API and no attributes, the
+// way h5py or a converter from another framework writes them.
+inline void write_raw_model(const std::string& file, const std::vector<ParamInfo>& layout,
                      const std::vector<float>& arena) {
   hid_t f = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(f, 0);
   hid_t model = H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  for (const auto& d : layout) {
-    hid_t g = H5Gcreate2(model, d.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    const hsize_t wdims[2] = {hsize_t(d.out), hsize_t(d.in)}, bdims[1] = {hsize_t(d.out)};
-    for (int k = 0; k < 2; ++k) {
-      hid_t space = H5Screate_simple(k == 0 ? 2 : 1, k == 0 ? wdims : bdims, nullptr);
-      hid_t ds = H5Dcreate2(g, k == 0 ? "weight" : "bias", H5T_IEEE_F32LE, space, H5P_DEFAULT,
-                            H5P_DEFAULT, H5P_DEFAULT);
-      H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-               arena.data() + (k == 0 ? d.weight_offset : d.bias_offset));
-      H5Dclose(ds);
-      H5Sclose(space);
-    }
-    H5Gclose(g);
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const ParamInfo& t = layout[i];
+    if (i == 0 || layout[i - 1].layer != t.layer)
+      H5Gclose(H5Gcreate2(model, t.layer.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    const std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    hid_t ds = H5Dcreate2(model, t.path().c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                          H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, arena.data() + t.offset);
+    H5Dclose(ds);
+    H5Sclose(space);
   }
   H5Gclose(model);
   H5Fclose(f);

@@ -36,21 +36,23 @@ TEST_F(CheckpointTest, RoundTripIsBitwiseEqual) {
   EXPECT_EQ(out.meta.config, in.meta.config);
   EXPECT_EQ(out.meta.optimizer, in.meta.optimizer);
   EXPECT_EQ(out.meta.optimizer_step, in.meta.optimizer_step);
-  ASSERT_EQ(out.layout.size(), in.layout.size());
-  for (std::size_t i = 0; i < in.layout.size(); ++i) {
-    EXPECT_EQ(out.layout[i].name, in.layout[i].name);
-    EXPECT_EQ(out.layout[i].in, in.layout[i].in);
-    EXPECT_EQ(out.layout[i].out, in.layout[i].out);
-    EXPECT_EQ(out.layout[i].weight_offset, in.layout[i].weight_offset);
-    EXPECT_EQ(out.layout[i].bias_offset, in.layout[i].bias_offset);
+  ASSERT_EQ(out.param_layout.size(), in.param_layout.size());
+  for (std::size_t i = 0; i < in.param_layout.size(); ++i) {
+    EXPECT_EQ(out.param_layout[i].layer, in.param_layout[i].layer);
+    EXPECT_EQ(out.param_layout[i].name, in.param_layout[i].name);
+    EXPECT_EQ(out.param_layout[i].shape, in.param_layout[i].shape);
+    EXPECT_EQ(out.param_layout[i].offset, in.param_layout[i].offset);
+    EXPECT_EQ(out.param_layout[i].count, in.param_layout[i].count);
   }
+  EXPECT_TRUE(out.buffer_layout.empty());
+  EXPECT_TRUE(out.buffers.empty());
   EXPECT_TRUE(bitwise_equal(out.params, in.params));
   ASSERT_EQ(out.optimizer_state.size(), 2u);
   for (std::size_t s = 0; s < 2; ++s) {
     EXPECT_EQ(out.optimizer_state[s].name, in.optimizer_state[s].name);
     EXPECT_TRUE(bitwise_equal(out.optimizer_state[s].values, in.optimizer_state[s].values));
   }
-  EXPECT_NO_THROW(check_layout(out, in.layout, path("rt.h5")));
+  EXPECT_NO_THROW(check_layout(out, in.param_layout, {}, path("rt.h5")));
 
   const CheckpointData model = read_checkpoint(path("rt.h5"), true);
   EXPECT_FALSE(model.has_training_state);
@@ -136,22 +138,22 @@ TEST_F(CheckpointTest, ModelOnlyFileFromOtherToolsLoadsOnlyAsModel) {
   write_raw_model(path("raw.h5"), layout, arena);
   const CheckpointData d = read_checkpoint(path("raw.h5"), true);
   EXPECT_FALSE(d.has_training_state);
-  ASSERT_EQ(d.layout.size(), 2u);
-  EXPECT_EQ(d.layout[0].in, 8);
-  EXPECT_EQ(d.layout[0].out, 4);
-  EXPECT_EQ(d.layout[1].in, 4);
-  EXPECT_EQ(d.layout[1].out, 2);
+  ASSERT_EQ(d.param_layout.size(), 4u);  // dense0 and dense1, a weight and a bias each
+  EXPECT_EQ(d.param_layout[0].path(), "dense0/weight");
+  EXPECT_EQ(d.param_layout[0].shape, (std::vector<std::size_t>{4, 8}));
+  EXPECT_EQ(d.param_layout[2].path(), "dense1/weight");
+  EXPECT_EQ(d.param_layout[2].shape, (std::vector<std::size_t>{2, 4}));
   EXPECT_TRUE(bitwise_equal(d.params, arena));
-  EXPECT_NO_THROW(check_layout(d, layout, path("raw.h5")));
+  EXPECT_NO_THROW(check_layout(d, layout, {}, path("raw.h5")));
   expect_ckpt_error([&] { read_checkpoint(path("raw.h5")); }, {"not a dptrain checkpoint", "raw.h5"});
 }
 
 TEST_F(CheckpointTest, CheckLayoutNamesFirstMismatch) {
   const CheckpointData d = make_data({6, 5, 3});
-  expect_ckpt_error([&] { check_layout(d, layout_of({6, 5, 4}), "x.h5"); },
+  expect_ckpt_error([&] { check_layout(d, layout_of({6, 5, 4}), {}, "x.h5"); },
                     {"/model/dense1", "[3, 5]", "[4, 5]", "x.h5"});
-  expect_ckpt_error([&] { check_layout(d, layout_of({7, 5, 3}), "x.h5"); }, {"/model/dense0"});
-  expect_ckpt_error([&] { check_layout(d, layout_of({6, 5, 3, 2}), "x.h5"); },
+  expect_ckpt_error([&] { check_layout(d, layout_of({7, 5, 3}), {}, "x.h5"); }, {"/model/dense0"});
+  expect_ckpt_error([&] { check_layout(d, layout_of({6, 5, 3, 2}), {}, "x.h5"); },
                     {"2 dense layers", "the model has 3"});
 }
 

@@ -8,6 +8,7 @@
 
 #include "dptrain/checkpoint.hpp"
 #include "dptrain/error.hpp"
+#include "dptrain/layer_spec.hpp"
 #include "h5.hpp"
 #include "h5_fixtures.hpp"
 #include "inspect.hpp"
@@ -34,13 +35,8 @@ void expect_has(const std::string& text, const std::vector<std::string>& parts) 
 CheckpointData small_checkpoint() {
   CheckpointData d;
   d.meta = {"dense:4,relu,dense:2", "xent", 300, 2, 96, 17, 3, "lr = 0.5\nbatch-size = 32\n", "adam", 300};
-  std::size_t n = 0;
-  for (int i = 0; i < 2; ++i) {
-    DenseInfo l{"dense" + std::to_string(i), i == 0 ? 8 : 4, i == 0 ? 4 : 2, n, 0};
-    l.bias_offset = n + std::size_t(l.in) * l.out;
-    n = l.bias_offset + l.out;
-    d.layout.push_back(l);
-  }
+  d.param_layout = model_layout(parse_model_spec(d.meta.model), Shape{8}).params;
+  const std::size_t n = arena_size(d.param_layout);
   d.params.assign(n, 0.125f);
   d.optimizer_state = {{"m", std::vector<float>(n, 0.0f)}, {"v", std::vector<float>(n, 1.0f)}};
   d.has_training_state = true;

@@ -16,19 +16,21 @@ namespace {
 
 TEST(ModelSpec, ParsesGoodSpecs) {
   const auto layers = parse_model_spec("dense:256,relu,dense:10");
+  using Args = std::vector<std::string>;
   ASSERT_EQ(layers.size(), 3u);
-  EXPECT_EQ(layers[0].kind, LayerSpec::Kind::kDense);
-  EXPECT_EQ(layers[0].units, 256);
-  EXPECT_EQ(layers[1].kind, LayerSpec::Kind::kActivation);
-  EXPECT_EQ(layers[1].activation, Activation::kRelu);
-  EXPECT_EQ(layers[2].units, 10);
+  EXPECT_EQ(layers[0].kind, "dense");
+  EXPECT_EQ(layers[0].args, Args{"256"});
+  EXPECT_EQ(layers[1].kind, "relu");
+  EXPECT_TRUE(layers[1].args.empty());
+  EXPECT_EQ(layers[2].args, Args{"10"});
 
   const auto all = parse_model_spec(" dense:8 ,tanh,dense:7,gelu,dense:6,sigmoid,dense:1");
   ASSERT_EQ(all.size(), 7u);
-  EXPECT_EQ(all[0].units, 8);
-  EXPECT_EQ(all[1].activation, Activation::kTanh);
-  EXPECT_EQ(all[3].activation, Activation::kGelu);
-  EXPECT_EQ(all[5].activation, Activation::kSigmoid);
+  EXPECT_EQ(all[0].args, Args{"8"});
+  EXPECT_EQ(all[0].token, "dense:8");
+  EXPECT_EQ(all[1].kind, "tanh");
+  EXPECT_EQ(all[3].kind, "gelu");
+  EXPECT_EQ(all[5].kind, "sigmoid");
   EXPECT_EQ(parse_model_spec("dense:1").size(), 1u);
 }
 
@@ -95,20 +97,15 @@ TEST_F(ModelTest, ArenaLayoutAndSpec) {
   EXPECT_EQ(m.input_dim(), 4);
   EXPECT_EQ(m.output_dim(), 3);
   EXPECT_EQ(m.max_rows(), 8);
-  ASSERT_EQ(m.dense_layers().size(), 2u);
-  const DenseInfo& d0 = m.dense_layers()[0];
-  const DenseInfo& d1 = m.dense_layers()[1];
-  EXPECT_EQ(d0.name, "dense0");
-  EXPECT_EQ(d0.in, 4);
-  EXPECT_EQ(d0.out, 5);
-  EXPECT_EQ(d0.weight_offset, 0u);
-  EXPECT_EQ(d0.bias_offset, 20u);
-  EXPECT_EQ(d1.name, "dense1");
-  EXPECT_EQ(d1.in, 5);
-  EXPECT_EQ(d1.out, 3);
-  EXPECT_EQ(d1.weight_offset, 25u);
-  EXPECT_EQ(d1.bias_offset, 40u);
+  // dense<i>/weight [out, in] then dense<i>/bias [out], in layer order.
+  const std::vector<ParamInfo> want = {{"dense0", "weight", {5, 4}, 0, 20},
+                                       {"dense0", "bias", {5}, 20, 5},
+                                       {"dense1", "weight", {3, 5}, 25, 15},
+                                       {"dense1", "bias", {3}, 40, 3}};
+  EXPECT_EQ(m.param_layout(), want);
+  EXPECT_TRUE(m.buffer_layout().empty());
   EXPECT_EQ(m.num_params(), 43u);
+  EXPECT_EQ(m.num_buffers(), 0u);
 }
 
 TEST_F(ModelTest, InitIsSeededHeOrGlorotWithZeroBiases) {
@@ -124,23 +121,26 @@ TEST_F(ModelTest, InitIsSeededHeOrGlorotWithZeroBiases) {
   // dense0 -> relu: He; dense1 -> tanh: Glorot; dense2 -> gelu: He; dense3 last: Glorot.
   const double limits[] = {std::sqrt(6.0 / 50), std::sqrt(6.0 / (40 + 30)), std::sqrt(6.0 / 30),
                            std::sqrt(6.0 / (20 + 10))};
-  for (std::size_t i = 0; i < a.dense_layers().size(); ++i) {
-    const DenseInfo& d = a.dense_layers()[i];
+  const std::vector<ParamInfo>& layout = a.param_layout();
+  ASSERT_EQ(layout.size(), 8u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const ParamInfo& w = layout[2 * i];
+    const ParamInfo& b = layout[2 * i + 1];
+    ASSERT_EQ(w.name, "weight");
+    ASSERT_EQ(b.name, "bias");
     double max_abs = 0.0, sum = 0.0;
-    const std::size_t n = static_cast<std::size_t>(d.in) * d.out;
-    for (std::size_t j = 0; j < n; ++j) {
-      const double w = pa[d.weight_offset + j];
-      max_abs = std::max(max_abs, std::abs(w));
-      sum += w;
+    for (std::size_t j = 0; j < w.count; ++j) {
+      const double v = pa[w.offset + j];
+      max_abs = std::max(max_abs, std::abs(v));
+      sum += v;
     }
-    EXPECT_LE(max_abs, limits[i] * (1 + 1e-6)) << d.name;
-    EXPECT_GT(max_abs, 0.9 * limits[i]) << d.name;            // fills the range
-    EXPECT_LT(std::abs(sum / n), 0.1 * limits[i]) << d.name;  // centred
-    for (int j = 0; j < d.out; ++j) EXPECT_EQ(pa[d.bias_offset + j], 0.0f) << d.name;
+    EXPECT_LE(max_abs, limits[i] * (1 + 1e-6)) << w.layer;
+    EXPECT_GT(max_abs, 0.9 * limits[i]) << w.layer;                  // fills the range
+    EXPECT_LT(std::abs(sum / w.count), 0.1 * limits[i]) << w.layer;  // centred
+    for (std::size_t j = 0; j < b.count; ++j) EXPECT_EQ(pa[b.offset + j], 0.0f) << b.layer;
   }
   // Layers draw from different streams, so dense1 does not repeat dense0.
-  EXPECT_NE(pa[a.dense_layers()[0].weight_offset] / limits[0],
-            pa[a.dense_layers()[1].weight_offset] / limits[1]);
+  EXPECT_NE(pa[layout[0].offset] / limits[0], pa[layout[2].offset] / limits[1]);
 }
 
 TEST_F(ModelTest, ForwardMatchesHostLoops) {
@@ -148,29 +148,30 @@ TEST_F(ModelTest, ForwardMatchesHostLoops) {
   Model m(*be_, parse_model_spec("dense:4,tanh,dense:2"), in, rows);
   m.init(3);
   auto p = host_params(m);
+  // dense0/weight, dense0/bias, dense1/weight, dense1/bias
+  const std::vector<ParamInfo>& t = m.param_layout();
+  ASSERT_EQ(t.size(), 4u);
   // Non-zero biases so that add_bias is exercised.
   for (std::size_t i = 0; i < p.size(); ++i)
-    if (i >= m.dense_layers()[0].bias_offset && i < m.dense_layers()[1].weight_offset)
-      p[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
-  p[m.dense_layers()[1].bias_offset + 1] = 0.7f;
+    if (i >= t[1].offset && i < t[2].offset) p[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
+  p[t[3].offset + 1] = 0.7f;
   be_->copy_to_device(m.params(), p.data(), p.size() * sizeof(float));
 
   const std::vector<float> x = {0.5f, -1.0f, 2.0f, 0.0f, 0.25f, -0.75f};
   std::vector<float> y(rows * out);
   be_->copy_to_host(y.data(), m.forward(x.data(), rows), y.size() * sizeof(float));
 
-  const auto& d0 = m.dense_layers()[0];
-  const auto& d1 = m.dense_layers()[1];
+  const std::size_t w0 = t[0].offset, b0 = t[1].offset, w1 = t[2].offset, b1 = t[3].offset;
   for (int r = 0; r < rows; ++r) {
     double h[hidden];
     for (int j = 0; j < hidden; ++j) {
-      double acc = p[d0.bias_offset + j];
-      for (int k = 0; k < in; ++k) acc += p[d0.weight_offset + j * in + k] * x[r * in + k];
+      double acc = p[b0 + j];
+      for (int k = 0; k < in; ++k) acc += p[w0 + j * in + k] * x[r * in + k];
       h[j] = std::tanh(acc);
     }
     for (int j = 0; j < out; ++j) {
-      double acc = p[d1.bias_offset + j];
-      for (int k = 0; k < hidden; ++k) acc += p[d1.weight_offset + j * hidden + k] * h[k];
+      double acc = p[b1 + j];
+      for (int k = 0; k < hidden; ++k) acc += p[w1 + j * hidden + k] * h[k];
       EXPECT_NEAR(y[r * out + j], acc, 1e-5) << "r=" << r << " j=" << j;
     }
   }

@@ -284,15 +284,17 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
     return buffers.back().get();
   };
   std::vector<Gemm> forward, backward;
-  const std::vector<DenseInfo>& dense = model.dense_layers();
-  for (std::size_t i = 0; i < dense.size(); ++i) {
-    const int in = dense[i].in, out = dense[i].out;
+  bool first_layer = true;
+  for (const ParamInfo& p : model.param_layout()) {
+    if (p.name != "weight") continue;  // the dense weights [out, in] give the GEMM shapes
+    const int in = static_cast<int>(p.shape[1]), out = static_cast<int>(p.shape[0]);
     float *x = buffer(kBatch, in), *w = buffer(out, in), *dy = buffer(kBatch, out);
     forward.push_back({CblasNoTrans, CblasTrans, kBatch, out, in, x, in, w, in, buffer(kBatch, out), out});
     std::vector<Gemm> layer{{CblasTrans, CblasNoTrans, out, in, kBatch, dy, out, x, in, buffer(out, in), in}};
-    if (i > 0)
+    if (!first_layer)
       layer.push_back({CblasNoTrans, CblasNoTrans, kBatch, in, out, dy, out, w, in, buffer(kBatch, in), in});
     backward.insert(backward.begin(), layer.begin(), layer.end());
+    first_layer = false;
   }
   std::vector<Gemm> gemms = forward;
   gemms.insert(gemms.end(), backward.begin(), backward.end());
@@ -349,18 +351,19 @@ Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
   const double bucket_mb = Options{}.bucket_mb;
   const auto kBucketBytes = static_cast<std::size_t>(bucket_mb * 1048576.0);
   auto comm = make_mpi_communicator(mpi.world());
-  GradientBuckets buckets(*comm, model.grads(), plan_buckets(model.dense_layers(), n, kBucketBytes));
+  GradientBuckets buckets(*comm, model.grads(),
+                          plan_buckets(model.param_layout(), n, kBucketBytes));
   const DupComm raw(MPI_COMM_WORLD);
   std::vector<float> raw_buf(n);
 
   // Driven as Model::backward drives it, with no compute between layers.
-  const std::vector<DenseInfo>& dense = model.dense_layers();
+  const std::vector<std::size_t> begins = layer_begins(model.param_layout());
   const Side ours{[&] { be->fill(model.grads(), 1.0f, n); },
                   [&] {
                     const auto t0 = Clock::now();
                     buckets.begin_step();
-                    for (std::size_t i = dense.size(); i-- > 0;) {
-                      buckets.grads_ready(dense[i].weight_offset);
+                    for (std::size_t i = begins.size(); i-- > 0;) {
+                      buckets.grads_ready(begins[i]);
                       if (i > 0) buckets.between_layers();
                     }
                     buckets.finish();
