@@ -1,6 +1,7 @@
-// Implements: the MPI session (init/finalize), where each rank runs (node,
-// node-local rank, device and backend), and the agreement helpers that keep every rank's
-// exit code identical (DESIGN.md section 6).
+// Implements: Launch — the MPI session (init/finalize), where each rank runs
+// (node, node-local rank, device and backend: make_runtime), and the
+// agreement helpers that keep every rank's exit code identical (DESIGN.md
+// section 6).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // Implements: the main of the GPU test binary, run by ctest under mpiexec -n 1
 // and 2. Exits 77 (ctest: skipped) on every rank when any rank sees no GPU;
 // otherwise rank 0 prints in full, other ranks their failures only, and a
-// failure on any rank fails every rank
-// (the failure count is all-reduced at the end), as in tests/mpi/mpi_main.cpp.
+// failure on any rank fails every rank (the failure count is all-reduced at
+// the end), as in tests/mpi/mpi_main.cpp.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -12,10 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "rank_printer.hpp"
-
 #include "cuda/cuda_backend.hpp"
 #include "gpu_env.hpp"
+#include "rank_printer.hpp"
 
 namespace gpu_test {
 namespace {

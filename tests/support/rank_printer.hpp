@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 namespace dptrain::testing_support {
 
@@ -14,17 +15,22 @@ class FailureOnlyPrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit FailureOnlyPrinter(int rank) : rank_(rank) {}
 
+  // The name is kept here: GoogleTest holds its lock while it reports a
+  // part result, so current_test_info() there would deadlock.
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
+
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "[rank %d] %s.%s failed at %s:%d\n[rank %d] %s\n", rank_,
-                 info ? info->test_suite_name() : "?", info ? info->name() : "?",
+    std::fprintf(stderr, "[rank %d] %s failed at %s:%d\n[rank %d] %s\n", rank_, test_.c_str(),
                  r.file_name() ? r.file_name() : "?", r.line_number(), rank_, r.message());
     std::fflush(stderr);
   }
 
  private:
   int rank_;
+  std::string test_ = "(outside a test)";
 };
 
 // Call after InitGoogleTest.
