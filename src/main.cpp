@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "cpu/blas_kernel.hpp"
+#include "cpu/cpu_gemm.hpp"
 #include "dptrain/config.hpp"
 #include "dptrain/error.hpp"
 #include "dptrain/launch.hpp"
@@ -37,8 +37,8 @@ ExitCode run(const dptrain::Options& opts, dptrain::MpiSession& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Before MPI starts: may re-execute with the right OpenBLAS kernel.
-  dptrain::select_blas_kernel(argv);
+  // Before MPI starts: an OpenBLAS build may re-execute with the right kernel.
+  dptrain::cpu_gemm::prepare(argv);
   dptrain::MpiSession mpi(argc, argv);
   dptrain::Options opts;
   try {

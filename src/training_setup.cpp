@@ -8,6 +8,7 @@
 #include <string>
 
 #include "control_plane.hpp"
+#include "thread_binding.hpp"
 #include "training_run.hpp"
 
 namespace dptrain {
@@ -204,6 +205,8 @@ void TrainingRun::print_summary() const {
   // Where every rank runs: "host:cpu" or "host:cuda:<gpu>" per rank.
   const std::vector<std::string> places =
       gather_strings(mpi_.world(), mpi_.host() + ":" + be.placement());
+  const std::string binding =
+      be.name() == "cpu" ? thread_binding_warning(mpi_.world(), rt_.threads) : "";
   if (mpi_.rank() != 0) return;
   std::string placement;
   for (std::size_t r = 0; r < places.size(); ++r)
@@ -226,6 +229,7 @@ void TrainingRun::print_summary() const {
       model_->spec().c_str(), model_->num_params(), static_cast<unsigned long long>(batch_),
       shards.back(), shards.front(), static_cast<unsigned long long>(total_steps_),
       static_cast<unsigned long long>(plan_->steps_per_epoch()));
+  if (!binding.empty()) std::printf("dptrain: WARNING: %s\n", binding.c_str());
   std::fflush(stdout);
 }
 

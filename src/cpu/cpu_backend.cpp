@@ -1,26 +1,25 @@
 // Implements: the core of the CPU reference backend — host memory that is
 // backend memory at once (so staging and uploads reduce to memcpy), the
-// OpenBLAS GEMM, the NaN/Inf count, and the kernel tables of this folder.
+// GEMM (oneDNN or OpenBLAS, cpu_gemm.hpp; bf16 inputs on oneDNN where the CPU
+// has bf16 instructions), the NaN/Inf count, and the kernel tables of this
+// folder.
 // The CUDA backend is tested against this one, so it favours exactness over
 // speed where they conflict.
 #include "cpu/cpu_backend.hpp"
 
-#include "cpu/blas_kernel.hpp"
-
-#include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
+#include "cpu/cpu_gemm.hpp"
 #include "cpu/kernel_tables.hpp"
+#include "cpu/onednn/bf16_gemm.hpp"
+#include "cpu/onednn/engine.hpp"
 #include "cpu/vector_clones.hpp"
 #include "dptrain/error.hpp"
-
-// Declared here too because the reference cblas.h (picked up on some
-// systems instead of OpenBLAS's) lacks it; an identical redeclaration is fine.
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace dptrain {
 namespace {
@@ -44,17 +43,32 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const BackendOptions& opts)
       : activations_(make_cpu_activation_kernels()), dense_(make_cpu_dense_kernels()),
         losses_(make_cpu_loss_kernels()), optimizers_(make_cpu_optimizer_kernels()) {
-    if (opts.precision != Precision::kFp32)
-      throw Error(ExitCode::kUsage,
-                  std::string("--precision ") +
-                      (opts.precision == Precision::kTf32 ? "tf32" : "bf16") +
-                      " needs --device cuda (the CPU backend computes in fp32 only)");
-    openblas_set_num_threads(std::max(1, opts.threads));
+    if (opts.precision == Precision::kTf32)
+      throw Error(ExitCode::kUsage, "--precision tf32 needs --device cuda (TF32 is a GPU format)");
+    if (opts.precision == Precision::kBf16) {
+      const std::string missing = onednn::bf16_missing();
+      if (!missing.empty())
+        throw Error(ExitCode::kUsage, "--precision bf16 on --device cpu: " + missing +
+                                          "; use --precision fp32, or --device cuda");
+      bf16_ = std::make_unique<onednn::Bf16Gemm>();
+    }
+    // Every compute thread of this rank: oneDNN's OpenMP team (GEMMs,
+    // convolutions) and the GEMM library's own pool where it has one. Set
+    // explicitly, so ranks sharing a node do not each start a thread per core.
+    omp_set_num_threads(std::max(1, opts.threads));
+    cpu_gemm::set_threads(std::max(1, opts.threads));
   }
 
   std::string name() const override { return "cpu"; }
   std::string placement() const override { return "cpu"; }
-  std::string gemm_library() const override { return blas_description(); }
+  // The library, its kernels, and the OpenMP team this thread's calls get.
+  std::string gemm_library() const override {
+    const std::string team = ", " + std::to_string(omp_get_max_threads()) + " OpenMP thread(s)";
+    if (bf16_)
+      return onednn::version() + " matmul, bf16 inputs, fp32 accumulation, " +
+             onednn::isa_name() + " kernels" + team;
+    return cpu_gemm::describe() + team;
+  }
   // Everything is done when a call returns, in memory the host can touch:
   // no staging, and host clocks time the phases exactly.
   BackendCaps caps() const override {
@@ -113,8 +127,10 @@ class CpuBackend final : public Backend {
       }
       return;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (bf16_)
+      bf16_->run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+      cpu_gemm::sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
@@ -137,6 +153,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<DenseKernels> dense_;
   std::unique_ptr<LossKernels> losses_;
   std::unique_ptr<OptimizerKernels> optimizers_;
+  std::unique_ptr<onednn::Bf16Gemm> bf16_;  // --precision bf16 only
 };
 
 }  // namespace

@@ -6,6 +6,11 @@
 source "$(dirname "$0")/lib.sh"
 : "${OPENBLAS_UNKNOWN_CPU:?run through ctest}"
 
+if [[ "${DPTRAIN_GEMM:-}" != openblas ]]; then
+  echo "SKIP: this build's GEMMs run on ${DPTRAIN_GEMM:-?}, not OpenBLAS (cmake -DDPTRAIN_CPU_GEMM=openblas)"
+  exit 77
+fi
+
 if ! grep -qw avx2 /proc/cpuinfo; then
   echo "SKIP: this CPU has no AVX2, so OpenBLAS's generic kernel is the right one"
   exit 0

@@ -2,12 +2,11 @@
 // Each row times one piece of dptrain against the bare library call beneath
 // it, both in this process and in alternation, and rank 0 prints one JSON
 // line per row:
-//   gemm      train_step on 1 rank        vs its GEMMs through cblas_sgemm
+//   gemm      train_step on 1 rank        vs its GEMMs through the same library
 //   exchange  GradientBuckets (default --bucket-mb) vs one MPI_Allreduce of the arena
 //   input     Dataset+InputQueue+Scatter  vs H5Dread of the whole set
 // Usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all>
 //            [--threads T] [--repeats N] [--data FILE]
-#include <cblas.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -34,13 +33,10 @@
 #include "dptrain/model.hpp"
 #include "dptrain/optimizer.hpp"
 #include "dptrain/scatter.hpp"
-#include "cpu/blas_kernel.hpp"
+#include "cpu/cpu_gemm.hpp"
 #include "h5.hpp"
 #include "shard_transfer.hpp"
 #include "train_step.hpp"
-
-// Declared here too because the reference cblas.h lacks it (as in the backend).
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace dptrain::bench {
 namespace {
@@ -50,7 +46,7 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kUsage =
     "usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all> [--threads T] [--repeats N]\n"
     "                                  [--data FILE]\n"
-    "  --threads T   BLAS threads per rank (default 1)\n"
+    "  --threads T   compute threads per rank (default 1)\n"
     "  --repeats N   timed repeats per row (default: as many as fit about 3 s)\n"
     "  --data FILE   HDF5 file with /train/features and /train/labels (input row)\n"
     "  --device D    cpu (default) or cuda: the gemm row on the GPU (GEMMs through cuBLAS)\n"
@@ -265,7 +261,7 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
   // y = x W^T per dense layer; then, last layer first, dW = dy^T x and
   // (all but the first layer) dx = dy W.
   struct Gemm {
-    CBLAS_TRANSPOSE ta, tb;
+    bool ta, tb;
     int m, n, k;
     const float* a;
     int lda;
@@ -289,16 +285,15 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
     if (p.name != "weight") continue;  // the dense weights [out, in] give the GEMM shapes
     const int in = static_cast<int>(p.shape[1]), out = static_cast<int>(p.shape[0]);
     float *x = buffer(kBatch, in), *w = buffer(out, in), *dy = buffer(kBatch, out);
-    forward.push_back({CblasNoTrans, CblasTrans, kBatch, out, in, x, in, w, in, buffer(kBatch, out), out});
-    std::vector<Gemm> layer{{CblasTrans, CblasNoTrans, out, in, kBatch, dy, out, x, in, buffer(out, in), in}};
+    forward.push_back({false, true, kBatch, out, in, x, in, w, in, buffer(kBatch, out), out});
+    std::vector<Gemm> layer{{true, false, out, in, kBatch, dy, out, x, in, buffer(out, in), in}};
     if (!first_layer)
-      layer.push_back({CblasNoTrans, CblasNoTrans, kBatch, in, out, dy, out, w, in, buffer(kBatch, in), in});
+      layer.push_back({false, false, kBatch, in, out, dy, out, w, in, buffer(kBatch, in), in});
     backward.insert(backward.begin(), layer.begin(), layer.end());
     first_layer = false;
   }
   std::vector<Gemm> gemms = forward;
   gemms.insert(gemms.end(), backward.begin(), backward.end());
-  openblas_set_num_threads(args.threads);
 
   // Both sides end with the device idle (train_step reads a count back;
   // synchronize() is free on the CPU).
@@ -313,24 +308,24 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
                     const auto t0 = Clock::now();
                     for (const Gemm& g : gemms) {
                       if (cuda)  // the backend's GEMM is the bare cuBLAS call
-                        be->gemm(g.ta == CblasTrans, g.tb == CblasTrans, g.m, g.n, g.k, 1.0f, g.a,
-                                 g.lda, g.b, g.ldb, 0.0f, g.c, g.ldc);
+                        be->gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, 0.0f,
+                                 g.c, g.ldc);
                       else
-                        cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda,
-                                    g.b, g.ldb, 0.0f, g.c, g.ldc);
+                        cpu_gemm::sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb,
+                                        0.0f, g.c, g.ldc);
                     }
                     be->synchronize();
                     return ms_since(t0);
                   }};
   const Samples s = alternate(MPI_COMM_SELF, args, {20, 3.0, 20, 5000}, ours, base);
   idle_barrier(mpi.world());
-  return make_row(name, s, ours_over_base, "<= 1.25",
+  return make_row(name, s, ours_over_base, "<= 1.2",
                   "ours = train_step (forward, xent, backward, Adam over " +
                       std::to_string(model.num_params()) +
                       " params) of MLP 784-256-256-10 on 128 rows; baseline = its " +
                       plural(static_cast<long>(gemms.size()), "GEMM") +
                       (cuda ? " (cublasGemmEx through the backend, same shapes and precision)"
-                            : " (cblas_sgemm, same shapes)") +
+                            : " (" + cpu_gemm::describe() + ", same shapes)") +
                       " back to back; ratio = ours / baseline");
 }
 
@@ -502,7 +497,7 @@ int run(const MpiSession& mpi, const Args& args) {
 
 int main(int argc, char** argv) {
   using namespace dptrain;
-  select_blas_kernel(argv);  // the GEMM kernel dptrain itself would run
+  cpu_gemm::prepare(argv);  // the GEMM kernel dptrain itself would run
   MpiSession mpi(argc, argv);
   bench::Args args;
   try {

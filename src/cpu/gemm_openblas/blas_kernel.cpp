@@ -8,7 +8,7 @@
 // at load time, which is before main(); so when its pick is below what the
 // CPU supports, this sets the variable and re-executes the program, once,
 // before MPI starts (MPI_Init has not run, so the launcher sees one process).
-#include "cpu/blas_kernel.hpp"
+#include "cpu/gemm_openblas/blas_kernel.hpp"
 
 #include <unistd.h>
 
