@@ -10,7 +10,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-dev
   libboost-program-options-dev
-  libopenblas-dev
+  libdnnl-dev            # oneDNN: the CPU backend (GEMMs, and the layers' primitives)
+  libopenblas-dev        # GEMMs where oneDNN has no fast path (cmake -DDPTRAIN_CPU_GEMM=openblas)
   libgtest-dev
   nlohmann-json3-dev
   python3 python3-numpy python3-h5py

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Implements: the one bench command: installs, builds dptrain (Release, CPU),
+# Implements: the one bench command: installs, builds dptrain (Release, CPU;
+# and the GEMM rate tool on OpenBLAS, the GEMM rows' baseline),
 # prepares Fashion-MNIST (synthetic data of the same shape when it is not
 # available), runs tools/bench/bench.py and says where the results are.
 #   tools/bench/run.sh [bench.py options...]     e.g. --repeats 3
@@ -14,7 +15,12 @@ build=${BUILD_DIR:-build-bench}
 out=${OUT:-bench-results}
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF >/dev/null
-cmake --build "$build" -j "${JOBS:-2}" --target dptrain dptrain_bench >/dev/null
+cmake --build "$build" -j "${JOBS:-2}" --target dptrain dptrain_bench dptrain_gemm_rate >/dev/null
+# The GEMM rows' baseline: the same rate tool built on OpenBLAS.
+openblas_build=${build}-openblas
+cmake -S . -B "$openblas_build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF \
+  -DDPTRAIN_CPU_GEMM=openblas -DDPTRAIN_TESTS=OFF >/dev/null
+cmake --build "$openblas_build" -j "${JOBS:-2}" --target dptrain_gemm_rate >/dev/null
 
 py=$(tools/find-python.sh)
 data=${DATA:-}
@@ -35,5 +41,6 @@ if [[ -z "$data" ]]; then
   fi
 fi
 
-"$py" tools/bench/bench.py --data "$data" --build-dir "$build" --out "$out" --python "$py" "$@"
+"$py" tools/bench/bench.py --data "$data" --build-dir "$build" --out "$out" --python "$py" \
+  --openblas-gemm-rate "$openblas_build/tools/bench/dptrain_gemm_rate" "$@"
 echo "bench: results in $out/results.md, $out/results.json, $out/results.png"
