@@ -66,7 +66,7 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
   dbuf_b_ = DeviceBuffer<float>(be_, rows * max_input);
   const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get()};
   for (const auto& l : layers_) {
-    l->bind(arenas);
+    l->bind(arenas, &step_);
     l->allocate(be_, max_rows_);
   }
 }
@@ -93,7 +93,12 @@ const float* Model::forward(const float* x, int rows, LayerHooks* hooks, Mode mo
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
               "forward with " + std::to_string(rows) + " rows, more than max_rows " +
                   std::to_string(max_rows_));
-  if (rows == 0) return acts_.back().get();
+  if (rows == 0) {
+    if (mode == Mode::kTrain)
+      for (const auto& l : layers_)
+        if (l->communicates()) l->forward_empty(be_);
+    return acts_.back().get();
+  }
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const TensorView out{acts_[li].get(), rows, layers_[li]->output_shape()};
     layers_[li]->forward(be_, input_of(li, x, rows), out, mode);
@@ -109,6 +114,9 @@ void Model::backward(const float* x, const float* dout, int rows, LayerHooks* ho
   if (rows == 0 || first_trained_ == layers_.size()) {
     // An empty shard still takes part in the all-reduce: it adds exact zeros.
     if (num_params()) be_.fill(grads_.get(), 0.0f, num_params());
+    if (rows == 0)  // the peers' collectives, last layer first as in backward
+      for (std::size_t li = layers_.size(); li-- > 0;)
+        if (layers_[li]->communicates()) layers_[li]->backward_empty(be_);
     if (hooks) hooks->grads_ready(0);
     return;
   }
@@ -130,6 +138,11 @@ void Model::backward(const float* x, const float* dout, int rows, LayerHooks* ho
     if (hooks) hooks->between_layers();
     dy = dx;
   }
+}
+
+bool Model::communicates() const {
+  return std::any_of(layers_.begin(), layers_.end(),
+                     [](const auto& l) { return l->communicates(); });
 }
 
 std::string Model::spec() const {

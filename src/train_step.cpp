@@ -4,21 +4,24 @@
 #include "dptrain/buckets.hpp"
 #include "dptrain/metrics.hpp"
 #include "dptrain/optimizer.hpp"
+#include "replica_sum.hpp"
 
 namespace dptrain {
 
 bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, LossKind loss,
                 const Shard& shard, std::uint64_t global_rows, float lr, float* stats,
-                PhaseTimer* timer, GradientBuckets* buckets) {
+                PhaseTimer* timer, GradientBuckets* buckets, CommReplicaSum* replicas) {
   auto lap = [timer](Phase p) {
     if (timer) timer->lap(p);
   };
   // Each rank scales by the GLOBAL batch size and the all-reduce sums, so the
   // result is the exact global mean whatever the shard sizes (even empty).
   const float scale = 1.0f / static_cast<float>(global_rows);
+  if (replicas) replicas->set_phase(timer, Phase::kForward);
   const float* out = model.forward(shard.features, shard.rows, buckets);
   apply_loss(be, loss, out, shard, model.output_dim(), scale, model.output_grad(), stats);
   lap(Phase::kForward);
+  if (replicas) replicas->set_phase(timer, Phase::kBackward);
   if (buckets) {
     buckets->begin_step();
     model.backward(shard.features, model.output_grad(), shard.rows, buckets);

@@ -2,6 +2,7 @@
 // training_run.hpp): rank 0's queue -> scatter -> forward/loss/backward on
 // every rank -> all-reduce SUM of gradients scaled by 1/B_global ->
 // identical optimizer step; then whatever the loop policy says is due.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -81,11 +82,12 @@ void TrainingRun::train_one(std::uint64_t step) {
   timer_.lap(Phase::kData);
 
   const float step_lr = learning_rate(schedule_, optimizer_->step_count());
+  model_->set_step(step_info(slot));
   bool finite;
   {
     StepScope scope(watchdog_, timeline_, step, {"forward/backward/all-reduce", "gradient all-reduce"});
     finite = train_step(be, *rt_.comm, *model_, *optimizer_, loss_, *shard, slot.rows, step_lr,
-                        progress_->stats(), &timer_, buckets_.get());
+                        progress_->stats(), &timer_, buckets_.get(), replica_sum_.get());
   }
   timer_.end_step();  // the step read its non-finite count back: all done
   if (timeline_.enabled()) {
@@ -101,6 +103,20 @@ void TrainingRun::train_one(std::uint64_t step) {
   else skip_nonfinite_step(step);
   progress_->add_step(
       slot.rows, std::chrono::duration<double, std::milli>(PhaseTimer::Clock::now() - t0).count());
+}
+
+StepInfo TrainingRun::step_info(const BatchSlot& slot) const {
+  StepInfo info;
+  info.seed = opts_.seed;
+  info.epoch = slot.epoch;
+  info.batch_rows = slot.rows;
+  // This rank's rows follow those of lower ranks; as shard_counts splits,
+  // the first rows % ranks ranks hold one row more (no allocation here).
+  const std::uint64_t ranks = static_cast<std::uint64_t>(mpi_.size());
+  const std::uint64_t rank = static_cast<std::uint64_t>(mpi_.rank());
+  info.first_row = slot.position + rank * (slot.rows / ranks) + std::min(rank, slot.rows % ranks);
+  info.replicas = replica_sum_.get();
+  return info;
 }
 
 void TrainingRun::skip_nonfinite_step(std::uint64_t step) {

@@ -21,6 +21,7 @@
 #include "loop_policy.hpp"
 #include "loss.hpp"
 #include "progress.hpp"
+#include "replica_sum.hpp"
 #include "shard_transfer.hpp"
 #include "shared_set.hpp"
 #include "stop_vote.hpp"
@@ -51,6 +52,9 @@ class TrainingRun {
   // A step whose reduced gradients held NaN/Inf was skipped: warn, or end
   // the job with exit 5 once more than --skip-nonfinite were.
   void skip_nonfinite_step(std::uint64_t step);
+  // The model's view of this step: seed, epoch, this shard's first global
+  // row, the global batch, the replica sum.
+  StepInfo step_info(const BatchSlot& slot) const;
   // After a step: report, check, evaluate as the policy says.
   void after_step(std::uint64_t step);
   // Stops after `step` completed steps when a rank asked to: checkpoint, exit.
@@ -81,6 +85,7 @@ class TrainingRun {
   std::unique_ptr<InputQueue> queue_;  // rank 0 only
   std::unique_ptr<InputPipeline> input_;
   std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<CommReplicaSum> replica_sum_;  // bn's global statistics
   std::unique_ptr<StateSaver> saver_;
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<StopVote> stop_vote_;

@@ -136,6 +136,7 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
       plan_buckets(model_->param_layout(), model_->num_params(),
                    static_cast<std::size_t>(opts_.bucket_mb * 1048576.0)),
       input_.get());
+  replica_sum_ = std::make_unique<CommReplicaSum>(*rt_.comm);
   saver_ = std::make_unique<StateSaver>(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
   progress_ = std::make_unique<Progress>(mpi_, be, *rt_.comm, metrics_, timer_, total_steps_);
   stop_vote_ = std::make_unique<StopVote>(mpi_.world());

@@ -54,6 +54,32 @@ struct ArenaPointers {
   float* buffers = nullptr;
 };
 
+// The sum over every replica of the model (every rank's tower) of a few
+// values in backend memory, in place: what batch norm over the global batch
+// needs in the middle of a step. Collective: every replica calls it in the
+// same order. The trainer times it as communication.
+class ReplicaSum {
+ public:
+  virtual ~ReplicaSum() = default;
+  virtual void sum(float* data, std::size_t n) = 0;
+};
+
+// What a layer may need of the step it runs in, besides its input (set by
+// the model's owner before each forward; Model::set_step):
+// - per-sample randomness (dropout) is a function of (seed, epoch, global
+//   position of the sample in the epoch) only, so a run on P ranks draws what
+//   a run on 1 rank draws: row r of this shard is position first_row + r;
+// - statistics over the global batch (bn) sum over `replicas` and divide by
+//   batch_rows, the rows of the whole global batch. replicas == nullptr: this
+//   shard is the whole batch (one rank, evaluation, tests).
+struct StepInfo {
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t first_row = 0;
+  std::uint64_t batch_rows = 0;  // 0: the rows of the shard itself
+  ReplicaSum* replicas = nullptr;
+};
+
 // What a layer is built from besides its own spec.
 struct LayerContext {
   Shape input;                    // per sample
@@ -103,8 +129,20 @@ class Layer {
   virtual void backward_input(Backend& be, ConstTensorView x, ConstTensorView y,
                               ConstTensorView dy, TensorView dx) = 0;
 
-  // Points this layer at the model's arenas (once, after they exist).
-  void bind(const ArenaPointers& arenas) { arenas_ = arenas; }
+  // True for a layer that takes part in collectives in training (bn over
+  // the global batch): the model then runs it on empty shards too, through
+  // forward_empty and backward_empty, so every replica makes the same calls.
+  virtual bool communicates() const { return false; }
+  // The collectives of forward / backward for a shard of no rows: zeros in.
+  virtual void forward_empty(Backend& /*be*/) {}
+  virtual void backward_empty(Backend& /*be*/) {}
+
+  // Points this layer at the model's arenas and step information (once,
+  // after they exist). A layer holding others (res) binds them too.
+  virtual void bind(const ArenaPointers& arenas, const StepInfo* step) {
+    arenas_ = arenas;
+    step_ = step;
+  }
 
  protected:
   Layer(const LayerContext& ctx, const Shape& output);
@@ -115,6 +153,8 @@ class Layer {
   std::size_t add_buffer(std::string name, std::vector<std::size_t> shape);
 
   const ArenaPointers& arenas() const { return arenas_; }
+  // The step being run (never null once bound).
+  const StepInfo& step() const { return *step_; }
 
  private:
   std::string name_;
@@ -122,6 +162,7 @@ class Layer {
   std::vector<ParamInfo> params_, buffers_;
   std::size_t next_param_, next_buffer_;
   ArenaPointers arenas_;
+  const StepInfo* step_ = nullptr;
 };
 
 }  // namespace dptrain

@@ -52,13 +52,16 @@ class PhaseTimer {
     t_ = Clock::now();
     step_ = step;
     marks_ = 0;
+    overflow_ = false;
+    for (double& v : host_lap_) v = 0;
     mark(Phase::kCount);
   }
   // Adds the time since start() (or the previous lap) to phase p.
   void lap(Phase p) {
     auto now = Clock::now();
-    host_lap_[static_cast<int>(p)] = std::chrono::duration<double, std::milli>(now - t_).count();
-    ms_[static_cast<int>(p)] += host_lap_[static_cast<int>(p)];
+    const double ms = std::chrono::duration<double, std::milli>(now - t_).count();
+    host_lap_[static_cast<int>(p)] += ms;
+    ms_[static_cast<int>(p)] += ms;
     if (timeline_ && timeline_->enabled())
       timeline_->add(phase_event_name(p), timeline_category_of(phase_event_name(p)),
                      kTimelineMainThread, t_, now, step_);
@@ -67,13 +70,21 @@ class PhaseTimer {
   }
   // After the step's work completed (the step read a value back): device
   // times of its phases, where the backend has a device clock.
+  // A phase may have several laps in a step (forward, the bn collective,
+  // forward again): device and host times are summed per phase first.
   void end_step() {
+    if (overflow_) return;
+    double device_ms[static_cast<int>(Phase::kCount)] = {};
+    for (int k = 1; k < marks_; ++k) {
+      const double ms = device_->marker_ms(k - 1, k);
+      if (ms < 0) return;  // no device clock: host times stand
+      device_ms[mark_phase_[k]] += ms;
+    }
     for (int k = 1; k < marks_; ++k) {
       const int p = mark_phase_[k];
-      if (p == static_cast<int>(Phase::kData)) continue;
-      const double device_ms = device_->marker_ms(k - 1, k);
-      if (device_ms < 0) return;  // no device clock: host times stand
-      ms_[p] += device_ms - host_lap_[p];
+      if (p == static_cast<int>(Phase::kData) || host_lap_[p] < 0) continue;
+      ms_[p] += device_ms[p] - host_lap_[p];
+      host_lap_[p] = -1;  // corrected once
     }
   }
   double ms(Phase p) const { return ms_[static_cast<int>(p)]; }
@@ -85,7 +96,11 @@ class PhaseTimer {
 
  private:
   void mark(Phase p) {
-    if (!device_ || marks_ >= Backend::kMarkers) return;
+    if (!device_) return;
+    if (marks_ >= Backend::kMarkers) {
+      overflow_ = true;  // more laps than markers: end_step keeps host times
+      return;
+    }
     device_->mark(marks_);
     mark_phase_[marks_++] = static_cast<int>(p);
   }
@@ -95,8 +110,9 @@ class PhaseTimer {
   Timeline* timeline_ = nullptr;
   Backend* device_ = nullptr;
   int marks_ = 0;                          // device markers recorded this step
-  int mark_phase_[Backend::kMarkers] = {};  // the phase that ends at each marker
-  double host_lap_[static_cast<int>(Phase::kCount)] = {};
+  int mark_phase_[Backend::kMarkers] = {};
+  bool overflow_ = false;  // the phase that ends at each marker
+  double host_lap_[static_cast<int>(Phase::kCount)] = {};  // this step's host ms per phase
   double ms_[static_cast<int>(Phase::kCount)] = {};
 };
 

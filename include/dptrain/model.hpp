@@ -61,6 +61,16 @@ class Model {
   // gradient flows past the first layer with parameters.
   void backward(const float* x, const float* dout, int rows, LayerHooks* hooks = nullptr);
 
+  // The step the next forward and backward run in (seed, epoch, the
+  // shard's first global row, the global batch, the replica sum). Default:
+  // a shard that is the whole batch.
+  void set_step(const StepInfo& step) { step_ = step; }
+  const StepInfo& step() const { return step_; }
+  // True when a layer takes part in collectives in training (Layer::
+  // communicates): every rank must then run forward and backward, also on
+  // an empty shard.
+  bool communicates() const;
+
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }
   float* buffers() { return buffers_.get(); }
@@ -88,6 +98,7 @@ class Model {
   Shape input_;
   int max_rows_;
   std::vector<ParamInfo> params_layout_, buffers_layout_;
+  StepInfo step_;  // layers hold a pointer to it
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
   DeviceBuffer<float> params_, grads_, buffers_;
   std::vector<DeviceBuffer<float>> acts_;  // output of each layer [max_rows, its output shape]
