@@ -94,4 +94,17 @@ std::size_t Layer::add_buffer(std::string name, std::vector<std::size_t> shape) 
   return buffers_.back().offset;
 }
 
+void Layer::adopt_tensors(const Layer& part) {
+  for (const ParamInfo& p : part.params()) {
+    DPT_REQUIRE(p.offset == next_param_, ExitCode::kOther, p.path() + ": arena offset out of order");
+    params_.push_back(p);
+    next_param_ += p.count;
+  }
+  for (const ParamInfo& b : part.buffers()) {
+    DPT_REQUIRE(b.offset == next_buffer_, ExitCode::kOther, b.path() + ": buffer offset out of order");
+    buffers_.push_back(b);
+    next_buffer_ += b.count;
+  }
+}
+
 }  // namespace dptrain

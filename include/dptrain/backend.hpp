@@ -123,6 +123,9 @@ class Backend {
                     const float* a, int lda, const float* b, int ldb, float beta, float* c,
                     int ldc) = 0;
 
+  // y += x, elementwise over n values (a residual block's sum of branches).
+  virtual void add(const float* x, float* y, std::size_t n) = 0;
+
   // Number of NaN/Inf values in x (returned to the host).
   virtual std::size_t count_nonfinite(const float* x, std::size_t n) = 0;
 

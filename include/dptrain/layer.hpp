@@ -80,6 +80,8 @@ struct StepInfo {
   ReplicaSum* replicas = nullptr;
 };
 
+class LayerBuilder;
+
 // What a layer is built from besides its own spec.
 struct LayerContext {
   Shape input;                    // per sample
@@ -87,6 +89,7 @@ struct LayerContext {
   int index = 0;                  // the index in name (dense layers seed their init with it)
   std::size_t param_offset = 0;   // where this layer's parameters start in the arena
   std::size_t buffer_offset = 0;  // and its buffers in the buffer arena
+  LayerBuilder* builder = nullptr;  // builds the parts of a block (res), in spec order
 };
 
 class Layer {
@@ -151,6 +154,9 @@ class Layer {
   // offset in the arena.
   std::size_t add_param(std::string name, std::vector<std::size_t> shape);
   std::size_t add_buffer(std::string name, std::vector<std::size_t> shape);
+  // A block takes on the tensors of a part it holds, which must come next in
+  // the arenas (the builder built it after this layer's own tensors).
+  void adopt_tensors(const Layer& part);
 
   const ArenaPointers& arenas() const { return arenas_; }
   // The step being run (never null once bound).

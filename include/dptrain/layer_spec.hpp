@@ -5,6 +5,7 @@
 // building a model on a device.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct LayerSpec {
   std::string kind;               // the token's name: "dense", "relu", ...
   std::vector<std::string> args;  // the ':'-separated arguments, in canonical form
   std::string token;              // as written (trimmed), for messages
+  std::vector<LayerSpec> inner;   // the layers inside a block: res(L,...)
 };
 
 // "dense:256,relu,dense:10" -> one LayerSpec per token. Throws
@@ -35,6 +37,22 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const LayerContext& ctx
 // their arena offsets (parameters of layer i follow those of layer i - 1).
 // Host objects only: bind() and allocate() make them ready to compute.
 // Throws Error(kUsage) for an unknown kind or a shape a layer cannot take.
+// Builds layers one after another, as they come in the spec (the parts of
+// a block included): names each kind<i> with i counting that kind so far,
+// and lays its tensors out after those built before it.
+class LayerBuilder {
+ public:
+  std::unique_ptr<Layer> build(const LayerSpec& spec, const Shape& input);
+  // A part named by its block ("res0/proj"), not counted among its kind;
+  // index seeds its init.
+  std::unique_ptr<Layer> build_named(const LayerSpec& spec, const Shape& input,
+                                     const std::string& name, int index);
+
+ private:
+  std::map<std::string, int> seen_;
+  std::size_t param_offset_ = 0, buffer_offset_ = 0;
+};
+
 std::vector<std::unique_ptr<Layer>> build_layers(const std::vector<LayerSpec>& specs,
                                                  const Shape& input);
 

@@ -38,6 +38,11 @@ std::size_t nonfinite_count(const float* __restrict x, std::size_t n) {
   return bad;
 }
 
+DPT_VECTOR_CLONES
+void add_to(const float* __restrict x, float* __restrict y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& opts)
@@ -132,6 +137,8 @@ class CpuBackend final : public Backend {
     else
       cpu_gemm::sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+
+  void add(const float* x, float* y, std::size_t n) override { add_to(x, y, n); }
 
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
     return nonfinite_count(x, n);

@@ -244,6 +244,16 @@ class CudaBackend final : public Backend {
                                   CUBLAS_GEMM_DEFAULT));
   }
 
+  void add(const float* x, float* y, std::size_t n) override {
+    // cuBLAS counts in int: chunks below 2^31 values.
+    constexpr std::size_t kChunk = std::size_t(1) << 30;
+    const float one = 1.0f;
+    for (std::size_t done = 0; done < n; done += kChunk) {
+      const int count = static_cast<int>(std::min(kChunk, n - done));
+      DPT_CUBLAS_CHECK(cublasSaxpy(cublas_.get(), count, &one, x + done, 1, y + done, 1));
+    }
+  }
+
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
     auto* counter = static_cast<unsigned long long*>(counter_.get());
     auto* host = static_cast<unsigned long long*>(host_counter_.get());

@@ -42,8 +42,14 @@ const std::vector<LayerFamily>& layer_families();
 // The family that parses tokens named `kind`, or nullptr.
 const LayerFamily* find_layer_family(const std::string& kind);
 
+// Splits a comma-separated list of layers (parentheses nest: the commas of
+// res(...) stay inside it) and parses each; `spec` is the whole --model, for
+// messages. For block families, whose parsers parse their insides with it.
+std::vector<LayerSpec> parse_layer_list(const std::string& list, const std::string& spec);
+
 // One per family file.
 LayerFamily dense_family();       // layers/dense.cpp
 LayerFamily activation_family();  // layers/activation.cpp
+LayerFamily residual_family();    // layers/residual.cpp
 
 }  // namespace dptrain

@@ -14,6 +14,7 @@ std::vector<LayerFamily> make_families() {
   std::vector<LayerFamily> families;
   families.push_back(dense_family());
   families.push_back(activation_family());
+  families.push_back(residual_family());
   return families;
 }
 
@@ -46,7 +47,7 @@ std::string width_forms() {
 }
 
 LayerSpec parse_token(const std::string& token, const std::string& spec) {
-  const LayerFamily* family = find_layer_family(token.substr(0, token.find(':')));
+  const LayerFamily* family = find_layer_family(token.substr(0, token.find_first_of(":(")));
   if (!family) bad_token(token, spec);
   try {
     return family->parse(token);
@@ -75,18 +76,27 @@ const LayerFamily* find_layer_family(const std::string& kind) {
   return nullptr;
 }
 
-std::vector<LayerSpec> parse_model_spec(const std::string& spec) {
+std::vector<LayerSpec> parse_layer_list(const std::string& list, const std::string& spec) {
   std::vector<LayerSpec> layers;
-  std::size_t pos = 0;
-  while (true) {
-    const auto comma = spec.find(',', pos);
-    const std::string token =
-        trim(spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+  std::size_t begin = 0;
+  int depth = 0;  // inside how many parentheses: commas there belong to a block
+  for (std::size_t i = 0; i <= list.size(); ++i) {
+    const char c = i < list.size() ? list[i] : ',';
+    if (c == '(') ++depth;
+    if (c == ')' && --depth < 0) bad_token(trim(list.substr(begin, i + 1 - begin)), spec, "')' without '('");
+    if (c != ',' || depth > 0) continue;
+    const std::string token = trim(list.substr(begin, i - begin));
     if (token.empty()) bad_token(token, spec, "empty layer");
     layers.push_back(parse_token(token, spec));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+    begin = i + 1;
   }
+  if (depth > 0)
+    bad_token(trim(list.substr(begin)), spec, "'(' with no ')'");
+  return layers;
+}
+
+std::vector<LayerSpec> parse_model_spec(const std::string& spec) {
+  std::vector<LayerSpec> layers = parse_layer_list(spec, spec);
   if (!family_of(layers.back()).fixed_width)
     throw Error(ExitCode::kUsage, "--model: the last layer of '" + spec + "' must be " +
                                       width_forms() + " (it gives the output width)");
@@ -97,23 +107,39 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const LayerContext& ctx
   return family_of(spec).make(spec, ctx);
 }
 
+std::unique_ptr<Layer> LayerBuilder::build(const LayerSpec& spec, const Shape& input) {
+  const int index = seen_[spec.kind]++;
+  return build_named(spec, input, spec.kind + std::to_string(index), index);
+}
+
+std::unique_ptr<Layer> LayerBuilder::build_named(const LayerSpec& spec, const Shape& input,
+                                                 const std::string& name, int index) {
+  LayerContext ctx;
+  ctx.input = input;
+  ctx.name = name;
+  ctx.index = index;
+  ctx.param_offset = param_offset_;
+  ctx.buffer_offset = buffer_offset_;
+  ctx.builder = this;
+  std::unique_ptr<Layer> layer = make_layer(spec, ctx);
+  // A block's parts advanced the offsets as they were built; its tensors
+  // (theirs) end where the last part's do.
+  if (!layer->params().empty()) param_offset_ = arena_size(layer->params());
+  if (!layer->buffers().empty()) buffer_offset_ = arena_size(layer->buffers());
+  return layer;
+}
+
 std::vector<std::unique_ptr<Layer>> build_layers(const std::vector<LayerSpec>& specs,
                                                  const Shape& input) {
   DPT_REQUIRE(!specs.empty(), ExitCode::kUsage, "the model needs at least one layer");
   DPT_REQUIRE(family_of(specs.back()).fixed_width, ExitCode::kUsage,
               "the model needs " + width_forms() + " last (it gives the output width)");
   std::vector<std::unique_ptr<Layer>> layers;
-  std::map<std::string, int> seen;  // layers of each kind so far: the <i> of their names
-  LayerContext ctx;
-  ctx.input = input;
+  LayerBuilder builder;
+  Shape shape = input;
   for (const LayerSpec& spec : specs) {
-    ctx.index = seen[spec.kind]++;
-    ctx.name = spec.kind + std::to_string(ctx.index);
-    layers.push_back(make_layer(spec, ctx));
-    const Layer& l = *layers.back();
-    if (!l.params().empty()) ctx.param_offset = arena_size(l.params());
-    if (!l.buffers().empty()) ctx.buffer_offset = arena_size(l.buffers());
-    ctx.input = l.output_shape();
+    layers.push_back(builder.build(spec, shape));
+    shape = layers.back()->output_shape();
   }
   return layers;
 }
