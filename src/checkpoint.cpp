@@ -116,6 +116,10 @@ void write_contents(hid_t f, const CheckpointData& data) {
   h5::write_attr(f, "world_size", m.world_size, kCode);
   h5::write_attr(f, "optimizer_step", m.optimizer_step, kCode);
   h5::write_attr(f, "seed", m.seed, kCode);
+  if (!data.input_shape.empty())
+    h5::write_attr_int64s(f, kInputShapeAttr,
+                          std::vector<std::int64_t>(data.input_shape.begin(), data.input_shape.end()),
+                          kCode);
   write_arena(f, "/model", data.param_layout, data.params);
   write_buffers(f, data);
 

@@ -14,7 +14,10 @@ namespace dptrain::ckpt {
 
 inline constexpr ExitCode kCode = ExitCode::kCheckpoint;
 inline constexpr const char* kFormat = "dptrain-checkpoint";
-inline constexpr std::int64_t kVersion = 1;
+// Version 2 adds the root attribute input_shape (and layers beyond dense);
+// version 1 files (MLPs) stay readable.
+inline constexpr std::int64_t kVersion = 2;
+inline constexpr const char* kInputShapeAttr = "input_shape";
 // Far beyond any model we train (64 GiB of float32), small enough that a
 // hostile shape is refused before it turns into an allocation.
 inline constexpr std::uint64_t kMaxFloats = std::uint64_t(1) << 34;

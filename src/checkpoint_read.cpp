@@ -18,6 +18,8 @@ using namespace ckpt;
 struct Reader {
   hid_t file;
   const std::string& path;
+  // Where the expected tensor shapes come from, for mismatch messages.
+  std::string layout_source = "/model";
 
   [[noreturn]] void bad(const std::string& what) const { fail(path, what); }
 
@@ -166,8 +168,8 @@ struct Reader {
       if ((i == 0 || layout[i - 1].layer != t.layer) && h5::exists(file, g)) probe(g);
       const auto s = float_shape(g + "/" + t.name, t.shape.size());
       if (!std::equal(s.begin(), s.end(), t.shape.begin()))
-        bad(g + "/" + t.name + ": shape " + h5::shape_string(s) + " and /model/" + t.path() +
-            " " + dims_string(t.shape) + " do not match");
+        bad(g + "/" + t.name + ": shape " + h5::shape_string(s) + " does not match " +
+            dims_string(t.shape) + ", the shape " + layout_source + " gives");
     }
     std::vector<float> v(arena_size(layout));
     for (const ParamInfo& t : layout)
@@ -196,6 +198,42 @@ struct Reader {
     if (m.step < 0 || m.epoch < 0 || m.epoch_position < 0 || m.world_size < 1 ||
         m.optimizer_step < 0)
       bad("negative step, epoch, epoch_position or optimizer_step, or world_size < 1");
+  }
+
+  // The input_shape attribute (version 2), or empty.
+  std::vector<std::size_t> input_shape() const {
+    if (!h5::has_attr(file, kInputShapeAttr)) return {};
+    const auto dims = h5::read_attr_int64s(file, kInputShapeAttr, Shape::kMaxRank, kCode);
+    if (dims.empty()) bad("input_shape attribute is empty");
+    std::vector<std::size_t> shape;
+    for (std::int64_t v : dims) {
+      if (v < 1 || v > std::numeric_limits<int>::max())
+        bad("input_shape attribute has a dimension of " + std::to_string(v));
+      shape.push_back(static_cast<std::size_t>(v));
+    }
+    return shape;
+  }
+
+  // The tensors the model attribute's spec has for this input shape.
+  ModelLayout spec_layout(const std::string& spec, const std::vector<std::size_t>& input) const {
+    try {
+      const std::vector<LayerSpec> specs = parse_model_spec(spec);
+      if (specs.size() > kMaxSpecLayers) bad("model attribute '" + spec + "' has too many layers");
+      return model_layout(specs, shape_of(input));
+    } catch (const Error& e) {
+      if (e.code() == kCode) throw;
+      bad("model attribute '" + spec + "' does not build for input_shape " + dims_string(input) +
+          ": " + e.what());
+    }
+  }
+
+  static Shape shape_of(const std::vector<std::size_t>& dims) {
+    switch (dims.size()) {
+      case 1: return Shape{int(dims[0])};
+      case 2: return Shape{int(dims[0]), int(dims[1])};
+      case 3: return Shape{int(dims[0]), int(dims[1]), int(dims[2])};
+      default: return Shape{int(dims[0]), int(dims[1]), int(dims[2]), int(dims[3])};
+    }
   }
 
   // The spec must give the stored layout. Version 1 files do not store the
@@ -256,9 +294,9 @@ struct Reader {
   }
 };
 
-CheckpointData read_impl(const std::string& path, bool model_only) {
+CheckpointData read_impl(const std::string& path, bool model_only, const ModelLayout* expect) {
   h5::File f = h5::open_read(path, kCode);
-  const Reader r{f.get(), path};
+  Reader r{f.get(), path};
   r.probe("/");
   if (h5::exists(f.get(), "/model")) r.probe("/model");
   const bool has_format = h5::has_attr(f.get(), "format");
@@ -270,8 +308,8 @@ CheckpointData read_impl(const std::string& path, bool model_only) {
             "')");
     if (!h5::has_attr(f.get(), "version")) r.bad("no version attribute");
     const std::int64_t v = h5::read_attr_int64(f.get(), "version", kCode);
-    if (v != kVersion)
-      r.bad("unsupported checkpoint version " + std::to_string(v) + " (this build reads version " +
+    if (v < 1 || v > kVersion)
+      r.bad("unsupported checkpoint version " + std::to_string(v) + " (this build reads versions 1 to " +
             std::to_string(kVersion) + ")");
   } else if (!model_only || !has_model) {
     r.bad(std::string("not a dptrain checkpoint (no format attribute") +
@@ -282,9 +320,27 @@ CheckpointData read_impl(const std::string& path, bool model_only) {
   CheckpointData d;
   const bool full = has_format && !model_only;
   r.meta(d.meta, full);
-  d.param_layout = r.param_layout();
-  d.buffer_layout = r.buffer_layout();
-  if (!d.meta.model.empty()) r.check_spec(d.meta.model, d);
+  d.input_shape = r.input_shape();
+  if (!d.meta.model.empty() && !d.input_shape.empty()) {
+    const ModelLayout layout = r.spec_layout(d.meta.model, d.input_shape);
+    d.param_layout = layout.params;
+    d.buffer_layout = layout.buffers;
+    r.layout_source = "the model attribute '" + d.meta.model + "' for input_shape " +
+                      dims_string(d.input_shape);
+    // The buffers the file lists must be the spec's (the same names, shapes
+    // and order).
+    if (r.buffer_layout() != d.buffer_layout)
+      r.bad("model attribute '" + d.meta.model + "' does not match the buffers /model lists");
+  } else if (d.meta.model.empty() && expect) {
+    d.param_layout = expect->params;
+    d.buffer_layout = expect->buffers;
+    r.layout_source = "the model it is loaded into";
+  } else {
+    d.param_layout = r.param_layout();
+    d.buffer_layout = r.buffer_layout();
+    if (!d.meta.model.empty()) r.check_spec(d.meta.model, d);
+    d.input_shape = {d.param_layout.front().shape.back()};
+  }
   d.params = r.arena("/model", d.param_layout);
   d.buffers = r.arena("/model", d.buffer_layout);
   if (full) {
@@ -297,9 +353,9 @@ CheckpointData read_impl(const std::string& path, bool model_only) {
 
 }  // namespace
 
-CheckpointData read_checkpoint(const std::string& path, bool model_only) {
+CheckpointData read_checkpoint(const std::string& path, bool model_only, const ModelLayout* expect) {
   try {
-    return read_impl(path, model_only);
+    return read_impl(path, model_only, expect);
   } catch (const Error& e) {
     if (e.code() == kCode && e.where() == path) throw;
     fail(path, strip_prefix(e.what(), path));

@@ -146,6 +146,12 @@ void write_attr_fixed(hid_t obj, const std::string& name, const std::string& val
 // Readers convert any stored integer/float type; a missing attribute or an
 // impossible conversion throws Error(code) naming object and attribute.
 std::int64_t read_attr_int64(hid_t obj, const std::string& name, ExitCode code);
+// A one-dimensional int64 attribute (a shape), and reading one of at most
+// max_len integers back.
+void write_attr_int64s(hid_t obj, const std::string& name, const std::vector<std::int64_t>& values,
+                       ExitCode code);
+std::vector<std::int64_t> read_attr_int64s(hid_t obj, const std::string& name, std::size_t max_len,
+                                           ExitCode code);
 std::uint64_t read_attr_uint64(hid_t obj, const std::string& name, ExitCode code);
 double read_attr_double(hid_t obj, const std::string& name, ExitCode code);
 // Fixed- or variable-length strings (h5py writes both).

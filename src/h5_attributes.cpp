@@ -118,6 +118,36 @@ double read_attr_double(hid_t obj, const std::string& name, ExitCode code) {
   return read_attr_number<double>(obj, name, H5T_NATIVE_DOUBLE, code);
 }
 
+void write_attr_int64s(hid_t obj, const std::string& name, const std::vector<std::int64_t>& values,
+                       ExitCode code) {
+  quiet();
+  const std::string what = describe(obj) + ": attribute '" + name + "'";
+  if (has_attr(obj, name)) check_status(H5Adelete(obj, name.c_str()), code, what + ": replace");
+  const hsize_t n = values.size();
+  DataSpace space(check(H5Screate_simple(1, &n, nullptr), code, what));
+  Attribute a(check(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                    code, what + ": create"));
+  check_status(H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()), code, what + ": write");
+}
+
+std::vector<std::int64_t> read_attr_int64s(hid_t obj, const std::string& name, std::size_t max_len,
+                                           ExitCode code) {
+  quiet();
+  const std::string what = describe(obj) + ": attribute '" + name + "'";
+  if (!has_attr(obj, name)) DPT_H5_FAIL(code, what + ": missing");
+  Attribute a(check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), code, what));
+  DataSpace space(check(H5Aget_space(a.get()), code, what));
+  DataType t(check(H5Aget_type(a.get()), code, what));
+  if (H5Tget_class(t.get()) != H5T_INTEGER)
+    DPT_H5_FAIL(code, what + ": is " + type_name(t.get()) + ", not integers");
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (H5Sget_simple_extent_ndims(space.get()) > 1 || n < 0 || std::size_t(n) > max_len)
+    DPT_H5_FAIL(code, what + ": need a list of at most " + std::to_string(max_len) + " integers");
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  if (n > 0) check_status(H5Aread(a.get(), H5T_NATIVE_INT64, v.data()), code, what + ": read failed");
+  return v;
+}
+
 std::string read_attr_string(hid_t obj, const std::string& name, ExitCode code) {
   quiet();
   const std::string what = describe(obj) + ": attribute '" + name + "'";

@@ -71,7 +71,7 @@ void inspect_checkpoint(const std::string& path, bool has_format, std::ostream& 
   const CheckpointData ck = read_checkpoint(path, !has_format);
   const CheckpointMeta& m = ck.meta;
   out << path << ": "
-      << (has_format ? "dptrain checkpoint, format version 1"
+      << (has_format ? "dptrain checkpoint"
                      : "model-only checkpoint (/model without attributes; an --init-from source)")
       << "\n";
   if (has_format) {

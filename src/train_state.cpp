@@ -34,7 +34,9 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
     const bool resuming = !path.empty();
     if (!resuming) path = opts.init_from;
     if (path.empty()) return;
-    CheckpointData ck = read_checkpoint(path, !resuming);
+    // A /model-only file (PyTorch via h5py) is read in this model's layout.
+    const ModelLayout expect{model.param_layout(), model.buffer_layout(), model.output_shape()};
+    CheckpointData ck = read_checkpoint(path, !resuming, &expect);
     check_layout(ck, model.param_layout(), model.buffer_layout(), path);
     if (resuming) {
       DPT_REQUIRE(ck.has_training_state, ExitCode::kCheckpoint,
@@ -112,6 +114,8 @@ void save_state(const std::string& path, bool in_checkpoint_dir, const Options& 
     ck.meta.config = opts.config_text;
     ck.meta.optimizer = optimizer_name(opt.config().kind);
     ck.meta.optimizer_step = opt.step_count();
+    for (int i = 0; i < model.input_shape().rank(); ++i)
+      ck.input_shape.push_back(static_cast<std::size_t>(model.input_shape()[i]));
     ck.param_layout = model.param_layout();
     ck.params.resize(model.num_params());
     be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));

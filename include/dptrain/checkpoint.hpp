@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dptrain/layer.hpp"
+#include "dptrain/layer_spec.hpp"
 
 namespace dptrain {
 
@@ -27,6 +28,10 @@ struct CheckpointMeta {
 // as /model/<layer>/<name>.
 struct CheckpointData {
   CheckpointMeta meta;
+  // The model's per-sample input shape ({784}, {1, 28, 28}); stored as the
+  // root attribute input_shape since version 2. Empty when unknown (a
+  // /model-only file); version 1 files read it from dense0's weight.
+  std::vector<std::size_t> input_shape;
   std::vector<ParamInfo> param_layout;   // every parameter tensor, in arena order
   std::vector<float> params;             // arena_size(param_layout) values
   std::vector<ParamInfo> buffer_layout;  // non-trained tensors (running statistics)
@@ -47,11 +52,14 @@ void write_checkpoint(const std::string& path, const CheckpointData& data);
 // Reads and validates (format, version, shapes against each other and
 // against the model attribute, finite values, checksummed data).
 // model_only: read /model and attributes that exist, accept a file with only
-// /model (for --init-from). Parameters are the version 1 MLP groups
-// /model/dense<i>/{weight,bias}; buffers are the tensors that the /model
-// attribute `buffers` lists ("bn0/running_mean,..."), in arena order.
-// Throws Error(kCheckpoint) naming the path and what is wrong.
-CheckpointData read_checkpoint(const std::string& path, bool model_only = false);
+// /model (for --init-from). The tensors to read: those the model attribute's
+// spec gives for input_shape (version 2); else `expect` (the layouts of the
+// model a /model-only file is loaded into, e.g. one written by PyTorch);
+// else the version 1 MLP groups /model/dense<i>/{weight,bias} and the
+// buffers that the /model attribute `buffers` lists. Throws
+// Error(kCheckpoint) naming the path and what is wrong.
+CheckpointData read_checkpoint(const std::string& path, bool model_only = false,
+                               const ModelLayout* expect = nullptr);
 
 // Checks a checkpoint's /model layout against a model's parameter and
 // buffer layouts; Error(kCheckpoint) naming the first mismatching tensor.

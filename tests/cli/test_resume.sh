@@ -35,7 +35,8 @@ resume_case 3 2 1e-4
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-assert a["format"] == "dptrain-checkpoint" and a["version"] == 1
+assert a["format"] == "dptrain-checkpoint" and a["version"] == 2
+assert list(a["input_shape"]) == [5], a["input_shape"]
 assert (a["step"], a["epoch"], a["epoch_position"]) == (20, 1, 100), (a["step"], a["epoch"], a["epoch_position"])
 assert a["world_size"] == 2 and a["model"] == "dense:16,relu,dense:3" and a["loss"] == "xent"
 assert f["model/dense0/weight"].shape == (16, 5) and f["model/dense1/bias"].shape == (3,)

@@ -44,6 +44,7 @@ inline CheckpointData make_data(const std::vector<int>& dims = {6, 5, 3}) {
   d.meta.config = "model = x\nlr = 0.001\n";
   d.meta.optimizer = "adam";
   d.meta.optimizer_step = 1234;
+  d.input_shape = {std::size_t(dims[0])};
   d.param_layout = layout_of(dims);
   const std::size_t n = arena_size(d.param_layout);
   d.params.resize(n);

@@ -83,7 +83,7 @@ TEST_F(CheckpointTest, StoredLayoutIsTorchLinearWithAttributes) {
   const std::string p = written();
   h5::File f = h5::open_read(p, ExitCode::kOther);
   EXPECT_EQ(h5::read_attr_string(f.get(), "format", ExitCode::kOther), "dptrain-checkpoint");
-  EXPECT_EQ(h5::read_attr_int64(f.get(), "version", ExitCode::kOther), 1);
+  EXPECT_EQ(h5::read_attr_int64(f.get(), "version", ExitCode::kOther), 2);
   h5::DataSet w = h5::open_dataset(f.get(), "/model/dense0/weight", ExitCode::kOther);
   EXPECT_EQ(h5::shape(w.get()), (std::vector<hsize_t>{5, 6}));  // [out, in]
   EXPECT_EQ(h5::type_name(h5::type_of(w.get()).get()), "float32");

@@ -118,10 +118,37 @@ TEST_F(CheckpointTest, WrongOrMissingFormatFails) {
 }
 
 TEST_F(CheckpointTest, WrongVersionFails) {
+  for (std::int64_t v : {0, 3}) {
+    const std::string p = written();
+    edit(p, [v](hid_t f) { h5::write_attr(f, "version", v, ExitCode::kOther); });
+    const std::string want = "version " + std::to_string(v);
+    expect_ckpt_error([&] { read_checkpoint(p); }, {want, p});
+    expect_ckpt_error([&] { read_checkpoint(p, true); }, {want});
+  }
+}
+
+// Version 1 files (MLPs, no input_shape attribute) stay readable: the input
+// width comes from dense0's weight.
+TEST_F(CheckpointTest, Version1MlpWithoutInputShapeReads) {
   const std::string p = written();
-  edit(p, [](hid_t f) { h5::write_attr(f, "version", std::int64_t(2), ExitCode::kOther); });
-  expect_ckpt_error([&] { read_checkpoint(p); }, {"version 2", p});
-  expect_ckpt_error([&] { read_checkpoint(p, true); }, {"version 2"});
+  const CheckpointData v2 = read_checkpoint(p);
+  ASSERT_FALSE(v2.input_shape.empty());
+  edit(p, [](hid_t f) {
+    h5::write_attr(f, "version", std::int64_t(1), ExitCode::kOther);
+    ASSERT_GE(H5Adelete(f, "input_shape"), 0);
+  });
+  const CheckpointData v1 = read_checkpoint(p);
+  EXPECT_EQ(v1.param_layout, v2.param_layout);
+  EXPECT_EQ(v1.params, v2.params);
+  EXPECT_EQ(v1.input_shape, v2.input_shape);
+}
+
+TEST_F(CheckpointTest, BadInputShapeFails) {
+  const std::string p = written();
+  edit(p, [](hid_t f) { h5::write_attr_int64s(f, "input_shape", {0}, ExitCode::kOther); });
+  expect_ckpt_error([&] { read_checkpoint(p); }, {"input_shape", p});
+  edit(p, [](hid_t f) { h5::write_attr_int64s(f, "input_shape", {3, 4}, ExitCode::kOther); });
+  expect_ckpt_error([&] { read_checkpoint(p); }, {"shape [5, 6] does not match [5, 12]", "input_shape [3, 4]", p});
 }
 
 TEST_F(CheckpointTest, MissingAttributeFailsFullRead) {
@@ -159,15 +186,15 @@ TEST_F(CheckpointTest, NonFiniteWeightFails) {
 TEST_F(CheckpointTest, MismatchedShapesFail) {
   const std::string a = written("a.h5");
   edit(a, [](hid_t f) { replace_array(f, "/model/dense0/bias", {4}, std::vector<float>(4, 0)); });
-  expect_ckpt_error([&] { read_checkpoint(a, true); }, {"/model/dense0", "bias has 4 values"});
+  expect_ckpt_error([&] { read_checkpoint(a, true); }, {"/model/dense0/bias", "shape [4] does not match [5]", "model attribute"});
 
   const std::string b = written("b.h5");
   edit(b, [](hid_t f) { replace_array(f, "/model/dense1/weight", {3, 4}, std::vector<float>(12, 0)); });
-  expect_ckpt_error([&] { read_checkpoint(b, true); }, {"/model/dense1/weight", "takes 4 inputs"});
+  expect_ckpt_error([&] { read_checkpoint(b, true); }, {"/model/dense1/weight", "shape [3, 4] does not match [3, 5]"});
 
   const std::string c = written("c.h5");
   edit(c, [](hid_t f) { replace_array(f, "/optimizer/v/dense1/bias", {2}, std::vector<float>(2, 0)); });
-  expect_ckpt_error([&] { read_checkpoint(c); }, {"/optimizer/v/dense1", "do not match"});
+  expect_ckpt_error([&] { read_checkpoint(c); }, {"/optimizer/v/dense1", "does not match [3]"});
   EXPECT_NO_THROW(read_checkpoint(c, true));  // the model itself is fine
 
   const std::string d = written("d.h5");
@@ -177,6 +204,10 @@ TEST_F(CheckpointTest, MismatchedShapesFail) {
   const std::string e = written("e.h5");
   edit(e, [](hid_t f) { h5::write_attr(f, "model", "dense:5,relu,dense:4", ExitCode::kOther); });
   expect_ckpt_error([&] { read_checkpoint(e); }, {"dense:5,relu,dense:4", "does not match"});
+  // The version 1 path (no input_shape) checks the spec against the stored
+  // MLP as before.
+  edit(a, [](hid_t f) { ASSERT_GE(H5Adelete(f, "input_shape"), 0); });
+  expect_ckpt_error([&] { read_checkpoint(a, true); }, {"/model/dense0", "bias has 4 values"});
 }
 
 TEST_F(CheckpointTest, LayerGapFails) {
