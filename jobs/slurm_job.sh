@@ -105,6 +105,7 @@ dptrain_job() {
   dptrain_has_option --checkpoint-dir "${args[@]}" || args+=(--checkpoint-dir "$run_dir/ckpt")
   dptrain_has_option --checkpoint-every "${args[@]}" || args+=(--checkpoint-every 500)
   dptrain_has_option --metrics "${args[@]}" || args+=(--metrics "$run_dir/metrics.jsonl")
+  dptrain_has_option --resume "${args[@]}" || args+=(--resume auto)
   echo "dptrain-job: job $SLURM_JOB_ID (start $((${SLURM_RESTART_COUNT:-0} + 1))) on" \
     "$SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS rank(s); run folder $run_dir"
   if [[ $signal_seen == TERM ]]; then
@@ -123,15 +124,17 @@ dptrain_job() {
   # 22.05: give it explicitly, or bound ranks may share one core.
   srun --mpi="${DPTRAIN_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 \
     --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
-    "$bin" train --resume auto "${args[@]}" &
+    "$bin" train "${args[@]}" &
   srun_pid=$!
   dptrain_wait_srun
 
-  if [[ $rc -eq 75 && $signal_seen == USR1 ]]; then
+  # 75 without a TERM: USR1 to the batch script, or to the ranks directly
+  # (--signal=USR1@T without B:, scancel --signal=USR1 without --batch).
+  if [[ $rc -eq 75 && $signal_seen != TERM ]]; then
     dptrain_requeue
   elif [[ $rc -eq 75 ]]; then
-    echo "dptrain-job: stopped by SIG${signal_seen:-TERM} with a checkpoint in $run_dir/ckpt" \
-      "(scancel or preemption); a preempted job is requeued by Slurm"
+    echo "dptrain-job: stopped by SIGTERM with a checkpoint in $run_dir/ckpt (scancel or" \
+      "preemption; a preempted job is requeued by Slurm)"
   elif [[ $rc -eq 0 && ! -e $ready_file ]]; then
     # srun can exit 0 when the step failed to launch
     echo "dptrain-job: error: the ranks never started (srun exited 0); see srun's errors above" >&2

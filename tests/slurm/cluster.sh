@@ -128,15 +128,14 @@ slurm_stop() {
 # run, the daemons and slurmctld's helper slurmscriptd.
 slurm_leftovers() {
   local env pid ppid cmd
-  for env in /proc/[0-9]*/environ; do
+  for env in $(grep -lsxzF "SLURM_CONF=$SLURM_CONF" /proc/[0-9]*/environ); do
     pid=${env#/proc/}
     pid=${pid%/environ}
     [[ " ${SLURM_DAEMON_PIDS[*]} " == *" $pid "* ]] && continue
-    tr '\0' '\n' 2>/dev/null <"$env" | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
-    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")
-    [[ $cmd == *test_slurm.sh* ]] && continue
-    ppid=$(awk '{print $4}' 2>/dev/null <"/proc/$pid/stat")
-    [[ $cmd == slurmscriptd* && " ${SLURM_DAEMON_PIDS[*]} " == *" $ppid "* ]] && continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
+    [[ $cmd == *test_slurm.sh* || $cmd == grep* ]] && continue
+    ppid=$(awk '{print $4}' 2>/dev/null <"/proc/$pid/stat") || continue
+    [[ $cmd == *slurmscriptd* && " ${SLURM_DAEMON_PIDS[*]} " == *" $ppid "* ]] && continue
     echo "$pid $cmd"
   done
 }

@@ -68,17 +68,21 @@ release_and_finish "$early" 300
 compare_models "$reference" "$(newest_checkpoint "$early")"
 echo "ok: USR1 at start-up: stopped after step $step, requeued, resumed, same weights"
 
-# --- USR1 mid-run, twice 0.3 s apart ---
+# --- USR1 mid-run, then more every 0.1 s while the job stops: they come
+# during the checkpoint, srun's exit and the requeue ---
 mid=$(submit "${JOB_ARGS[@]}")
 wait_train_step "$mid" 20 120
 scancel --signal=USR1 --batch "$mid"
-sleep 0.3
-scancel --signal=USR1 --batch "$mid" || true  # the job may be gone already
+signals=1
+while [[ $(job_field "$mid" JobState) == RUNNING ]]; do
+  sleep 0.1
+  if scancel --signal=USR1 --batch "$mid" 2>/dev/null; then signals=$((signals + 1)); fi
+done
 expect_requeued "$mid"
 step=$(stopped_step "$mid")
 release_and_finish "$mid" 300
 compare_models "$reference" "$(newest_checkpoint "$mid")"
-echo "ok: two USR1s mid-run: stopped after step $step, requeued, resumed, same weights"
+echo "ok: $signals USR1s mid-run: stopped after step $step, requeued, resumed, same weights"
 
 # --- --no-requeue: checkpoint and exit 75, said plainly, no requeue ---
 norq=$(submit --sbatch --no-requeue "${JOB_ARGS[@]}")
