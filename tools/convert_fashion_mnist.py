@@ -21,7 +21,8 @@ def rerun_with_python_that_has_h5py(error):
     finder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "find-python.sh")
     if not os.environ.get("DPTRAIN_CONVERT_RERUN"):
         found = subprocess.run([finder], capture_output=True, text=True).stdout.strip()
-        if found and os.path.realpath(found) != os.path.realpath(sys.executable):
+        # Not realpath: a venv's python3 is a link to the very same binary.
+        if found and os.path.abspath(found) != os.path.abspath(sys.executable):
             os.environ["DPTRAIN_CONVERT_RERUN"] = "1"
             os.execv(found, [found, os.path.abspath(__file__)] + sys.argv[1:])
     sys.exit(f"{sys.argv[0]}: {error}; install python3-h5py python3-numpy (tools/install-deps.sh)")

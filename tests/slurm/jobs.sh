@@ -24,6 +24,7 @@ submit() {
     sbatch_opts+=("$2")
     shift 2
   done
+  # Later sbatch options win: the test's own come after the defaults.
   sbatch --parsable --ntasks-per-node="$RANKS" --cpus-per-task=1 "${sbatch_opts[@]}" \
     "$SCRIPT" "$@" || fail "sbatch $SCRIPT $*"
 }

@@ -49,6 +49,18 @@ grep -q "1 thread(s)/rank" "$WORK/threads.out" ||
   { grep "thread" "$WORK/threads.out"; fail "srun -n1 -c1: expected 1 thread(s)/rank"; }
 echo "ok: srun -n1 -c1 gives 1 thread/rank"
 
+# --- srun gets the job's --cpus-per-task (Slurm 22.05 no longer passes it
+# on): one rank of 2 CPUs has 2 threads ---
+if (($(nproc) >= 2)); then
+  wide=$(submit --sbatch --ntasks-per-node=1 --sbatch --cpus-per-task=2 \
+    --data "${JOB_ARGS[1]}" --steps 2 --val-set "")
+  wait_ended "$wide" 120
+  expect_completed "$wide" 0
+  grep -q "1 rank(s) on 1 node(s), 1 per node, device cpu, 2 thread(s)/rank" "$(job_out "$wide")" ||
+    { show_job "$wide"; fail "--cpus-per-task=2: expected 2 thread(s)/rank"; }
+  echo "ok: --cpus-per-task=2 reaches srun: 2 threads/rank"
+fi
+
 # --- a normal run ---
 normal=$(submit "${JOB_ARGS[@]}")
 wait_ended "$normal" 300
@@ -63,6 +75,8 @@ early=$(submit "${JOB_ARGS[@]}")
 wait_line "$(job_out "$early")" "dptrain-job: job $early " 60
 scancel --signal=USR1 --batch "$early"
 expect_requeued "$early"
+# A new submission starts afresh in its own run folder.
+grep -q "dptrain: resuming from" "$(job_out "$early")" && fail "a new submission resumed an old run"
 step=$(stopped_step "$early")
 release_and_finish "$early" 300
 compare_models "$reference" "$(newest_checkpoint "$early")"
