@@ -1,10 +1,10 @@
 # Implements: jobs/fashion_mnist_cpu.sbatch against a real Slurm started
-# for this one machine (cluster.sh): a normal run; USR1 to the batch step at
-# start-up and mid-run (twice), each a checkpoint, exit 75, a requeue and a
-# resume to the same weights as the normal run; --no-requeue; scancel,
-# which leaves a valid checkpoint and the ranks' last lines; the default
-# --threads under `srun -c1`; nothing left running. Exit 77 (skipped) where
-# Slurm cannot run.
+# for this one machine (cluster.sh): the default --threads under `srun -c1`
+# and `sbatch -c2`; a normal run; USR1 to the batch step while the ranks
+# start and mid-run (repeated while the job stops), each a checkpoint, exit
+# 75, a requeue and a resume to the normal run's weights, bitwise;
+# --no-requeue; scancel, which leaves a valid checkpoint and the ranks' last
+# lines; nothing left running. Exit 77 (skipped) where Slurm cannot run.
 set -euo pipefail
 
 : "${DPTRAIN:?run through ctest}"
@@ -70,8 +70,11 @@ reference=$(newest_checkpoint "$normal")
 [[ $(checkpoint_step "$reference") -eq $STEPS ]] || fail "normal run ended at $(checkpoint_step "$reference")"
 echo "ok: normal run completed ($STEPS steps)"
 
-# --- USR1 at start-up: while srun starts the ranks ---
-early=$(submit "${JOB_ARGS[@]}")
+# --- USR1 at start-up: while the ranks load (slowly, as from a busy shared
+# file system: a wrapper sleeps 2 s first, and dies of a signal meanwhile) ---
+printf '#!/bin/bash\nsleep 2\nexec "%s" "$@"\n' "$DPTRAIN" >"$WORK/slow-dptrain"
+chmod +x "$WORK/slow-dptrain"
+early=$(DPTRAIN_BIN=$WORK/slow-dptrain submit "${JOB_ARGS[@]}")
 wait_line "$(job_out "$early")" "dptrain-job: job $early " 60
 scancel --signal=USR1 --batch "$early"
 expect_requeued "$early"
