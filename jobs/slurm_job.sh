@@ -107,7 +107,7 @@ dptrain_job() {
   dptrain_has_option --metrics "${args[@]}" || args+=(--metrics "$run_dir/metrics.jsonl")
   dptrain_has_option --resume "${args[@]}" || args+=(--resume auto)
   echo "dptrain-job: job $SLURM_JOB_ID (start $((${SLURM_RESTART_COUNT:-0} + 1))) on" \
-    "$SLURM_JOB_NUM_NODES node(s), $SLURM_NTASKS rank(s); run folder $run_dir"
+    "${SLURM_JOB_NUM_NODES:-1} node(s), ${SLURM_NTASKS:-1} rank(s); run folder $run_dir"
   if [[ $signal_seen == TERM ]]; then
     echo "dptrain-job: SIGTERM before the ranks started; exit 143" >&2
     exit 143
