@@ -106,6 +106,9 @@ release_and_finish() {
     ((SECONDS - t0 < 60)) || fail "job $job: the first start's slurmstepd did not end"
     sleep 0.2
   done
+  # slurmd refuses a start whose credential is not newer, in whole
+  # seconds, than the one the requeue revoked ("Job credential revoked").
+  sleep 2
   scontrol update JobId="$job" StartTime=now || fail "scontrol update JobId=$job StartTime=now"
   wait_ended "$job" "$2"
   expect_completed "$job" 1
