@@ -120,8 +120,8 @@ dptrain_job() {
   if [[ $signal_seen == USR1 ]]; then pending=USR1; fi  # came before srun: pass it on
   trap 'dptrain_forward USR1' USR1
   trap 'dptrain_forward TERM' TERM
-  # srun does not inherit the batch step's --cpus-per-task since Slurm
-  # 22.05: give it explicitly, or bound ranks may share one core.
+  # srun of Slurm 22.05 to 23.02 does not read the job's --cpus-per-task:
+  # give it explicitly, or bound ranks may share one core.
   srun --mpi="${DPTRAIN_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 \
     --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
     "$bin" train "${args[@]}" &
