@@ -68,7 +68,7 @@ po::options_description device_group(Options& o) {
   d.add_options()
       ("device", po::value(&o.device)->default_value(o.device), "auto (cuda when a GPU is visible) | cpu | cuda")
       ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | tf32 | bf16 (tf32, bf16: cuda only)")
-      ("threads", po::value(&o.threads)->default_value(o.threads), "CPU compute threads per rank (0: cores of the node / ranks on the node)")
+      ("threads", po::value(&o.threads)->default_value(o.threads), "CPU compute threads per rank (0: the CPUs this rank may run on, its affinity mask, shared with the ranks of the node bound to the same CPUs)")
       ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a collective or data wait may take before the job aborts (exit 6)")
       ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "gradient all-reduce bucket size in MiB; buckets start while earlier layers still run backward (0: one all-reduce after backward)");
   return d;

@@ -1,6 +1,8 @@
 // Implements: Launch's device choice (see launch.hpp): which backend each
 // rank runs, on which device, with how many threads, and the communicator
 // that suits the backend's memory.
+#include <sched.h>
+
 #include <algorithm>
 #include <string>
 #include <thread>
@@ -40,6 +42,43 @@ void check_distinct_gpus(const MpiSession& mpi, int device) {
   });
 }
 
+// This rank's CPUs (its affinity mask) as '0'/'1' per CPU number, without
+// trailing zeros; "" when the mask cannot be read.
+std::string affinity_bits() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return {};
+  std::string bits;
+  for (int c = 0; c < CPU_SETSIZE; ++c) bits += CPU_ISSET(c, &mask) ? '1' : '0';
+  bits.erase(bits.find_last_not_of('0') + 1);
+  return bits;
+}
+
+bool overlap(const std::string& a, const std::string& b) {
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] == '1' && b[i] == '1') return true;
+  return false;
+}
+
+// Collective. --threads 0: the CPUs this rank may run on (srun
+// --cpus-per-task with task binding, taskset, mpirun --bind-to), split among
+// the ranks of its node whose CPUs overlap them: unbound ranks all see the
+// same CPUs and share them, bound ranks each use their own.
+int default_threads(const MpiSession& mpi) {
+  const std::string mine = affinity_bits();
+  const std::vector<std::string> masks = allgather_strings(mpi.world(), mine);
+  const std::vector<std::string> hosts = allgather_strings(mpi.world(), mpi.host());
+  const long cpus = std::count(mine.begin(), mine.end(), '1');
+  if (cpus == 0) {  // no mask: the node's cores, split among its ranks
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    return std::max(1, static_cast<int>(cores) / std::max(1, mpi.local_size()));
+  }
+  int sharers = 0;
+  for (std::size_t r = 0; r < masks.size(); ++r)
+    if (hosts[r] == mpi.host() && overlap(masks[r], mine)) ++sharers;
+  return std::max(1, static_cast<int>(cpus / std::max(1, sharers)));
+}
+
 }  // namespace
 
 Runtime make_runtime(const Options& opts, const MpiSession& mpi) {
@@ -52,12 +91,7 @@ Runtime make_runtime(const Options& opts, const MpiSession& mpi) {
   rt.backend_name = opts.device != "auto" ? opts.device : min_gpus > 0 ? "cuda" : "cpu";
   const bool on_gpu = rt.backend_name == "cuda";
   rt.device_index = on_gpu && gpus > 0 ? mpi.local_rank() % gpus : 0;
-  if (opts.threads > 0) {
-    rt.threads = static_cast<int>(opts.threads);
-  } else {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    rt.threads = std::max(1, static_cast<int>(cores) / std::max(1, mpi.local_size()));
-  }
+  rt.threads = opts.threads > 0 ? static_cast<int>(opts.threads) : default_threads(mpi);
   agree(mpi.world(), [&] {
     BackendOptions bo;
     bo.threads = rt.threads;

@@ -1,6 +1,7 @@
 // Implements: the dptrain command. Parses the command line, runs the command
 // and turns every failure into one message and one exit code on every rank
 // (DESIGN.md section 6).
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -10,6 +11,7 @@
 #include "dptrain/error.hpp"
 #include "dptrain/launch.hpp"
 #include "dptrain/trainer.hpp"
+#include "dptrain/watchdog.hpp"
 
 using dptrain::ExitCode;
 
@@ -37,8 +39,14 @@ ExitCode run(const dptrain::Options& opts, dptrain::MpiSession& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Slurm may signal a job at any moment: from here on a SIGTERM/SIGUSR1 is
+  // kept (pending across a re-exec) and stops training after its first step,
+  // instead of killing the rank inside MPI_Init.
+  dptrain::hold_stop_signals();
+  if (std::getenv("DPTRAIN_TEST_SIGNAL_AT_START")) std::raise(SIGUSR1);  // test_preempt.sh
   // Before MPI starts: an OpenBLAS build may re-execute with the right kernel.
   dptrain::cpu_gemm::prepare(argv);
+  dptrain::install_stop_signal_handlers();
   dptrain::MpiSession mpi(argc, argv);
   dptrain::Options opts;
   try {
@@ -49,6 +57,7 @@ int main(int argc, char** argv) {
     if (mpi.rank() == 0) std::fprintf(stderr, "dptrain: error: %s\n", e.what());
     return static_cast<int>(e.code());
   }
+  if (opts.command != dptrain::Command::kTrain) dptrain::default_stop_signals();
   if (!opts.help.empty()) {
     if (mpi.rank() == 0) std::fputs(opts.help.c_str(), stdout);
     return 0;

@@ -78,10 +78,14 @@ void check_writable(const std::string& path, const char* option) {
   std::remove(probe.c_str());
 }
 
-// Signals first: a SIGTERM during a slow start-up must still be seen.
+// main() installed the signal handlers before MPI started (again here in
+// case MPI_Init replaced them): a SIGTERM during a slow start-up is seen.
 Runtime start_runtime(const Options& opts, const MpiSession& mpi) {
   install_stop_signal_handlers();
-  return make_runtime(opts, mpi);
+  Runtime rt = make_runtime(opts, mpi);
+  // make_runtime's agreements passed: every rank has the handlers.
+  if (mpi.rank() == 0) announce_stop_signal_handlers();
+  return rt;
 }
 
 LoopPolicy loop_policy(const Options& o, std::uint64_t total_steps) {

@@ -2,6 +2,8 @@
 #include "dptrain/watchdog.hpp"
 
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -71,6 +73,18 @@ void Watchdog::run() {
   }
 }
 
+namespace {
+void set_stop_signal_mask(int how) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(how, &set, nullptr);
+}
+}  // namespace
+
+void hold_stop_signals() { set_stop_signal_mask(SIG_BLOCK); }
+
 void install_stop_signal_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -78,6 +92,20 @@ void install_stop_signal_handlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  // A signal held by hold_stop_signals() is delivered now, to the handler.
+  set_stop_signal_mask(SIG_UNBLOCK);
+}
+
+void default_stop_signals() {
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGUSR1, SIG_DFL);
+  if (g_stop_signal != 0) std::raise(g_stop_signal);
+}
+
+void announce_stop_signal_handlers() {
+  const char* path = std::getenv("DPTRAIN_READY_FILE");
+  if (!path || !*path) return;
+  if (std::FILE* f = std::fopen(path, "w")) std::fclose(f);
 }
 
 bool stop_requested() { return g_stop_signal != 0; }

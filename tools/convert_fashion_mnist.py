@@ -10,13 +10,29 @@ import argparse
 import gzip
 import os
 import struct
+import subprocess
 import sys
+
+
+
+def rerun_with_python_that_has_h5py(error):
+    """A pyenv or venv python3 earlier on PATH often hides Debian's python3
+    and its python3-h5py: run again under the one tools/find-python.sh finds."""
+    finder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "find-python.sh")
+    if not os.environ.get("DPTRAIN_CONVERT_RERUN"):
+        found = subprocess.run([finder], capture_output=True, text=True).stdout.strip()
+        # Not realpath: a venv's python3 is a link to the very same binary.
+        if found and os.path.abspath(found) != os.path.abspath(sys.executable):
+            os.environ["DPTRAIN_CONVERT_RERUN"] = "1"
+            os.execv(found, [found, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.exit(f"{sys.argv[0]}: {error}; install python3-h5py python3-numpy (tools/install-deps.sh)")
+
 
 try:
     import h5py
     import numpy as np
-except ImportError as e:  # pyenv/venv pythons often lack Debian's python3-h5py
-    sys.exit(f"{sys.argv[0]}: {e}; install python3-h5py python3-numpy or run with /usr/bin/python3")
+except ImportError as e:
+    rerun_with_python_that_has_h5py(e)
 
 DEFAULT_SRC = "/usr/share/datasets/fashion-mnist"
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049

@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev
   python3 python3-numpy python3-h5py
   clang libclang-rt-dev  # the fuzz_readers test (tools/fuzz.sh): libFuzzer
+  slurm-wlm munge  # the slurm_jobs test starts its own private daemons with them
 )
 if [[ "${1:-}" == "--demo" ]]; then
   packages+=(dataset-fashion-mnist)

@@ -53,7 +53,8 @@ struct Runtime {
 // Launch's device choice, agreed across ranks: --device auto means cuda only
 // when every rank sees a GPU (so all towers run alike); rank r of a node
 // takes GPU r mod (visible GPUs), and two ranks on one GPU are refused;
-// --threads 0 means the node's cores / ranks on the node.
+// --threads 0 means the CPUs of this rank's affinity mask, divided by the
+// ranks of its node whose masks overlap it (unbound ranks split the node).
 Runtime make_runtime(const Options& opts, const MpiSession& mpi);
 
 // Thrown after all ranks agreed on a failure; the rank(s) that failed have

@@ -60,8 +60,21 @@ class Watchdog {
 };
 
 // SIGTERM and SIGUSR1 set a flag (the handler does nothing else); the step
-// loop agrees on it at a step boundary. install() is idempotent.
+// loop agrees on it at a step boundary, so a signal that came during
+// start-up stops the run after its first step. main() holds the two signals
+// (blocked, so one that comes stays pending, across a re-exec too) until it
+// installs the handlers, before MPI starts: Slurm may signal a job at any
+// moment. install() also unblocks them, and is idempotent.
+void hold_stop_signals();
 void install_stop_signal_handlers();
+// For commands that do not checkpoint: the signals' default action again (a
+// signal already caught is raised again, so it ends the process now).
+void default_stop_signals();
+// Rank 0, once every rank has installed the handlers: creates the file named
+// by the environment variable DPTRAIN_READY_FILE, if set. A job script
+// forwards a signal to the ranks only then (before, it would kill a rank
+// still loading), e.g. jobs/slurm_job.sh.
+void announce_stop_signal_handlers();
 bool stop_requested();
 int stop_signal();  // the last signal received, 0 if none
 

@@ -34,6 +34,13 @@ preempt() {  # preempt NP SIGNAL RANK
 preempt 2 TERM 1
 preempt 3 USR1 2
 
+# A signal that comes before MPI starts (Slurm may send one at any moment of
+# start-up) is kept: the run stops after its first step, with a checkpoint.
+DPTRAIN_TEST_SIGNAL_AT_START=1 run 2 120 train "${common[@]}" --steps 1000 --checkpoint-dir "$WORK/ck-early"
+expect_rc 75 "USR1 before MPI_Init"
+grep -q "stopped by a signal after step 1 with a checkpoint" "$ERR" || { cat "$ERR"; fail "no stop after step 1"; }
+[[ -f $WORK/ck-early/ckpt-000000001.h5 ]] || fail "no checkpoint of step 1 after an early signal"
+
 # Resume the 2-rank run from its checkpoint to a fixed step; it must equal
 # a straight run to that step.
 dir=$WORK/ck-2-TERM
