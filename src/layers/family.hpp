@@ -45,5 +45,8 @@ const LayerFamily* find_layer_family(const std::string& kind);
 // One per family file.
 LayerFamily dense_family();       // layers/dense.cpp
 LayerFamily activation_family();  // layers/activation.cpp
+LayerFamily conv_family();        // layers/conv.cpp
+LayerFamily pool_family();        // layers/pool.cpp: maxpool, avgpool, gap
+LayerFamily flatten_family();     // layers/flatten.cpp
 
 }  // namespace dptrain
