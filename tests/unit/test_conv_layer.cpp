@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "cpu/cpu_backend.hpp"
+#include "dptrain/error.hpp"
 #include "dptrain/model.hpp"
 #include "spatial_test_support.hpp"
 
