@@ -19,6 +19,7 @@ struct PoolPrimitives {
   dnnl::pooling_backward backward;
   memory input, output, workspace;  // x or dx, y or dy: handles set per call
   memory forward_scratch, backward_scratch;
+  std::vector<dnnl_exec_arg_t> forward_args, backward_args;
 };
 
 class OnednnPoolPlan final : public PoolPlan {
@@ -38,10 +39,7 @@ class OnednnPoolPlan final : public PoolPlan {
     p.output.set_data_handle(y);
     p.workspace.set_data_handle(workspace_.data());
     p.forward_scratch.set_data_handle(scratch_.data());
-    p.forward.execute(cpu_stream(), {{DNNL_ARG_SRC, p.input},
-                                     {DNNL_ARG_DST, p.output},
-                                     {DNNL_ARG_WORKSPACE, p.workspace},
-                                     {DNNL_ARG_SCRATCHPAD, p.forward_scratch}});
+    execute(p.forward, p.forward_args);
     cpu_stream().wait();
   }
 
@@ -51,10 +49,7 @@ class OnednnPoolPlan final : public PoolPlan {
     p.input.set_data_handle(dx);
     p.workspace.set_data_handle(workspace_.data());
     p.backward_scratch.set_data_handle(scratch_.data());
-    p.backward.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, p.output},
-                                      {DNNL_ARG_DIFF_SRC, p.input},
-                                      {DNNL_ARG_WORKSPACE, p.workspace},
-                                      {DNNL_ARG_SCRATCHPAD, p.backward_scratch}});
+    execute(p.backward, p.backward_args);
     cpu_stream().wait();
   }
 
@@ -102,6 +97,14 @@ class OnednnPoolPlan final : public PoolPlan {
     p->workspace = make_memory(fwd.workspace_desc());
     p->forward_scratch = make_memory(fwd.scratchpad_desc());
     p->backward_scratch = make_memory(bwd.scratchpad_desc());
+    p->forward_args = {{DNNL_ARG_SRC, p->input.get()},
+                       {DNNL_ARG_DST, p->output.get()},
+                       {DNNL_ARG_WORKSPACE, p->workspace.get()},
+                       {DNNL_ARG_SCRATCHPAD, p->forward_scratch.get()}};
+    p->backward_args = {{DNNL_ARG_DIFF_DST, p->output.get()},
+                        {DNNL_ARG_DIFF_SRC, p->input.get()},
+                        {DNNL_ARG_WORKSPACE, p->workspace.get()},
+                        {DNNL_ARG_SCRATCHPAD, p->backward_scratch.get()}};
     // The workspace of max_rows rows (made first) holds that of any fewer.
     workspace_.reserve(fwd.workspace_desc().get_size());
     scratch_.reserve(fwd.scratchpad_desc().get_size());

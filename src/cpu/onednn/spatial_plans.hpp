@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <vector>
 
+#include "cpu/onednn/engine.hpp"
 #include "dptrain/kernels/spatial_kernels.hpp"
 
 namespace dptrain::onednn {
@@ -61,6 +63,15 @@ inline dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
+}
+
+// Runs p on the process's stream with arguments prepared when p was made
+// (their memories' handles set since): the C++ execute builds a map and a
+// vector per call, which a step should not allocate.
+inline void execute(const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args) {
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), cpu_stream().get(),
+                                                 static_cast<int>(args.size()), args.data()),
+                          "could not execute a spatial primitive");
 }
 
 }  // namespace dptrain::onednn
