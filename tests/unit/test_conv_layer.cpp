@@ -75,8 +75,10 @@ TEST_F(ConvLayerTest, PassesMatchTheReferenceWithinTheFloatBound) {
       std::copy(b.begin(), b.end(), l.params.begin() + static_cast<long>(wn));
       const auto x = distinct_floats(std::size_t(rows) * g.in_size(), 3);
       const auto dy = distinct_floats(std::size_t(rows) * g.out_size(), 4);
-      std::vector<float> y(dy.size()), dx(x.size());
+      // Outputs start as NaN: every value must be written, not left as found.
+      std::vector<float> y(dy.size(), NAN), dx(x.size(), NAN);
 
+      std::fill(l.grads.begin(), l.grads.end(), NAN);
       l.layer->forward(*be_, {x.data(), rows, c.input}, {y.data(), rows, l.layer->output_shape()},
                        Mode::kTrain);
       const ConstTensorView xv{x.data(), rows, c.input};

@@ -63,7 +63,8 @@ TEST_F(PoolLayerTest, PassesMatchTheReferenceWithinTheFloatBound) {
       if (!c.window) EXPECT_EQ(l.layer->output_shape(), Shape{c.input[0]});
       const auto x = distinct_floats(std::size_t(rows) * g.in_size(), 11);
       const auto dy = distinct_floats(std::size_t(rows) * g.out_size(), 12);
-      std::vector<float> y(dy.size()), dx(x.size());
+      // Outputs start as NaN: every value must be written, not left as found.
+      std::vector<float> y(dy.size(), NAN), dx(x.size(), NAN);
       const ConstTensorView xv{x.data(), rows, c.input};
       l.layer->forward(*be_, xv, {y.data(), rows, l.layer->output_shape()}, Mode::kTrain);
       l.layer->backward_input(*be_, xv, {y.data(), rows, l.layer->output_shape()},

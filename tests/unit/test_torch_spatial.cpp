@@ -6,6 +6,7 @@
 // message when no Python here imports torch.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -97,8 +98,9 @@ Result run_ours(Backend& be, const TorchCase& c, int rows) {
   r.x = distinct_floats(std::size_t(rows) * g.in_size(), 21);
   r.dy = distinct_floats(std::size_t(rows) * g.out_size(), 22);
   std::copy_n(distinct_floats(l.params.size(), 23).begin(), l.params.size(), l.params.begin());
-  r.y.resize(r.dy.size());
-  r.dx.resize(r.x.size());
+  r.y.assign(r.dy.size(), NAN);  // NaN unless written
+  r.dx.assign(r.x.size(), NAN);
+  std::fill(l.grads.begin(), l.grads.end(), NAN);
   const ConstTensorView xv{r.x.data(), rows, c.input};
   const Shape out = l.layer->output_shape();
   l.layer->forward(be, xv, {r.y.data(), rows, out}, Mode::kTrain);
