@@ -30,6 +30,9 @@ const PoolCase kCases[] = {
     {"avgpool:3:2", Shape{2, 7, 5}, 3, 2},    {"maxpool:2", Shape{2, 3, 4, 5}, 2, 2},
     {"avgpool:2:1", Shape{2, 3, 4, 5}, 2, 1}, {"maxpool:3:2", Shape{1, 5, 4, 7}, 3, 2},
     {"gap", Shape{3, 7, 5}, 0, 0},            {"gap", Shape{2, 3, 4, 5}, 0, 0},
+    // From 8 channels on the plan pools channel-blocked copies.
+    {"maxpool:3:2", Shape{9, 7, 5}, 3, 2},    {"avgpool:2", Shape{8, 5, 7}, 2, 2},
+    {"maxpool:2", Shape{17, 3, 4, 5}, 2, 2},  {"gap", Shape{12, 5, 3}, 0, 0},
 };
 
 ref::Geometry geometry_of(const PoolCase& c) {

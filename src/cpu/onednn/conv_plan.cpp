@@ -24,16 +24,6 @@ using tag = memory::format_tag;
 
 constexpr int kBlockedFrom = 8;  // input channels
 
-// One tensor argument of a pass: the plain memory the caller's pointer goes
-// into, and the one the primitive reads or writes — the same object, or a
-// plan-owned buffer in the primitive's layout with the reorder between them.
-struct Operand {
-  memory plain, inner;
-  dnnl::reorder convert;  // plain -> inner for an input, inner -> plain for the output
-  std::vector<dnnl_exec_arg_t> convert_args;
-  bool reordered = false;
-};
-
 // One primitive with two tensor inputs, one tensor output and optionally
 // the bias (an input of forward, an output of backward_weights).
 struct Pass {
@@ -81,21 +71,13 @@ class OnednnConvPlan final : public ConvPlan {
   }
 
   void run(Pass& p, const float* in0, const float* in1, float* out, float* bias) {
-    const void* inputs[2] = {in0, in1};
-    for (int i = 0; i < 2; ++i) {
-      Operand& o = p.operands[i];
-      o.plain.set_data_handle(const_cast<void*>(inputs[i]));
-      if (!o.reordered) continue;
-      o.inner.set_data_handle(buffers_[i].data());
-      execute(o.convert, o.convert_args);
-    }
-    Operand& result = p.operands[2];
-    result.plain.set_data_handle(out);
-    if (result.reordered) result.inner.set_data_handle(buffers_[2].data());
+    bind(p.operands[0], in0, buffers_[0]);
+    bind(p.operands[1], in1, buffers_[1]);
+    bind(p.operands[2], out, buffers_[2]);
     if (bias) p.bias.set_data_handle(bias);
     p.scratch.set_data_handle(scratch_.data());
     execute(p.primitive, p.args);
-    if (result.reordered) execute(result.convert, result.convert_args);
+    store(p.operands[2]);
     cpu_stream().wait();
   }
 
@@ -104,25 +86,9 @@ class OnednnConvPlan final : public ConvPlan {
     return memory(md, cpu_engine(), DNNL_MEMORY_NONE);
   }
 
-  // The operand in slot `slot` of a pass: `plain` as the caller holds it,
-  // `wanted` as the primitive takes it.
+  // The operand in slot `slot` of a pass (2: the output).
   Operand make_operand(const memory::desc& plain, const memory::desc& wanted, int slot) {
-    Operand o;
-    o.plain = make_memory(plain);
-    o.reordered = plain != wanted;
-    if (!o.reordered) {
-      o.inner = o.plain;
-      return o;
-    }
-    o.inner = make_memory(wanted);
-    buffers_[slot].reserve(wanted.get_size());
-    const bool output = slot == 2;
-    const memory& from = output ? o.inner : o.plain;
-    const memory& to = output ? o.plain : o.inner;
-    o.convert = dnnl::reorder(dnnl::reorder::primitive_desc(from, to));
-    ++created_;
-    o.convert_args = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
-    return o;
+    return onednn::make_operand(plain, wanted, slot == 2, buffers_[slot], created_);
   }
 
   // Arguments of p: its operands under the ids given, then bias and scratchpad.
@@ -209,16 +175,6 @@ std::unique_ptr<OnednnConvPlan::Passes> OnednnConvPlan::create(int rows) {
 
 std::unique_ptr<ConvPlan> make_conv_plan(const ConvGeometry& g) {
   return std::make_unique<OnednnConvPlan>(g);
-}
-
-memory::dims spatial_dims(int dims, const SpatialExtent& e) {
-  return memory::dims(e.begin(), e.begin() + dims);
-}
-
-memory::desc activation_desc(int rows, int channels, int dims, const SpatialExtent& e) {
-  memory::dims shape{rows, channels};
-  for (auto d : spatial_dims(dims, e)) shape.push_back(d);
-  return {shape, memory::data_type::f32, dims == 2 ? tag::nchw : tag::ncdhw};
 }
 
 }  // namespace dptrain::onednn
