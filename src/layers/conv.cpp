@@ -4,6 +4,7 @@
 // bias [out]) and output size floor((in + 2P - K) / S) + 1. The passes are
 // the backend's convolution plan, made once at allocate. Init as dense:
 // He-uniform before a rectifier, else Glorot-uniform, zero bias.
+#include <algorithm>
 #include <cmath>
 
 #include "dptrain/random.hpp"

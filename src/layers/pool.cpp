@@ -4,6 +4,8 @@
 // average pooling [N, C, ...] -> [N, C], which is an average pool whose
 // window is the whole input. No parameters; the passes are the backend's
 // pooling plan, made once at allocate (max pooling's workspace with it).
+#include <algorithm>
+
 #include "layers/spatial_shape.hpp"
 
 namespace dptrain {
@@ -60,7 +62,8 @@ PoolGeometry pool_geometry(const LayerSpec& spec, const LayerContext& ctx, const
 class Pool final : public Layer {
  public:
   Pool(const LayerContext& ctx, std::string kind, const PoolArgs& args, const PoolGeometry& g)
-      : Layer(ctx, is_global(kind) ? Shape{g.channels} : spatial_shape(g.channels, g.dims, g.output)),
+      : Layer(ctx, is_global(kind) ? Shape{g.channels}
+                                   : spatial_shape(g.channels, g.dims, g.output)),
         kind_(std::move(kind)),
         args_(args),
         geometry_(g) {}

@@ -92,8 +92,9 @@ TEST_F(ConvLayerTest, PassesMatchTheReferenceWithinTheFloatBound) {
       worst[0] = std::max(worst[0], expect_within_bound(y, ref::conv_forward(g, rows, xd, wd,
                                                                               to_double(b)),
                                                         g.in_channels * taps + 1, what + " y"));
-      worst[1] = std::max(worst[1], expect_within_bound(dx, ref::conv_backward_data(g, rows, dyd, wd),
-                                                        g.out_channels * taps, what + " dx"));
+      worst[1] = std::max(
+          worst[1], expect_within_bound(dx, ref::conv_backward_data(g, rows, dyd, wd),
+                                        g.out_channels * taps, what + " dx"));
       const auto dwb = ref::conv_backward_weights(g, rows, xd, dyd);
       const int sum_terms = rows * g.out_size() / g.out_channels;
       worst[2] = std::max(worst[2], expect_within_bound(l.grad("weight"), dwb[0], sum_terms,
@@ -136,7 +137,8 @@ TEST_F(ConvLayerTest, ReferenceBackwardMatchesFiniteDifferences) {
         v[i] = keep - h;
         const double down = loss();
         v[i] = keep;
-        EXPECT_NEAR(grad[i], (up - down) / (2 * h), 1e-9) << c.token << " d" << name << "[" << i << "]";
+        EXPECT_NEAR(grad[i], (up - down) / (2 * h), 1e-9)
+            << c.token << " d" << name << "[" << i << "]";
       }
     };
     check(x, dx, "x");
@@ -156,8 +158,8 @@ TEST_F(ConvLayerTest, AWarmRowCountCreatesNothing) {
   g.padding = {0, 0, 0};
   g.max_rows = 4;
   auto plan = be_->spatial().conv_plan(g);
-  std::vector<float> x(4 * 2 * 35, 0.5f), w(3 * 2 * 9, 0.25f), b(3, 0.0f), y(4 * 3 * 6), dx(x.size()),
-      dw(w.size()), db(3);
+  std::vector<float> x(4 * 2 * 35, 0.5f), w(3 * 2 * 9, 0.25f), b(3, 0.0f), y(4 * 3 * 6),
+      dx(x.size()), dw(w.size()), db(3);
   auto step = [&](int rows) {
     plan->forward(x.data(), w.data(), b.data(), y.data(), rows);
     plan->backward_weights(x.data(), y.data(), dw.data(), db.data(), rows);

@@ -76,16 +76,20 @@ TEST_F(PoolLayerTest, PassesMatchTheReferenceWithinTheFloatBound) {
       const auto xd = to_double(x), dyd = to_double(dy);
       if (is_max(c)) {
         const auto want = ref::max_pool_forward(g, rows, xd);
-        for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << what << " y[" << i << "]";
-        worst_max = std::max(worst_max, expect_within_bound(dx, ref::max_pool_backward(g, rows, xd, dyd),
-                                                            g.taps(), what + " dx"));
+        for (std::size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], want[i]) << what << " y[" << i << "]";
+        worst_max = std::max(worst_max,
+                             expect_within_bound(dx, ref::max_pool_backward(g, rows, xd, dyd),
+                                                 g.taps(), what + " dx"));
       } else {
         // A sum of taps terms, then one scaling by 1 / taps (two roundings
         // if the reciprocal is rounded first).
-        worst_avg[0] = std::max(worst_avg[0], expect_within_bound(y, ref::avg_pool_forward(g, rows, xd),
-                                                                  g.taps() + 1, what + " y"));
-        worst_avg[1] = std::max(worst_avg[1], expect_within_bound(dx, ref::avg_pool_backward(g, rows, dyd),
-                                                                  g.taps() + 1, what + " dx"));
+        worst_avg[0] = std::max(worst_avg[0],
+                                expect_within_bound(y, ref::avg_pool_forward(g, rows, xd),
+                                                    g.taps() + 1, what + " y"));
+        worst_avg[1] = std::max(worst_avg[1],
+                                expect_within_bound(dx, ref::avg_pool_backward(g, rows, dyd),
+                                                    g.taps() + 1, what + " dx"));
       }
     }
   }
@@ -102,7 +106,8 @@ TEST_F(PoolLayerTest, ReferenceBackwardMatchesFiniteDifferences) {
     auto x = to_double(distinct_floats(std::size_t(rows) * g.in_size(), 13));
     const auto cw = to_double(distinct_floats(std::size_t(rows) * g.out_size(), 14));
     auto loss = [&] {
-      const auto y = is_max(c) ? ref::max_pool_forward(g, rows, x) : ref::avg_pool_forward(g, rows, x).value;
+      const auto y = is_max(c) ? ref::max_pool_forward(g, rows, x)
+                               : ref::avg_pool_forward(g, rows, x).value;
       double s = 0;
       for (std::size_t i = 0; i < y.size(); ++i) s += cw[i] * y[i];
       return s;

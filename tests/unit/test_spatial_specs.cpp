@@ -88,7 +88,8 @@ TEST(SpatialSpecs, BadSpecsAreUsageErrorsNamingTheLayer) {
   expect_usage_error("conv:2:3,avgpool:3:1,conv:2:7:1:0,dense:2", image,
                      {"(conv1)", "kernel 7 is larger than the padded input (6"});
   const std::string not_spatial = "needs a spatial input [C, H, W] or [C, D, H, W]; got ";
-  expect_usage_error("flatten,conv:4:3,dense:2", image, {"'conv:4:3' (conv0)", not_spatial + "[64]"});
+  expect_usage_error("flatten,conv:4:3,dense:2", image,
+                     {"'conv:4:3' (conv0)", not_spatial + "[64]"});
   expect_usage_error("dense:5,maxpool:2,dense:2", image, {"(maxpool0)", not_spatial + "[5]"});
   expect_usage_error("gap,gap,dense:2", image, {"(gap1)", not_spatial + "[1]"});
   expect_usage_error("conv:4:3,dense:2", Shape{10}, {"(conv0)", not_spatial + "[10]"});
