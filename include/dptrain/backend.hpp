@@ -21,6 +21,7 @@
 #include "dptrain/kernels/dense_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
 #include "dptrain/kernels/optimizer_kernels.hpp"
+#include "dptrain/kernels/spatial_kernels.hpp"
 
 namespace dptrain {
 
@@ -134,6 +135,7 @@ class Backend {
   virtual DenseKernels& dense() = 0;
   virtual LossKernels& losses() = 0;
   virtual OptimizerKernels& optimizers() = 0;
+  virtual SpatialKernels& spatial() = 0;  // convolution and pooling plans
 
  private:
   static constexpr std::size_t kHostAlignment = 64;

@@ -47,7 +47,8 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& opts)
       : activations_(make_cpu_activation_kernels()), dense_(make_cpu_dense_kernels()),
-        losses_(make_cpu_loss_kernels()), optimizers_(make_cpu_optimizer_kernels()) {
+        losses_(make_cpu_loss_kernels()), optimizers_(make_cpu_optimizer_kernels()),
+        spatial_(make_cpu_spatial_kernels()) {
     if (opts.precision == Precision::kTf32)
       throw Error(ExitCode::kUsage, "--precision tf32 needs --device cuda (TF32 is a GPU format)");
     if (opts.precision == Precision::kBf16) {
@@ -148,6 +149,7 @@ class CpuBackend final : public Backend {
   DenseKernels& dense() override { return *dense_; }
   LossKernels& losses() override { return *losses_; }
   OptimizerKernels& optimizers() override { return *optimizers_; }
+  SpatialKernels& spatial() override { return *spatial_; }
 
  private:
   // aligned_alloc needs a size that is a multiple of the alignment, and a
@@ -160,6 +162,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<DenseKernels> dense_;
   std::unique_ptr<LossKernels> losses_;
   std::unique_ptr<OptimizerKernels> optimizers_;
+  std::unique_ptr<SpatialKernels> spatial_;
   std::unique_ptr<onednn::Bf16Gemm> bf16_;  // --precision bf16 only
 };
 

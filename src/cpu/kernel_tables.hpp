@@ -8,6 +8,7 @@
 #include "dptrain/kernels/dense_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
 #include "dptrain/kernels/optimizer_kernels.hpp"
+#include "dptrain/kernels/spatial_kernels.hpp"
 
 namespace dptrain {
 
@@ -16,5 +17,6 @@ std::unique_ptr<ActivationKernels> make_cpu_activation_kernels();
 std::unique_ptr<DenseKernels> make_cpu_dense_kernels();
 std::unique_ptr<LossKernels> make_cpu_loss_kernels();
 std::unique_ptr<OptimizerKernels> make_cpu_optimizer_kernels();
+std::unique_ptr<SpatialKernels> make_cpu_spatial_kernels();  // on oneDNN primitives
 
 }  // namespace dptrain

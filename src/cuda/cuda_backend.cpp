@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
     dense_ = cuda::make_dense_kernels(launch_);
     losses_ = cuda::make_loss_kernels(launch_);
     optimizers_ = cuda::make_optimizer_kernels(launch_);
+    spatial_ = cuda::make_spatial_kernels();
     counter_ = cuda::DeviceMemory(sizeof(unsigned long long));
     host_counter_ = cuda::PinnedMemory(sizeof(unsigned long long));
     // Everything the upload path needs exists before the first step. Each
@@ -267,6 +268,7 @@ class CudaBackend final : public Backend {
   DenseKernels& dense() override { return *dense_; }
   LossKernels& losses() override { return *losses_; }
   OptimizerKernels& optimizers() override { return *optimizers_; }
+  SpatialKernels& spatial() override { return *spatial_; }
 
  private:
   static constexpr std::size_t kBf16Bytes = 2;
@@ -302,6 +304,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DenseKernels> dense_;
   std::unique_ptr<LossKernels> losses_;
   std::unique_ptr<OptimizerKernels> optimizers_;
+  std::unique_ptr<SpatialKernels> spatial_;
   cuda::DeviceMemory counter_;
   cuda::PinnedMemory host_counter_;
   cuda::DeviceMemory bf16_a_, bf16_b_;

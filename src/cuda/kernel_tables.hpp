@@ -11,6 +11,7 @@
 #include "dptrain/kernels/dense_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
 #include "dptrain/kernels/optimizer_kernels.hpp"
+#include "dptrain/kernels/spatial_kernels.hpp"
 
 namespace dptrain::cuda {
 
@@ -19,5 +20,7 @@ std::unique_ptr<ActivationKernels> make_activation_kernels(const Launch& l);
 std::unique_ptr<DenseKernels> make_dense_kernels(const Launch& l);
 std::unique_ptr<LossKernels> make_loss_kernels(const Launch& l);
 std::unique_ptr<OptimizerKernels> make_optimizer_kernels(const Launch& l);
+// Until the cuDNN version: plans that throw a usage error (spatial_kernels.cpp).
+std::unique_ptr<SpatialKernels> make_spatial_kernels();
 
 }  // namespace dptrain::cuda

@@ -50,6 +50,9 @@ std::vector<LayerSpec> parse_layer_list(const std::string& list, const std::stri
 // One per family file.
 LayerFamily dense_family();       // layers/dense.cpp
 LayerFamily activation_family();  // layers/activation.cpp
+LayerFamily conv_family();        // layers/conv.cpp
+LayerFamily pool_family();        // layers/pool.cpp: maxpool, avgpool, gap
+LayerFamily flatten_family();     // layers/flatten.cpp
 LayerFamily residual_family();    // layers/residual.cpp
 
 }  // namespace dptrain

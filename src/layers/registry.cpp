@@ -14,6 +14,9 @@ std::vector<LayerFamily> make_families() {
   std::vector<LayerFamily> families;
   families.push_back(dense_family());
   families.push_back(activation_family());
+  families.push_back(conv_family());
+  families.push_back(pool_family());
+  families.push_back(flatten_family());
   families.push_back(residual_family());
   return families;
 }

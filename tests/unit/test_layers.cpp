@@ -42,7 +42,7 @@ TEST(LayerRegistry, UnknownOrMalformedTokensNameThemselves) {
     std::vector<std::string> parts;  // all in the message
   };
   const Case cases[] = {
-      {"conv:3:3,dense:2", {"bad layer 'conv:3:3'", "valid layers: dense:N (N >= 1), relu"}},
+      {"swish:3,dense:2", {"bad layer 'swish:3'", "valid layers: dense:N (N >= 1), relu"}},
       {"relu:2,dense:2", {"bad layer 'relu:2'"}},
       {"dense:2:3", {"bad layer 'dense:2:3'", "(width must be an integer)"}},
       {"dense:0", {"bad layer 'dense:0'", "(width must be >= 1)"}},

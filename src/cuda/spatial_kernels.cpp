@@ -1,0 +1,33 @@
+// Implements: the CUDA backend's spatial kernel family until its cuDNN
+// version exists: every plan request is a usage error. Layers ask for their
+// plan at Layer::allocate, when the model is built, so a CNN on --device
+// cuda stops with this message before any data is read.
+#include <memory>
+
+#include "cuda/kernel_tables.hpp"
+#include "dptrain/error.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+[[noreturn]] void needs_cudnn(const char* layers) {
+  throw Error(ExitCode::kUsage, std::string(layers) +
+                                    " layers need cuDNN on --device cuda, which this build does "
+                                    "not have yet; use --device cpu");
+}
+
+class NoSpatialKernels final : public SpatialKernels {
+ public:
+  std::unique_ptr<ConvPlan> conv_plan(const ConvGeometry&) override { needs_cudnn("conv"); }
+  std::unique_ptr<PoolPlan> pool_plan(const PoolGeometry& g) override {
+    needs_cudnn(g.kind == PoolKind::kMax ? "maxpool" : "avgpool and gap");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<SpatialKernels> make_spatial_kernels() {
+  return std::make_unique<NoSpatialKernels>();
+}
+
+}  // namespace dptrain::cuda
