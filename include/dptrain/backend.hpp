@@ -19,7 +19,9 @@
 #include "dptrain/comm.hpp"
 #include "dptrain/kernels/activation_kernels.hpp"
 #include "dptrain/kernels/dense_kernels.hpp"
+#include "dptrain/kernels/dropout_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
+#include "dptrain/kernels/norm_kernels.hpp"
 #include "dptrain/kernels/optimizer_kernels.hpp"
 
 namespace dptrain {
@@ -131,6 +133,8 @@ class Backend {
   virtual DenseKernels& dense() = 0;
   virtual LossKernels& losses() = 0;
   virtual OptimizerKernels& optimizers() = 0;
+  virtual NormKernels& norm() = 0;        // bn; may throw where not built (exit 2)
+  virtual DropoutKernels& dropout() = 0;  // dropout; may throw where not built (exit 2)
 
  private:
   static constexpr std::size_t kHostAlignment = 64;

@@ -43,6 +43,8 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const BackendOptions& opts)
       : activations_(make_cpu_activation_kernels()), dense_(make_cpu_dense_kernels()),
         losses_(make_cpu_loss_kernels()), optimizers_(make_cpu_optimizer_kernels()) {
+    norm_ = make_cpu_norm_kernels();
+    dropout_ = make_cpu_dropout_kernels();
     if (opts.precision == Precision::kTf32)
       throw Error(ExitCode::kUsage, "--precision tf32 needs --device cuda (TF32 is a GPU format)");
     if (opts.precision == Precision::kBf16) {
@@ -141,6 +143,8 @@ class CpuBackend final : public Backend {
   DenseKernels& dense() override { return *dense_; }
   LossKernels& losses() override { return *losses_; }
   OptimizerKernels& optimizers() override { return *optimizers_; }
+  NormKernels& norm() override { return *norm_; }
+  DropoutKernels& dropout() override { return *dropout_; }
 
  private:
   // aligned_alloc needs a size that is a multiple of the alignment, and a
@@ -153,6 +157,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<DenseKernels> dense_;
   std::unique_ptr<LossKernels> losses_;
   std::unique_ptr<OptimizerKernels> optimizers_;
+  std::unique_ptr<NormKernels> norm_;
+  std::unique_ptr<DropoutKernels> dropout_;
   std::unique_ptr<onednn::Bf16Gemm> bf16_;  // --precision bf16 only
 };
 

@@ -45,5 +45,7 @@ const LayerFamily* find_layer_family(const std::string& kind);
 // One per family file.
 LayerFamily dense_family();       // layers/dense.cpp
 LayerFamily activation_family();  // layers/activation.cpp
+LayerFamily norm_family();        // layers/norm.cpp: bn, bn:local
+LayerFamily dropout_family();     // layers/dropout.cpp
 
 }  // namespace dptrain

@@ -14,6 +14,8 @@ std::vector<LayerFamily> make_families() {
   std::vector<LayerFamily> families;
   families.push_back(dense_family());
   families.push_back(activation_family());
+  families.push_back(norm_family());
+  families.push_back(dropout_family());
   return families;
 }
 
