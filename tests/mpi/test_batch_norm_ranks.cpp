@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "bn_reference.hpp"
@@ -70,11 +71,12 @@ struct Figures {
   void add(double ratio) { worst = std::max(worst, ratio); }
 };
 
+// abs: a floor for values that are differences of larger terms (below).
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
-                  const char* what, Figures& f) {
+                  const char* what, Figures& f, double abs = 1e-30) {
   ASSERT_EQ(got.size(), want.size()) << what;
   const std::vector<double> w(want.begin(), want.end());
-  const double r = w.empty() ? 0.0 : testing::error_ratio(got.data(), w, rel, 1e-30);
+  const double r = w.empty() ? 0.0 : testing::error_ratio(got.data(), w, rel, abs);
   f.add(r);
   EXPECT_LT(r, 1.0) << what;
 }
@@ -85,8 +87,8 @@ void check_layer(const char* token, const Shape& sample, int batch, const World&
   const std::size_t width = sample.size();
   const int first = world.first_row(batch), rows = world.shard_rows(batch);
   LayerRig whole(*be, token, sample, batch), part(*be, token, sample, batch);
-  whole.params = to_floats(normal_values(whole.params.size(), 3, 0.5, 0.5));  // weight, bias
-  part.params = whole.params;
+  whole.set_params(to_floats(normal_values(whole.params.size(), 3, 0.5, 0.5)));  // weight, bias
+  part.set_params(whole.params);
   WorldSum sum;
   part.step = {1, 0, static_cast<std::uint64_t>(first), static_cast<std::uint64_t>(batch), &sum};
   const bool global = std::string(token) == "bn";
@@ -102,14 +104,27 @@ void check_layer(const char* token, const Shape& sample, int batch, const World&
     EXPECT_EQ(sum.calls, global ? 2 * (step + 1) : 0) << "one replica sum per pass";
     if (!global) {  // the shard's own statistics: the layer on the shard alone
       LayerRig alone(*be, token, sample, std::max(rows, 1));
-      alone.params = part.params;
+      alone.set_params(part.params);
       const auto y1 = alone.forward(xs, rows);
       EXPECT_EQ(y, y1);
       EXPECT_EQ(dx, alone.backward(xs, y1, rows_of(dy, width, first, rows), rows));
       return;
     }
     expect_close(y, rows_of(y_ref, width, first, rows), bound(world.ranks), "outputs", f);
-    expect_close(dx, rows_of(dx_ref, width, first, rows), bound(world.ranks), "input gradients", f);
+    // dx = w·invstd·(dy - mean dy - x̂ · mean dy·x̂) cancels to nearly 0
+    // when a channel has few values (exactly, up to eps, with 2): its error
+    // scales with the terms w·invstd·dy, not with dx.
+    const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
+    const auto ref = testing::bn_reference(xd, batch, sample[0], static_cast<int>(width) / sample[0],
+                                           std::vector<double>(whole.params.begin(), whole.params.begin() + sample[0]),
+                                           std::vector<double>(sample[0], 0.0), dyd, 1e-5);
+    double terms = 0;
+    for (std::size_t i = 0; i < dyd.size(); ++i) {
+      const std::size_t c = i / (width / sample[0]) % sample[0];
+      terms = std::max(terms, std::abs(dyd[i] * whole.params[c] / std::sqrt(ref.var[c] + 1e-5)));
+    }
+    expect_close(dx, rows_of(dx_ref, width, first, rows), bound(world.ranks), "input gradients", f,
+                 bound(world.ranks) * terms);
     expect_close(world_sum(part.grads), whole.grads, bound(world.ranks), "weight and bias gradients", f);
     expect_close(part.buffers, whole.buffers, bound(world.ranks), "running statistics", f);
     // Identical on every rank, bit for bit: min and max over ranks agree.
@@ -140,7 +155,10 @@ TEST(BatchNormRanks, ModelMatchesOneRank) {
   const World world;
   auto be = make_backend("cpu", BackendOptions{});
   const char* spec = "dense:5,bn,tanh,dense:4,bn,dense:3";
-  for (int batch : {7, 2}) {
+  // 3 rows leave rank 3 of 4 empty; fewer would make this flat bn's input
+  // gradient a cancellation (see check_layer) that the relative bound on
+  // the first layer's gradients cannot follow.
+  for (int batch : {7, 3}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     const int first = world.first_row(batch), rows = world.shard_rows(batch);
     Model whole(*be, parse_model_spec(spec), 4, batch), part(*be, parse_model_spec(spec), 4, batch);

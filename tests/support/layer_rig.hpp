@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,11 @@ struct LayerRig {
   LayerRig& operator=(const LayerRig&) = delete;
 
   std::size_t width() const { return layer->input_shape().size(); }
+  // In place: the layer holds pointers into the arenas, which must not move.
+  void set_params(const std::vector<float>& values) {
+    if (values.size() != params.size()) throw std::invalid_argument("set_params: wrong size");
+    std::copy(values.begin(), values.end(), params.begin());
+  }
 
   std::vector<float> forward(const std::vector<float>& x, int rows, Mode mode = Mode::kTrain) {
     std::vector<float> y(rows * layer->output_shape().size());
@@ -76,6 +82,7 @@ struct LayerRig {
 
   Backend& be_;
   std::unique_ptr<Layer> layer;
+  // The arenas: never reassign them (set_params), the layer points into them.
   std::vector<float> params, grads, buffers;
   StepInfo step;
 };
