@@ -239,6 +239,30 @@ TEST_F(BatchNormTest, ModelMakesTheSameCallsOnAnEmptyShard) {
   for (std::size_t i = 0; i < m.num_params(); ++i) EXPECT_EQ(m.grads()[i], 0.0f);
 }
 
+// Threads split channels or rows, never one sum: the same bits on 1 and 2
+// threads, on a tensor large enough for the kernels to go parallel.
+TEST(BatchNormThreads, SameBitsOnOneAndTwoThreads) {
+  const Shape sample{4, 16, 16};
+  const int rows = 40;  // 40960 values, above the parallel threshold
+  const auto x = to_floats(normal_values(rows * sample.size(), 51, 0.3, 1.0));
+  const auto dy = to_floats(normal_values(rows * sample.size(), 52, 0.0, 1.0));
+  std::vector<float> y[2], dx[2], grads[2], buffers[2];
+  for (int t = 0; t < 2; ++t) {
+    BackendOptions opts;
+    opts.threads = t + 1;  // sets this thread's OpenMP team, so one backend at a time
+    auto be = make_cpu_backend(opts);
+    LayerRig rig(*be, "bn", sample, rows);
+    y[t] = rig.forward(x, rows);
+    dx[t] = rig.backward(x, y[t], dy, rows);
+    grads[t] = rig.grads;
+    buffers[t] = rig.buffers;
+  }
+  EXPECT_EQ(y[0], y[1]);
+  EXPECT_EQ(dx[0], dx[1]);
+  EXPECT_EQ(grads[0], grads[1]);
+  EXPECT_EQ(buffers[0], buffers[1]);
+}
+
 TEST(BatchNormSpec, TokensParseAndBadOnesSayWhy) {
   const auto specs = parse_model_spec("bn,bn:local,dense:2");
   EXPECT_EQ(specs[0].kind, "bn");
