@@ -75,9 +75,10 @@ class BatchNorm final : public Layer {
   // after the first one that has some); backward_input reads its result.
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
     norm_->grad_sums(x.data, dy.data, shape(x.rows), mean_.get(), invstd_.get(), sums_.get());
-    // weight then bias, adjacent in the arena: the layout of sums_. Copied
-    // before the sum, which must not touch the arena (buckets may already
-    // be reducing it once this returns).
+    // weight then bias, adjacent in the arena: the layout of sums_. The
+    // arena gets this shard's sums; the replica sum works on sums_, which
+    // backward_input reads, since the gradient buckets may start reducing
+    // the arena in place as soon as this returns.
     be.copy_device(arenas().grads + weight_, sums_.get(), 2 * channels_ * sizeof(float));
     sum_over_replicas();
   }
