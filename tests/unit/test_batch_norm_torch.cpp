@@ -3,13 +3,15 @@
 // numbers go to bn_torch_check.py, which runs torch.nn.BatchNorm1d/2d/3d in
 // double on the same inputs and compares every output, gradient and running
 // statistic. Skipped when no Python can import torch ($DPTRAIN_TORCH_PYTHON,
-// then $PYTHON, then python3 are tried).
+// $PYTHON, python3 and the system python3 are tried).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "bn_reference.hpp"
 #include "cpu/cpu_backend.hpp"
@@ -22,14 +24,17 @@ namespace {
 using testing::normal_values;
 using testing::to_floats;
 
-// The first interpreter that imports torch, or "".
+// The first interpreter that imports torch, or "". Debian's python3-torch
+// installs for the system python3, which a user's own python3 earlier on
+// PATH may hide (as tools/find-python.sh reasons for h5py).
 std::string torch_python() {
-  for (const char* var : {"DPTRAIN_TORCH_PYTHON", "PYTHON"}) {
-    const char* p = std::getenv(var);
-    if (p && *p && std::system((std::string(p) + " -c 'import torch' 2>/dev/null").c_str()) == 0)
-      return p;
-  }
-  return std::system("python3 -c 'import torch' 2>/dev/null") == 0 ? "python3" : "";
+  std::vector<std::string> candidates;
+  for (const char* var : {"DPTRAIN_TORCH_PYTHON", "PYTHON"})
+    if (const char* p = std::getenv(var); p && *p) candidates.emplace_back(p);
+  candidates.insert(candidates.end(), {"python3", "/usr/bin/python3"});
+  for (const std::string& py : candidates)
+    if (std::system((py + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) return py;
+  return "";
 }
 
 nlohmann::json run_case(Backend& be, const Shape& sample, int rows) {
