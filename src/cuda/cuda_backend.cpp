@@ -257,8 +257,8 @@ class CudaBackend final : public Backend {
   DenseKernels& dense() override { return *dense_; }
   LossKernels& losses() override { return *losses_; }
   OptimizerKernels& optimizers() override { return *optimizers_; }
-  // Not written for CUDA yet; the layers ask at build time (allocate), so a
-  // model with them fails before any data is read.
+  // Not written for CUDA yet; the layers ask when the model is built
+  // (Layer::allocate), so a model with them fails before the first step.
   NormKernels& norm() override {
     throw Error(ExitCode::kUsage, "bn layers need cuDNN on --device cuda, which this build does "
                                   "not have yet; use --device cpu");

@@ -1,6 +1,6 @@
 // Implements: the CUDA backend's answer to layers it has no kernels for yet
 // (bn, bn:local, dropout): a usage error (exit 2) saying to use --device cpu,
-// raised while the model is built (Layer::allocate), before any data is read.
+// raised while the model is built (Layer::allocate), before the first step.
 #include <gtest/gtest.h>
 
 #include <string>
