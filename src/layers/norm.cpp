@@ -134,7 +134,7 @@ class BatchNorm final : public Layer {
 LayerSpec parse_bn(const std::string& token) {
   if (token == "bn") return {"bn", {}, token};
   if (token == std::string("bn:") + kLocal) return {"bn", {kLocal}, token};
-  throw BadLayerToken("bn takes no argument but 'local' (bn:local: each rank's own statistics)");
+  throw BadLayerToken("bn takes no argument but 'local', for each rank's own statistics");
 }
 
 std::unique_ptr<Layer> make_bn(const LayerSpec& spec, const LayerContext& ctx) {
