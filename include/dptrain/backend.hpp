@@ -19,7 +19,9 @@
 #include "dptrain/comm.hpp"
 #include "dptrain/kernels/activation_kernels.hpp"
 #include "dptrain/kernels/dense_kernels.hpp"
+#include "dptrain/kernels/dropout_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
+#include "dptrain/kernels/norm_kernels.hpp"
 #include "dptrain/kernels/optimizer_kernels.hpp"
 #include "dptrain/kernels/spatial_kernels.hpp"
 
@@ -136,6 +138,8 @@ class Backend {
   virtual LossKernels& losses() = 0;
   virtual OptimizerKernels& optimizers() = 0;
   virtual SpatialKernels& spatial() = 0;  // convolution and pooling plans
+  virtual NormKernels& norm() = 0;        // bn; may throw where not built (exit 2)
+  virtual DropoutKernels& dropout() = 0;  // dropout; may throw where not built (exit 2)
 
  private:
   static constexpr std::size_t kHostAlignment = 64;

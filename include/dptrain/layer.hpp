@@ -142,9 +142,11 @@ class Layer {
 
   // Points this layer at the model's arenas and step information (once,
   // after they exist). A layer holding others (res) binds them too.
-  virtual void bind(const ArenaPointers& arenas, const StepInfo* step) {
+  // step == nullptr: a shard that is the whole batch, seed and epoch 0.
+  virtual void bind(const ArenaPointers& arenas, const StepInfo* step = nullptr) {
+    static const StepInfo whole_batch;
     arenas_ = arenas;
-    step_ = step;
+    step_ = step ? step : &whole_batch;
   }
 
  protected:

@@ -20,7 +20,7 @@ struct LayerSpec {
   std::string kind;               // the token's name: "dense", "relu", ...
   std::vector<std::string> args;  // the ':'-separated arguments, in canonical form
   std::string token;              // as written (trimmed), for messages
-  std::vector<LayerSpec> inner;   // the layers inside a block: res(L,...)
+  std::vector<LayerSpec> inner = {};  // the layers inside a block: res(L,...)
 };
 
 // "dense:256,relu,dense:10" -> one LayerSpec per token. Throws

@@ -49,6 +49,8 @@ class CpuBackend final : public Backend {
       : activations_(make_cpu_activation_kernels()), dense_(make_cpu_dense_kernels()),
         losses_(make_cpu_loss_kernels()), optimizers_(make_cpu_optimizer_kernels()),
         spatial_(make_cpu_spatial_kernels()) {
+    norm_ = make_cpu_norm_kernels();
+    dropout_ = make_cpu_dropout_kernels();
     if (opts.precision == Precision::kTf32)
       throw Error(ExitCode::kUsage, "--precision tf32 needs --device cuda (TF32 is a GPU format)");
     if (opts.precision == Precision::kBf16) {
@@ -150,6 +152,8 @@ class CpuBackend final : public Backend {
   LossKernels& losses() override { return *losses_; }
   OptimizerKernels& optimizers() override { return *optimizers_; }
   SpatialKernels& spatial() override { return *spatial_; }
+  NormKernels& norm() override { return *norm_; }
+  DropoutKernels& dropout() override { return *dropout_; }
 
  private:
   // aligned_alloc needs a size that is a multiple of the alignment, and a
@@ -163,6 +167,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<LossKernels> losses_;
   std::unique_ptr<OptimizerKernels> optimizers_;
   std::unique_ptr<SpatialKernels> spatial_;
+  std::unique_ptr<NormKernels> norm_;
+  std::unique_ptr<DropoutKernels> dropout_;
   std::unique_ptr<onednn::Bf16Gemm> bf16_;  // --precision bf16 only
 };
 

@@ -6,7 +6,9 @@
 
 #include "dptrain/kernels/activation_kernels.hpp"
 #include "dptrain/kernels/dense_kernels.hpp"
+#include "dptrain/kernels/dropout_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
+#include "dptrain/kernels/norm_kernels.hpp"
 #include "dptrain/kernels/optimizer_kernels.hpp"
 #include "dptrain/kernels/spatial_kernels.hpp"
 
@@ -18,5 +20,7 @@ std::unique_ptr<DenseKernels> make_cpu_dense_kernels();
 std::unique_ptr<LossKernels> make_cpu_loss_kernels();
 std::unique_ptr<OptimizerKernels> make_cpu_optimizer_kernels();
 std::unique_ptr<SpatialKernels> make_cpu_spatial_kernels();  // on oneDNN primitives
+std::unique_ptr<NormKernels> make_cpu_norm_kernels();
+std::unique_ptr<DropoutKernels> make_cpu_dropout_kernels();
 
 }  // namespace dptrain

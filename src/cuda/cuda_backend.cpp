@@ -269,6 +269,16 @@ class CudaBackend final : public Backend {
   LossKernels& losses() override { return *losses_; }
   OptimizerKernels& optimizers() override { return *optimizers_; }
   SpatialKernels& spatial() override { return *spatial_; }
+  // Not written for CUDA yet; the layers ask when the model is built
+  // (Layer::allocate), so a model with them fails before the first step.
+  NormKernels& norm() override {
+    throw Error(ExitCode::kUsage, "bn layers need cuDNN on --device cuda, which this build does "
+                                  "not have yet; use --device cpu");
+  }
+  DropoutKernels& dropout() override {
+    throw Error(ExitCode::kUsage, "dropout layers need a CUDA kernel on --device cuda, which "
+                                  "this build does not have yet; use --device cpu");
+  }
 
  private:
   static constexpr std::size_t kBf16Bytes = 2;

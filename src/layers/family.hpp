@@ -54,5 +54,7 @@ LayerFamily conv_family();        // layers/conv.cpp
 LayerFamily pool_family();        // layers/pool.cpp: maxpool, avgpool, gap
 LayerFamily flatten_family();     // layers/flatten.cpp
 LayerFamily residual_family();    // layers/residual.cpp
+LayerFamily norm_family();        // layers/norm.cpp: bn, bn:local
+LayerFamily dropout_family();     // layers/dropout.cpp
 
 }  // namespace dptrain

@@ -18,6 +18,8 @@ std::vector<LayerFamily> make_families() {
   families.push_back(pool_family());
   families.push_back(flatten_family());
   families.push_back(residual_family());
+  families.push_back(norm_family());
+  families.push_back(dropout_family());
   return families;
 }
 

@@ -45,7 +45,7 @@ class Residual final : public Layer {
   bool differs_in_eval() const override { return any([](const Layer& l) { return l.differs_in_eval(); }); }
   bool communicates() const override { return any([](const Layer& l) { return l.communicates(); }); }
 
-  void bind(const ArenaPointers& arenas, const StepInfo* step) override {
+  void bind(const ArenaPointers& arenas, const StepInfo* step = nullptr) override {
     Layer::bind(arenas, step);
     for (auto* parts : {&body_, &shortcut_})
       for (const auto& p : *parts) p->bind(arenas, step);

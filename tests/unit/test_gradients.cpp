@@ -191,6 +191,19 @@ TEST_F(GradientTest, MseModelBackward) {
   check_model_gradients(*be_, "dense:5,tanh,dense:4,sigmoid,dense:2", LossKind::kMse);
 }
 
+// Batch statistics couple the rows: each row's loss depends on every
+// other row's input, which the model-level check sees.
+TEST_F(GradientTest, BatchNormModelBackward) {
+  check_model_gradients(*be_, "dense:6,bn,tanh,dense:5,bn:local,gelu,dense:3", LossKind::kXent);
+  check_model_gradients(*be_, "bn,dense:4,bn,dense:2", LossKind::kMse);
+}
+
+// Dropout's mask is the same at every forward of a step, so the loss is
+// differentiable in the weights and its gradient goes through the mask.
+TEST_F(GradientTest, DropoutModelBackward) {
+  check_model_gradients(*be_, "dense:8,dropout:0.3,tanh,dense:3", LossKind::kXent);
+}
+
 TEST_F(GradientTest, LeadingActivationIsDifferentiatedThrough) {
   check_model_gradients(*be_, "tanh,dense:4,gelu,dense:2", LossKind::kMse);
 }
