@@ -50,7 +50,7 @@ LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, 
   });
   *set_out = open_set(mpi, opts.data, set_name, lm.loss, spec_output_width(layers));
   agree(mpi.world(), [&] {
-    lm.model = std::make_unique<Model>(*rt.backend, layers, static_cast<int>(set_out->info.dim),
+    lm.model = std::make_unique<Model>(*rt.backend, layers, sample_shape(set_out->info),
                                        max_shard_rows(batch, mpi.size()));
     if (mpi.rank() == 0) {
       check_layout(ck, lm.model->param_layout(), lm.model->buffer_layout(), opts.checkpoint);

@@ -118,9 +118,11 @@ Dataset::Dataset(const std::string& file, const std::string& set)
                   " is not supported (need float32 or uint8)");
   }
   const std::vector<hsize_t> fshape = h5::shape(feat.get());
-  if (fshape.size() < 2)
+  // [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W] (DESIGN.md section 3).
+  if (fshape.size() < 2 || fshape.size() > 5)
     DPT_DATA_FAIL(m.features_name + ": rank " + std::to_string(fshape.size()) + " shape " +
-                  h5::shape_string(fshape) + " is not supported (need [N, d1, ...])");
+                  h5::shape_string(fshape) +
+                  " is not supported (need [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W])");
   info_.feature_shape.assign(fshape.begin(), fshape.end());
 
   // --- labels: class ids [N] or targets [N, K] -------------------------------

@@ -2,6 +2,8 @@
 // shared_set.hpp).
 #include "shared_set.hpp"
 
+#include <algorithm>
+
 #include "control_plane.hpp"
 #include "dptrain/error.hpp"
 
@@ -14,6 +16,8 @@ struct SetShape {
   std::uint64_t rows, dim, label_width, chunk_rows;
   std::int32_t feature_type, label_type;
   std::int64_t max_label;
+  std::uint64_t feature_dims[kMaxFeatureRank];  // the stored shape, N first
+  std::int32_t feature_rank;
 };
 
 }  // namespace
@@ -48,7 +52,10 @@ SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::st
          i.chunk_rows,
          static_cast<std::int32_t>(i.feature_type),
          static_cast<std::int32_t>(i.label_type),
-         ds.max_label};
+         ds.max_label,
+         {},
+         static_cast<std::int32_t>(i.feature_shape.size())};
+    std::copy(i.feature_shape.begin(), i.feature_shape.end(), s.feature_dims);
   }
   broadcast_value(mpi.world(), s);
   if (mpi.rank() == 0) {
@@ -62,9 +69,25 @@ SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::st
     ds.info.chunk_rows = s.chunk_rows;
     ds.info.feature_type = static_cast<FeatureType>(s.feature_type);
     ds.info.label_type = static_cast<LabelType>(s.label_type);
+    ds.info.feature_shape.assign(s.feature_dims, s.feature_dims + s.feature_rank);
     ds.max_label = s.max_label;
   }
   return ds;
+}
+
+Shape sample_shape(const SetInfo& info) {
+  const auto& f = info.feature_shape;
+  auto d = [&](std::size_t i) { return static_cast<int>(f[i]); };
+  switch (f.size()) {
+    case 2: return Shape{d(1)};               // [N, F]
+    case 3: return Shape{1, d(1), d(2)};      // [N, H, W]: one channel
+    case 4: return Shape{d(1), d(2), d(3)};   // [N, C, H, W]
+    case 5: return Shape{d(1), d(2), d(3), d(4)};  // [N, C, D, H, W]
+    default:
+      throw Error(ExitCode::kData, info.file + ": /" + info.set + "/features has rank " +
+                                       std::to_string(f.size()) + "; need 2 to " +
+                                       std::to_string(kMaxFeatureRank));
+  }
 }
 
 }  // namespace dptrain

@@ -9,6 +9,7 @@
 
 #include "dptrain/dataset.hpp"
 #include "dptrain/launch.hpp"
+#include "dptrain/tensor.hpp"
 #include "loss.hpp"
 
 namespace dptrain {
@@ -20,6 +21,14 @@ struct SharedSet {
   SetInfo info;
   std::int64_t max_label = -1;
 };
+
+// The stored features' rank limit: [N, C, D, H, W].
+inline constexpr std::size_t kMaxFeatureRank = 5;
+
+// The model's per-sample input for a set (DESIGN.md section 3): [N, F] is
+// {F}, [N, H, W] one channel {1, H, W}, [N, C, H, W] {C, H, W}, [N, C, D, H,
+// W] {C, D, H, W}. Error(kData) for other ranks.
+Shape sample_shape(const SetInfo& info);
 
 // Opens and validates file:/set on rank 0 and broadcasts its shape. Agreed:
 // a bad file makes every rank throw AgreedFailure(kData).

@@ -156,10 +156,10 @@ void TrainingRun::open_data() {
   if (!opts_.val_set.empty()) {
     val_.emplace(open_set(mpi_, opts_.data, opts_.val_set, loss_, outputs));
     agree(mpi_.world(), [&] {
-      DPT_REQUIRE(val_->info.dim == train_.info.dim, ExitCode::kData,
-                  opts_.data + ": /" + opts_.val_set + "/features has " +
-                      std::to_string(val_->info.dim) + " values per sample, /" + opts_.train_set +
-                      "/features has " + std::to_string(train_.info.dim));
+      DPT_REQUIRE(sample_shape(val_->info) == sample_shape(train_.info), ExitCode::kData,
+                  opts_.data + ": /" + opts_.val_set + "/features has samples of " +
+                      sample_shape(val_->info).to_string() + ", /" + opts_.train_set +
+                      "/features of " + sample_shape(train_.info).to_string());
     });
   }
   batch_ = static_cast<std::uint64_t>(opts_.batch_size);
@@ -173,7 +173,7 @@ void TrainingRun::build_model() {
   const int max_rows =
       std::max(max_shard_rows(batch_, mpi_.size()), max_shard_rows(eval_batch_, mpi_.size()));
   agree(mpi_.world(), [&] {
-    model_ = std::make_unique<Model>(*rt_.backend, layers_, static_cast<int>(train_.info.dim),
+    model_ = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info),
                                      max_rows);
     model_->init(opts_.seed);
   });
