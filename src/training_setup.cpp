@@ -201,9 +201,9 @@ void TrainingRun::make_input_queue() {
 
 void TrainingRun::print_summary() const {
   const Backend& be = *rt_.backend;
-  // Where every rank runs: "host:cpu" or "host:cuda:<gpu>" per rank.
-  const std::vector<std::string> places =
-      gather_strings(mpi_.world(), mpi_.host() + ":" + be.placement());
+  // Where every rank runs: "host/local rank:cpu" or "host/local rank:cuda:<gpu>".
+  const std::vector<std::string> places = gather_strings(
+      mpi_.world(), mpi_.host() + "/" + std::to_string(mpi_.local_rank()) + ":" + be.placement());
   if (mpi_.rank() != 0) return;
   std::string placement;
   for (std::size_t r = 0; r < places.size(); ++r)
