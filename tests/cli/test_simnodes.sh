@@ -1,7 +1,7 @@
 # Two simulated nodes of two ranks each (tools/simnodes.sh: a UTS namespace
 # per node, TCP on loopback between them, shared memory within): the
 # start-up summary sees 2 nodes and local ranks 0-1 on each; the weights are
-# bitwise those of 4 ranks on one node; a rank killed on one node ends every
+# bitwise those of 4 ranks on one node, with every --input-readers choice; a rank killed on one node ends every
 # rank on both; ranks stopped on one node (a hung node) trip the watchdog of
 # the other (exit 6); a whole node stopped, daemon included, still ends every
 # rank of the healthy node within the timeout.
@@ -72,9 +72,19 @@ if [[ $placement == *":cuda:"* ]]; then
 fi
 
 # --- the same job on 4 ranks of one node: bitwise the same weights -------------
+# for every --input-readers (node: one reader per simulated node, scattering
+# over shared memory; all: every rank reads its own rows).
 run 4 120 "${job[@]}" --save "$WORK/one.h5"
 expect_rc 0 "4 ranks on one node"
 compare_models "$WORK/sim.h5" "$WORK/one.h5" exact || fail "2x2 simulated nodes differ from 4 ranks on one node"
+for readers in node all; do
+  simrun 120 "${job[@]}" --input-readers $readers --save "$WORK/sim-$readers.h5"
+  expect_rc 0 "2x2 simulated nodes, --input-readers $readers"
+  grep -q "input readers $readers ($([[ $readers == node ]] && echo 2 || echo 4))" "$OUT" ||
+    { cat "$OUT"; fail "summary does not show the $readers readers"; }
+  compare_models "$WORK/sim-$readers.h5" "$WORK/one.h5" exact ||
+    fail "2x2 simulated nodes with --input-readers $readers differ from 4 ranks on one node"
+done
 
 # --- faults --------------------------------------------------------------------
 long=(train --data "$WORK/d.h5" --model dense:16,tanh,dense:3 --batch-size 8 --steps 1000000
