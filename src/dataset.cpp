@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "dptrain/error.hpp"
+#include "dataset_files.hpp"
 #include "h5.hpp"
 
 namespace dptrain {
@@ -79,19 +80,18 @@ void convert_features(FeatureType type, const void* raw, std::size_t count, floa
   for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]) * kScale;
 }
 
-struct Dataset::Impl {
-  h5::File file;
-  h5::DataSet features, labels;
-  std::string features_name, labels_name;  // "file: /set/features" for messages
-};
+namespace {
 
-Dataset::Dataset(const std::string& file, const std::string& set)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
+// Opens m.file's set `set` into m's handles (features with a chunk cache
+// sized from their chunk layout) and checks its structure: datasets exist,
+// ranks, dtypes, N equal, N > 0, sizes sane. Returns what the file holds.
+SetInfo open_part(SetPart& m, const std::string& set) {
+  const std::string& file = m.file;
+  SetInfo info_;
   info_.file = file;
   info_.set = set;
-  m.file = h5::open_read(file, ExitCode::kData);
-  const hid_t f = m.file.get();
+  m.handle = h5::open_read(file, ExitCode::kData);
+  const hid_t f = m.handle.get();
   const std::string group = set_group(set);
   if (!h5::is_group(f, group)) {
     std::string known;
@@ -106,6 +106,7 @@ Dataset::Dataset(const std::string& file, const std::string& set)
 
   // --- features: dtype, rank, D --------------------------------------------
   h5::DataSet feat = h5::open_dataset(f, group + "/features", ExitCode::kData);
+  check_virtual_sources(feat.get(), file, m.features_name);
   h5::DataType ft = h5::type_of(feat.get());
   const auto fclass = H5Tget_class(ft.get());
   if (fclass == H5T_FLOAT && H5Tget_size(ft.get()) == 4) {
@@ -125,6 +126,7 @@ Dataset::Dataset(const std::string& file, const std::string& set)
 
   // --- labels: class ids [N] or targets [N, K] -------------------------------
   h5::DataSet lab = h5::open_dataset(f, group + "/labels", ExitCode::kData);
+  check_virtual_sources(lab.get(), file, m.labels_name);
   h5::DataType lt = h5::type_of(lab.get());
   const std::vector<hsize_t> lshape = h5::shape(lab.get());
   const std::string ltype = h5::type_name(lt.get());
@@ -180,13 +182,76 @@ Dataset::Dataset(const std::string& file, const std::string& set)
   h5::PropList dapl = chunk_cache_for(fshape, chunk, info_.feature_type == FeatureType::kUint8 ? 1 : 4);
   m.features = h5::open_dataset(f, group + "/features", ExitCode::kData, dapl.get());
   m.labels = std::move(lab);
+  return info_;
+}
+
+std::string layout_text(const SetInfo& i) {
+  std::vector<hsize_t> trailing(i.feature_shape.begin() + 1, i.feature_shape.end());
+  std::string dims = h5::shape_string(trailing);
+  return std::string(i.feature_type == FeatureType::kUint8 ? "uint8" : "float32") + " features [N, " +
+         dims.substr(1) + " and " +
+         (i.label_type == LabelType::kClass ? std::string("class ids")
+                                            : std::to_string(i.label_width) + " float32 targets");
+}
+
+// Every listed file must hold what the first one does, but for N.
+void check_same_layout(const SetInfo& first, const SetInfo& other, const std::string& list) {
+  const bool same = first.feature_type == other.feature_type &&
+                    first.label_type == other.label_type &&
+                    first.label_width == other.label_width &&
+                    std::equal(first.feature_shape.begin() + 1, first.feature_shape.end(),
+                               other.feature_shape.begin() + 1, other.feature_shape.end());
+  if (!same)
+    DPT_DATA_FAIL(list + ": " + other.file + ": /" + other.set + " holds " + layout_text(other) +
+                  ", but " + first.file + " holds " + layout_text(first) +
+                  "; every listed file must hold the same layout");
+}
+
+}  // namespace
+
+struct Dataset::Impl {
+  std::string set;
+  PartPool pool;
+  bool list = false;
+  SetPart& use(std::size_t i) {
+    return pool.use(i, [this](SetPart& p) { open_part(p, set); });
+  }
+};
+
+Dataset::Dataset(const std::string& file, const std::string& set)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.set = set;
+  m.list = is_file_list(file);
+  const std::vector<std::string> files = m.list ? read_file_list(file) : std::vector<std::string>{file};
+  std::vector<SetPart>& parts = m.pool.parts();
+  parts.resize(files.size());
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    parts[i].file = files[i];
+    parts[i].first = total;
+    SetInfo part;
+    m.pool.use(i, [&](SetPart& p) { part = open_part(p, set); });
+    parts[i].rows = part.rows;
+    if (i == 0) info_ = part;
+    else check_same_layout(info_, part, file);
+    total += part.rows;
+  }
+  info_.file = file;
+  info_.rows = total;
+  info_.feature_shape[0] = total;
+  if (mul_or_zero(total, info_.feature_bytes_per_row()) > kMaxSetBytes ||
+      mul_or_zero(total, info_.label_bytes_per_row()) > kMaxSetBytes)
+    DPT_DATA_FAIL(file + ": /" + set + ": the listed files hold more than 2^40 bytes");
 }
 
 Dataset::~Dataset() = default;
 
-std::int64_t Dataset::validate(std::int64_t num_classes) {
-  const Impl& m = *impl_;
-  const std::uint64_t n = info_.rows, d = info_.dim, k = info_.label_width;
+namespace {
+
+// validate() over one file's rows; indices in messages are the file's own.
+std::int64_t validate_part(const SetPart& m, const SetInfo& info_, std::int64_t num_classes) {
+  const std::uint64_t n = m.rows, d = info_.dim, k = info_.label_width;
   const bool check_features = info_.feature_type == FeatureType::kFloat32;  // uint8 is always finite
   const std::uint64_t row_bytes = (check_features ? d * 4 : 0) + k * 8;
   const std::uint64_t step = std::max<std::uint64_t>(1, kValidateBytes / row_bytes);
@@ -247,25 +312,48 @@ std::int64_t Dataset::validate(std::int64_t num_classes) {
   return info_.label_type == LabelType::kClass ? max_label : -1;
 }
 
+}  // namespace
+
+std::int64_t Dataset::validate(std::int64_t num_classes) {
+  Impl& m = *impl_;
+  std::int64_t max_label = -1;
+  for (std::size_t i = 0; i < m.pool.parts().size(); ++i)
+    max_label = std::max(max_label, validate_part(m.use(i), info_, num_classes));
+  return max_label;
+}
+
 void Dataset::read_rows(std::uint64_t begin, std::uint64_t count, void* features, void* labels) {
   DPT_REQUIRE(begin <= info_.rows && count <= info_.rows - begin, ExitCode::kOther,
               info_.file + ": /" + info_.set + ": rows [" + std::to_string(begin) + ", " +
                   std::to_string(begin + count) + ") are past the end (" +
                   std::to_string(info_.rows) + " rows)");
-  const Impl& m = *impl_;
-  if (features) {
-    hid_t type = info_.feature_type == FeatureType::kUint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
-    h5::read_rows(m.features.get(), type, begin, count, features, ExitCode::kData);
-  }
-  if (labels) {
-    // HDF5 converts int64 ids to int32 here (clipping); validate() has
-    // already refused ids that do not fit.
-    hid_t type = info_.label_type == LabelType::kClass ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
-    h5::read_rows(m.labels.get(), type, begin, count, labels, ExitCode::kData);
+  Impl& m = *impl_;
+  const hid_t ftype = info_.feature_type == FeatureType::kUint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+  // HDF5 converts int64 ids to int32 here (clipping); validate() has
+  // already refused ids that do not fit.
+  const hid_t ltype = info_.label_type == LabelType::kClass ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+  auto* fout = static_cast<unsigned char*>(features);
+  auto* lout = static_cast<unsigned char*>(labels);
+  // A run of rows may span files: read each file's share of it.
+  for (std::size_t i = count ? m.pool.part_of(begin) : 0; count > 0; ++i) {
+    const SetPart& p = m.use(i);
+    const std::uint64_t local = begin - p.first, n = std::min(count, p.rows - local);
+    if (fout) {
+      h5::read_rows(p.features.get(), ftype, local, n, fout, ExitCode::kData);
+      fout += n * info_.feature_bytes_per_row();
+    }
+    if (lout) {
+      h5::read_rows(p.labels.get(), ltype, local, n, lout, ExitCode::kData);
+      lout += n * info_.label_bytes_per_row();
+    }
+    begin += n;
+    count -= n;
   }
 }
 
 std::vector<std::string> list_sets(const std::string& file) {
+  // A list's sets are those of its first file (every file holds the same).
+  if (is_file_list(file)) return list_sets(read_file_list(file).front());
   h5::File f = h5::open_read(file, ExitCode::kData);
   std::vector<std::string> out;
   for (const auto& name : h5::children(f.get())) {
