@@ -26,7 +26,7 @@ namespace {
 po::options_description data_group(Options& o) {
   po::options_description d("Data");
   d.add_options()
-      ("data", po::value(&o.data), "HDF5 data file (sets /<set>/features, /<set>/labels)")
+      ("data", po::value(&o.data), "HDF5 data file (sets /<set>/features, /<set>/labels), or a .txt list of such files, concatenated in order")
       ("train-set", po::value(&o.train_set)->default_value(o.train_set), "training set group")
       ("val-set", po::value(&o.val_set)->default_value(o.val_set), "validation set group; \"\" disables evaluation")
       ("shuffle", po::value(&o.shuffle)->default_value(o.shuffle), "none | full | block | auto (full when the set fits --input-cache-mb, else block)")

@@ -36,6 +36,11 @@ with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
             assert np.array_equal(a[s][k][()], b[s][k][()]), (s, k)
 PY
 
+# inspect sums the list's sets.
+run 1 60 inspect "$WORK/split/d.txt"
+expect_rc 0 "inspect a list"
+grep -q "list of 4 data files, 2 sets" "$OUT" && grep -q "set train: N = 250" "$OUT" || { cat "$OUT"; fail "inspect of the list"; }
+
 # --- bad input: exit 3 on both ranks, one message naming the file -------------
 bad() {  # bad WHAT DATA MESSAGE
   run 2 60 "${train[@]}" --steps 2 --data "$2"
