@@ -1,5 +1,7 @@
-// Implements: Dataset (dataset.hpp) on the h5 wrappers: structural checks at
-// open, a bounded-memory validation pass, and hyperslab row reads.
+// Implements: Dataset (dataset.hpp) on the h5 wrappers: structural checks of
+// each file at open (one file, or every file of a list, each holding the
+// first one's layout), a bounded-memory validation pass, and hyperslab row
+// reads that may span files.
 #include "dptrain/dataset.hpp"
 
 #include <algorithm>
@@ -212,7 +214,6 @@ void check_same_layout(const SetInfo& first, const SetInfo& other, const std::st
 struct Dataset::Impl {
   std::string set;
   PartPool pool;
-  bool list = false;
   SetPart& use(std::size_t i) {
     return pool.use(i, [this](SetPart& p) { open_part(p, set); });
   }
@@ -222,8 +223,8 @@ Dataset::Dataset(const std::string& file, const std::string& set)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.set = set;
-  m.list = is_file_list(file);
-  const std::vector<std::string> files = m.list ? read_file_list(file) : std::vector<std::string>{file};
+  const std::vector<std::string> files =
+      is_file_list(file) ? read_file_list(file) : std::vector<std::string>{file};
   std::vector<SetPart>& parts = m.pool.parts();
   parts.resize(files.size());
   std::uint64_t total = 0;
@@ -240,8 +241,9 @@ Dataset::Dataset(const std::string& file, const std::string& set)
   info_.file = file;
   info_.rows = total;
   info_.feature_shape[0] = total;
-  if (mul_or_zero(total, info_.feature_bytes_per_row()) > kMaxSetBytes ||
-      mul_or_zero(total, info_.label_bytes_per_row()) > kMaxSetBytes)
+  const std::uint64_t feature_bytes = mul_or_zero(total, info_.feature_bytes_per_row());
+  const std::uint64_t label_bytes = mul_or_zero(total, info_.label_bytes_per_row());
+  if (feature_bytes == 0 || feature_bytes > kMaxSetBytes || label_bytes == 0 || label_bytes > kMaxSetBytes)
     DPT_DATA_FAIL(file + ": /" + set + ": the listed files hold more than 2^40 bytes");
 }
 
@@ -250,9 +252,9 @@ Dataset::~Dataset() = default;
 namespace {
 
 // validate() over one file's rows; indices in messages are the file's own.
-std::int64_t validate_part(const SetPart& m, const SetInfo& info_, std::int64_t num_classes) {
-  const std::uint64_t n = m.rows, d = info_.dim, k = info_.label_width;
-  const bool check_features = info_.feature_type == FeatureType::kFloat32;  // uint8 is always finite
+std::int64_t validate_part(const SetPart& m, const SetInfo& info, std::int64_t num_classes) {
+  const std::uint64_t n = m.rows, d = info.dim, k = info.label_width;
+  const bool check_features = info.feature_type == FeatureType::kFloat32;  // uint8 is always finite
   const std::uint64_t row_bytes = (check_features ? d * 4 : 0) + k * 8;
   const std::uint64_t step = std::max<std::uint64_t>(1, kValidateBytes / row_bytes);
   std::vector<float> fbuf, tbuf;
@@ -276,7 +278,7 @@ std::int64_t validate_part(const SetPart& m, const SetInfo& info_, std::int64_t 
                       " of the row)";
       }
     }
-    if (info_.label_type == LabelType::kClass) {
+    if (info.label_type == LabelType::kClass) {
       lbuf.resize(cnt);
       h5::read_rows(m.labels.get(), H5T_NATIVE_INT64, begin, cnt, lbuf.data(), ExitCode::kData);
       for (std::uint64_t i = 0; i < cnt && bad_label == kNone; ++i) {
@@ -309,7 +311,7 @@ std::int64_t validate_part(const SetPart& m, const SetInfo& info_, std::int64_t 
     if (bad_feature != kNone || bad_label != kNone)
       DPT_DATA_FAIL(bad_feature <= bad_label ? feature_msg : label_msg);
   }
-  return info_.label_type == LabelType::kClass ? max_label : -1;
+  return info.label_type == LabelType::kClass ? max_label : -1;
 }
 
 }  // namespace

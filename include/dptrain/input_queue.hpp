@@ -1,6 +1,7 @@
 // Implements: the sample order (a pure function of seed and epoch), the batch
-// plan every rank computes alike, and rank 0's input queue: a background
-// thread that reads ahead into a bounded queue of global batches.
+// plan every rank computes alike, and an input reader's queue (rank 0's by
+// default): a background thread that reads ahead into a bounded queue of
+// global batches, or of the reader's ranks' shards of them.
 #pragma once
 
 #include <condition_variable>
