@@ -84,14 +84,93 @@ void convert_features(FeatureType type, const void* raw, std::size_t count, floa
 
 namespace {
 
+// Features: dtype, rank, shape (as stored, N first) into info.
+void read_feature_layout(hid_t feat, const std::string& name, SetInfo& info) {
+  h5::DataType ft = h5::type_of(feat);
+  const auto fclass = H5Tget_class(ft.get());
+  if (fclass == H5T_FLOAT && H5Tget_size(ft.get()) == 4) {
+    info.feature_type = FeatureType::kFloat32;
+  } else if (fclass == H5T_INTEGER && H5Tget_size(ft.get()) == 1 &&
+             H5Tget_sign(ft.get()) == H5T_SGN_NONE) {
+    info.feature_type = FeatureType::kUint8;
+  } else {
+    DPT_DATA_FAIL(name + ": dtype " + h5::type_name(ft.get()) +
+                  " is not supported (need float32 or uint8)");
+  }
+  const std::vector<hsize_t> fshape = h5::shape(feat);
+  if (fshape.size() < 2)
+    DPT_DATA_FAIL(name + ": rank " + std::to_string(fshape.size()) + " shape " +
+                  h5::shape_string(fshape) + " is not supported (need [N, d1, ...])");
+  info.feature_shape.assign(fshape.begin(), fshape.end());
+}
+
+// Labels: class ids [N] or targets [N, K] into info; returns their shape.
+std::vector<hsize_t> read_label_layout(hid_t lab, const std::string& name, SetInfo& info) {
+  h5::DataType lt = h5::type_of(lab);
+  const std::vector<hsize_t> lshape = h5::shape(lab);
+  const std::string ltype = h5::type_name(lt.get());
+  if (ltype == "int32" || ltype == "int64") {
+    if (lshape.size() != 1)
+      DPT_DATA_FAIL(name + ": " + ltype + " labels of shape " + h5::shape_string(lshape) +
+                    " must be [N] class ids (or float32 [N, K] targets)");
+    info.label_type = LabelType::kClass;
+    info.label_width = 1;
+  } else if (ltype == "float32") {
+    if (lshape.size() != 2)
+      DPT_DATA_FAIL(name + ": float32 labels of shape " + h5::shape_string(lshape) +
+                    " must be [N, K] targets (or int32/int64 [N] class ids)");
+    info.label_type = LabelType::kTarget;
+    info.label_width = lshape[1];
+    if (info.label_width == 0) DPT_DATA_FAIL(name + ": targets have width K = 0");
+  } else {
+    DPT_DATA_FAIL(name + ": dtype " + ltype +
+                  " is not supported (need int32/int64 class ids or float32 targets)");
+  }
+  return lshape;
+}
+
+// N and sizes, before anything is allocated: sets info.rows and info.dim.
+void check_sizes(const SetPart& m, const std::string& group, const std::vector<hsize_t>& lshape,
+                 SetInfo& info) {
+  const std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
+  info.rows = fshape[0];
+  if (lshape[0] != fshape[0])
+    DPT_DATA_FAIL(m.file + ": " + group + ": features have " + std::to_string(fshape[0]) +
+                  " rows but labels have " + std::to_string(lshape[0]));
+  if (info.rows == 0) DPT_DATA_FAIL(m.features_name + ": no rows (N = 0)");
+  std::uint64_t dim = 1;
+  for (std::size_t i = 1; i < fshape.size(); ++i) dim = mul_or_zero(dim, fshape[i]);
+  bool zero_dim = std::find(fshape.begin() + 1, fshape.end(), hsize_t(0)) != fshape.end();
+  if (zero_dim) DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) + " has D = 0");
+  info.dim = dim;
+  const std::uint64_t item = info.feature_type == FeatureType::kUint8 ? 1 : 4;
+  // Checked products: dim * item itself may overflow on a hostile shape.
+  const std::uint64_t row_bytes = mul_or_zero(dim, item);
+  const std::uint64_t feature_bytes = row_bytes == 0 ? 0 : mul_or_zero(info.rows, row_bytes);
+  if (feature_bytes == 0 || feature_bytes > kMaxSetBytes)
+    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
+                  " is too large (over 2^40 bytes)");
+  if (row_bytes > kMaxRowBytes)
+    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
+                  " has rows larger than 256 MiB");
+  if (info.label_bytes_per_row() > kMaxRowBytes)
+    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
+                  " has rows larger than 256 MiB");
+  const std::uint64_t label_bytes = mul_or_zero(info.rows, mul_or_zero(info.label_width, 4));
+  if (label_bytes == 0 || label_bytes > kMaxSetBytes)
+    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
+                  " is too large (over 2^40 bytes)");
+}
+
 // Opens m.file's set `set` into m's handles (features with a chunk cache
 // sized from their chunk layout) and checks its structure: datasets exist,
-// ranks, dtypes, N equal, N > 0, sizes sane. Returns what the file holds.
+// every source of a virtual dataset exists, ranks, dtypes, N equal, N > 0,
+// sizes sane. Returns what the file holds.
 SetInfo open_part(SetPart& m, const std::string& set) {
   const std::string& file = m.file;
-  SetInfo info_;
-  info_.file = file;
-  info_.set = set;
+  SetInfo info;
+  info.file = file;
+  info.set = set;
   m.handle = h5::open_read(file, ExitCode::kData);
   const hid_t f = m.handle.get();
   const std::string group = set_group(set);
@@ -106,85 +185,23 @@ SetInfo open_part(SetPart& m, const std::string& set) {
   if (!h5::exists(f, group + "/features")) DPT_DATA_FAIL(m.features_name + ": missing");
   if (!h5::exists(f, group + "/labels")) DPT_DATA_FAIL(m.labels_name + ": missing");
 
-  // --- features: dtype, rank, D --------------------------------------------
   h5::DataSet feat = h5::open_dataset(f, group + "/features", ExitCode::kData);
   check_virtual_sources(feat.get(), file, m.features_name);
-  h5::DataType ft = h5::type_of(feat.get());
-  const auto fclass = H5Tget_class(ft.get());
-  if (fclass == H5T_FLOAT && H5Tget_size(ft.get()) == 4) {
-    info_.feature_type = FeatureType::kFloat32;
-  } else if (fclass == H5T_INTEGER && H5Tget_size(ft.get()) == 1 &&
-             H5Tget_sign(ft.get()) == H5T_SGN_NONE) {
-    info_.feature_type = FeatureType::kUint8;
-  } else {
-    DPT_DATA_FAIL(m.features_name + ": dtype " + h5::type_name(ft.get()) +
-                  " is not supported (need float32 or uint8)");
-  }
-  const std::vector<hsize_t> fshape = h5::shape(feat.get());
-  if (fshape.size() < 2)
-    DPT_DATA_FAIL(m.features_name + ": rank " + std::to_string(fshape.size()) + " shape " +
-                  h5::shape_string(fshape) + " is not supported (need [N, d1, ...])");
-  info_.feature_shape.assign(fshape.begin(), fshape.end());
-
-  // --- labels: class ids [N] or targets [N, K] -------------------------------
+  read_feature_layout(feat.get(), m.features_name, info);
   h5::DataSet lab = h5::open_dataset(f, group + "/labels", ExitCode::kData);
   check_virtual_sources(lab.get(), file, m.labels_name);
-  h5::DataType lt = h5::type_of(lab.get());
-  const std::vector<hsize_t> lshape = h5::shape(lab.get());
-  const std::string ltype = h5::type_name(lt.get());
-  if (ltype == "int32" || ltype == "int64") {
-    if (lshape.size() != 1)
-      DPT_DATA_FAIL(m.labels_name + ": " + ltype + " labels of shape " + h5::shape_string(lshape) +
-                    " must be [N] class ids (or float32 [N, K] targets)");
-    info_.label_type = LabelType::kClass;
-    info_.label_width = 1;
-  } else if (ltype == "float32") {
-    if (lshape.size() != 2)
-      DPT_DATA_FAIL(m.labels_name + ": float32 labels of shape " + h5::shape_string(lshape) +
-                    " must be [N, K] targets (or int32/int64 [N] class ids)");
-    info_.label_type = LabelType::kTarget;
-    info_.label_width = lshape[1];
-    if (info_.label_width == 0) DPT_DATA_FAIL(m.labels_name + ": targets have width K = 0");
-  } else {
-    DPT_DATA_FAIL(m.labels_name + ": dtype " + ltype +
-                  " is not supported (need int32/int64 class ids or float32 targets)");
-  }
-
-  // --- N and sizes, before anything is allocated ------------------------------
-  info_.rows = fshape[0];
-  if (lshape[0] != fshape[0])
-    DPT_DATA_FAIL(file + ": " + group + ": features have " + std::to_string(fshape[0]) +
-                  " rows but labels have " + std::to_string(lshape[0]));
-  if (info_.rows == 0) DPT_DATA_FAIL(m.features_name + ": no rows (N = 0)");
-  std::uint64_t dim = 1;
-  for (std::size_t i = 1; i < fshape.size(); ++i) dim = mul_or_zero(dim, fshape[i]);
-  bool zero_dim = std::find(fshape.begin() + 1, fshape.end(), hsize_t(0)) != fshape.end();
-  if (zero_dim) DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) + " has D = 0");
-  info_.dim = dim;
-  const std::uint64_t feature_bytes =
-      dim == 0 ? 0 : mul_or_zero(info_.rows, mul_or_zero(dim, fclass == H5T_FLOAT ? 4 : 1));
-  if (feature_bytes == 0 || feature_bytes > kMaxSetBytes)
-    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
-                  " is too large (over 2^40 bytes)");
-  if (info_.feature_bytes_per_row() > kMaxRowBytes)
-    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
-                  " has rows larger than 256 MiB");
-  if (info_.label_bytes_per_row() > kMaxRowBytes)
-    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
-                  " has rows larger than 256 MiB");
-  const std::uint64_t label_bytes = mul_or_zero(info_.rows, mul_or_zero(info_.label_width, 4));
-  if (label_bytes == 0 || label_bytes > kMaxSetBytes)
-    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
-                  " is too large (over 2^40 bytes)");
+  const std::vector<hsize_t> lshape = read_label_layout(lab.get(), m.labels_name, info);
+  check_sizes(m, group, lshape, info);
 
   // Reopen the features with a chunk cache sized from their chunk layout.
   const std::vector<hsize_t> chunk = h5::chunk_shape(feat.get());
-  info_.chunk_rows = chunk.empty() ? 0 : chunk[0];
+  info.chunk_rows = chunk.empty() ? 0 : chunk[0];
   feat.reset();
-  h5::PropList dapl = chunk_cache_for(fshape, chunk, info_.feature_type == FeatureType::kUint8 ? 1 : 4);
+  const std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
+  h5::PropList dapl = chunk_cache_for(fshape, chunk, info.feature_type == FeatureType::kUint8 ? 1 : 4);
   m.features = h5::open_dataset(f, group + "/features", ExitCode::kData, dapl.get());
   m.labels = std::move(lab);
-  return info_;
+  return info;
 }
 
 std::string layout_text(const SetInfo& i) {

@@ -93,14 +93,11 @@ cmd=("$MPIEXEC" --hostfile "$tmp/hostfile" -n $((nodes * per_node)) --map-by "pp
      # Loopback only: daemons to mpirun, and rank to rank between nodes.
      -mca oob_tcp_if_include lo -mca btl_tcp_if_include lo -mca btl self,vader,tcp
      "${mpirun_opts[@]}" "$@")
-if ((private_net)); then
-  # Exit codes pass through unshare; a signal that ends mpirun ends it here.
-  set +e
-  unshare --net -- sh -c 'ip link set lo up && exec "$@"' simnodes "${cmd[@]}"
-  rc=$?
-  exit $rc
-fi
+# The job's exit code passes through (unshare execs the command).
 set +e
-"${cmd[@]}"
-rc=$?
-exit $rc
+if ((private_net)); then
+  unshare --net -- sh -c 'ip link set lo up && exec "$@"' simnodes "${cmd[@]}"
+else
+  "${cmd[@]}"
+fi
+exit $?
