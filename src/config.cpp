@@ -26,12 +26,13 @@ namespace {
 po::options_description data_group(Options& o) {
   po::options_description d("Data");
   d.add_options()
-      ("data", po::value(&o.data), "HDF5 data file (sets /<set>/features, /<set>/labels)")
+      ("data", po::value(&o.data), "HDF5 data file (sets /<set>/features, /<set>/labels), or a .txt list of such files, concatenated in order")
       ("train-set", po::value(&o.train_set)->default_value(o.train_set), "training set group")
       ("val-set", po::value(&o.val_set)->default_value(o.val_set), "validation set group; \"\" disables evaluation")
       ("shuffle", po::value(&o.shuffle)->default_value(o.shuffle), "none | full | block | auto (full when the set fits --input-cache-mb, else block)")
-      ("input-cache-mb", po::value(&o.input_cache_mb)->default_value(o.input_cache_mb), "rank 0 holds a set in memory when it fits this many MiB")
-      ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "global batches rank 0 reads ahead")
+      ("input-readers", po::value(&o.input_readers)->default_value(o.input_readers), "who reads the training rows: rank0 (rank 0 for all) | node (local rank 0 of each node for its node) | all (each rank its own); the same batches and weights either way")
+      ("input-cache-mb", po::value(&o.input_cache_mb)->default_value(o.input_cache_mb), "each input reader holds a set in memory when it fits this many MiB")
+      ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "global batches each input reader reads ahead")
       ("shuffle-block-rows", po::value(&o.shuffle_block_rows)->default_value(o.shuffle_block_rows), "block shuffle: rows per contiguous block (0: follow the file's chunks, a multiple of the chunk rows near 1024; 1024 when not chunked)")
       ("shuffle-window-blocks", po::value(&o.shuffle_window_blocks)->default_value(o.shuffle_window_blocks), "block shuffle: blocks shuffled together (the shuffle buffer)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of all randomness (init, shuffle)");
@@ -138,6 +139,7 @@ void check_train(const Options& o) {
   require_one_of(o.optimizer, "optimizer", {"sgd", "adam", "adamw"});
   require_one_of(o.lr_schedule, "lr-schedule", {"constant", "cosine", "step"});
   require_one_of(o.shuffle, "shuffle", {"auto", "none", "full", "block"});
+  require_one_of(o.input_readers, "input-readers", {"rank0", "node", "all"});
   if (!(o.lr > 0)) usage_error("--lr must be > 0");
   require_nonnegative(o.momentum, "momentum");
   if (o.nesterov && !(o.momentum > 0)) usage_error("--nesterov needs --momentum > 0");

@@ -1,5 +1,7 @@
-// Implements: Dataset (dataset.hpp) on the h5 wrappers: structural checks at
-// open, a bounded-memory validation pass, and hyperslab row reads.
+// Implements: Dataset (dataset.hpp) on the h5 wrappers: structural checks of
+// each file at open (one file, or every file of a list, each holding the
+// first one's layout), a bounded-memory validation pass, and hyperslab row
+// reads that may span files.
 #include "dptrain/dataset.hpp"
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <limits>
 
 #include "dptrain/error.hpp"
+#include "dataset_files.hpp"
 #include "h5.hpp"
 
 namespace dptrain {
@@ -79,19 +82,99 @@ void convert_features(FeatureType type, const void* raw, std::size_t count, floa
   for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]) * kScale;
 }
 
-struct Dataset::Impl {
-  h5::File file;
-  h5::DataSet features, labels;
-  std::string features_name, labels_name;  // "file: /set/features" for messages
-};
+namespace {
 
-Dataset::Dataset(const std::string& file, const std::string& set)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  info_.file = file;
-  info_.set = set;
-  m.file = h5::open_read(file, ExitCode::kData);
-  const hid_t f = m.file.get();
+// Features: dtype, rank, shape (as stored, N first) into info.
+void read_feature_layout(hid_t feat, const std::string& name, SetInfo& info) {
+  h5::DataType ft = h5::type_of(feat);
+  const auto fclass = H5Tget_class(ft.get());
+  if (fclass == H5T_FLOAT && H5Tget_size(ft.get()) == 4) {
+    info.feature_type = FeatureType::kFloat32;
+  } else if (fclass == H5T_INTEGER && H5Tget_size(ft.get()) == 1 &&
+             H5Tget_sign(ft.get()) == H5T_SGN_NONE) {
+    info.feature_type = FeatureType::kUint8;
+  } else {
+    DPT_DATA_FAIL(name + ": dtype " + h5::type_name(ft.get()) +
+                  " is not supported (need float32 or uint8)");
+  }
+  const std::vector<hsize_t> fshape = h5::shape(feat);
+  // [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W] (DESIGN.md section 3).
+  if (fshape.size() < 2 || fshape.size() > 5)
+    DPT_DATA_FAIL(name + ": rank " + std::to_string(fshape.size()) + " shape " +
+                  h5::shape_string(fshape) +
+                  " is not supported (need [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W])");
+  info.feature_shape.assign(fshape.begin(), fshape.end());
+}
+
+// Labels: class ids [N] or targets [N, K] into info; returns their shape.
+std::vector<hsize_t> read_label_layout(hid_t lab, const std::string& name, SetInfo& info) {
+  h5::DataType lt = h5::type_of(lab);
+  const std::vector<hsize_t> lshape = h5::shape(lab);
+  const std::string ltype = h5::type_name(lt.get());
+  if (ltype == "int32" || ltype == "int64") {
+    if (lshape.size() != 1)
+      DPT_DATA_FAIL(name + ": " + ltype + " labels of shape " + h5::shape_string(lshape) +
+                    " must be [N] class ids (or float32 [N, K] targets)");
+    info.label_type = LabelType::kClass;
+    info.label_width = 1;
+  } else if (ltype == "float32") {
+    if (lshape.size() != 2)
+      DPT_DATA_FAIL(name + ": float32 labels of shape " + h5::shape_string(lshape) +
+                    " must be [N, K] targets (or int32/int64 [N] class ids)");
+    info.label_type = LabelType::kTarget;
+    info.label_width = lshape[1];
+    if (info.label_width == 0) DPT_DATA_FAIL(name + ": targets have width K = 0");
+  } else {
+    DPT_DATA_FAIL(name + ": dtype " + ltype +
+                  " is not supported (need int32/int64 class ids or float32 targets)");
+  }
+  return lshape;
+}
+
+// N and sizes, before anything is allocated: sets info.rows and info.dim.
+void check_sizes(const SetPart& m, const std::string& group, const std::vector<hsize_t>& lshape,
+                 SetInfo& info) {
+  const std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
+  info.rows = fshape[0];
+  if (lshape[0] != fshape[0])
+    DPT_DATA_FAIL(m.file + ": " + group + ": features have " + std::to_string(fshape[0]) +
+                  " rows but labels have " + std::to_string(lshape[0]));
+  if (info.rows == 0) DPT_DATA_FAIL(m.features_name + ": no rows (N = 0)");
+  std::uint64_t dim = 1;
+  for (std::size_t i = 1; i < fshape.size(); ++i) dim = mul_or_zero(dim, fshape[i]);
+  bool zero_dim = std::find(fshape.begin() + 1, fshape.end(), hsize_t(0)) != fshape.end();
+  if (zero_dim) DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) + " has D = 0");
+  info.dim = dim;
+  const std::uint64_t item = info.feature_type == FeatureType::kUint8 ? 1 : 4;
+  // Checked products: dim * item itself may overflow on a hostile shape.
+  const std::uint64_t row_bytes = mul_or_zero(dim, item);
+  const std::uint64_t feature_bytes = row_bytes == 0 ? 0 : mul_or_zero(info.rows, row_bytes);
+  if (feature_bytes == 0 || feature_bytes > kMaxSetBytes)
+    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
+                  " is too large (over 2^40 bytes)");
+  if (row_bytes > kMaxRowBytes)
+    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
+                  " has rows larger than 256 MiB");
+  if (info.label_bytes_per_row() > kMaxRowBytes)
+    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
+                  " has rows larger than 256 MiB");
+  const std::uint64_t label_bytes = mul_or_zero(info.rows, mul_or_zero(info.label_width, 4));
+  if (label_bytes == 0 || label_bytes > kMaxSetBytes)
+    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
+                  " is too large (over 2^40 bytes)");
+}
+
+// Opens m.file's set `set` into m's handles (features with a chunk cache
+// sized from their chunk layout) and checks its structure: datasets exist,
+// every source of a virtual dataset exists, ranks, dtypes, N equal, N > 0,
+// sizes sane. Returns what the file holds.
+SetInfo open_part(SetPart& m, const std::string& set) {
+  const std::string& file = m.file;
+  SetInfo info;
+  info.file = file;
+  info.set = set;
+  m.handle = h5::open_read(file, ExitCode::kData);
+  const hid_t f = m.handle.get();
   const std::string group = set_group(set);
   if (!h5::is_group(f, group)) {
     std::string known;
@@ -104,92 +187,93 @@ Dataset::Dataset(const std::string& file, const std::string& set)
   if (!h5::exists(f, group + "/features")) DPT_DATA_FAIL(m.features_name + ": missing");
   if (!h5::exists(f, group + "/labels")) DPT_DATA_FAIL(m.labels_name + ": missing");
 
-  // --- features: dtype, rank, D --------------------------------------------
   h5::DataSet feat = h5::open_dataset(f, group + "/features", ExitCode::kData);
-  h5::DataType ft = h5::type_of(feat.get());
-  const auto fclass = H5Tget_class(ft.get());
-  if (fclass == H5T_FLOAT && H5Tget_size(ft.get()) == 4) {
-    info_.feature_type = FeatureType::kFloat32;
-  } else if (fclass == H5T_INTEGER && H5Tget_size(ft.get()) == 1 &&
-             H5Tget_sign(ft.get()) == H5T_SGN_NONE) {
-    info_.feature_type = FeatureType::kUint8;
-  } else {
-    DPT_DATA_FAIL(m.features_name + ": dtype " + h5::type_name(ft.get()) +
-                  " is not supported (need float32 or uint8)");
-  }
-  const std::vector<hsize_t> fshape = h5::shape(feat.get());
-  // [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W] (DESIGN.md section 3).
-  if (fshape.size() < 2 || fshape.size() > 5)
-    DPT_DATA_FAIL(m.features_name + ": rank " + std::to_string(fshape.size()) + " shape " +
-                  h5::shape_string(fshape) +
-                  " is not supported (need [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W])");
-  info_.feature_shape.assign(fshape.begin(), fshape.end());
-
-  // --- labels: class ids [N] or targets [N, K] -------------------------------
+  check_virtual_sources(feat.get(), file, m.features_name);
+  read_feature_layout(feat.get(), m.features_name, info);
   h5::DataSet lab = h5::open_dataset(f, group + "/labels", ExitCode::kData);
-  h5::DataType lt = h5::type_of(lab.get());
-  const std::vector<hsize_t> lshape = h5::shape(lab.get());
-  const std::string ltype = h5::type_name(lt.get());
-  if (ltype == "int32" || ltype == "int64") {
-    if (lshape.size() != 1)
-      DPT_DATA_FAIL(m.labels_name + ": " + ltype + " labels of shape " + h5::shape_string(lshape) +
-                    " must be [N] class ids (or float32 [N, K] targets)");
-    info_.label_type = LabelType::kClass;
-    info_.label_width = 1;
-  } else if (ltype == "float32") {
-    if (lshape.size() != 2)
-      DPT_DATA_FAIL(m.labels_name + ": float32 labels of shape " + h5::shape_string(lshape) +
-                    " must be [N, K] targets (or int32/int64 [N] class ids)");
-    info_.label_type = LabelType::kTarget;
-    info_.label_width = lshape[1];
-    if (info_.label_width == 0) DPT_DATA_FAIL(m.labels_name + ": targets have width K = 0");
-  } else {
-    DPT_DATA_FAIL(m.labels_name + ": dtype " + ltype +
-                  " is not supported (need int32/int64 class ids or float32 targets)");
-  }
-
-  // --- N and sizes, before anything is allocated ------------------------------
-  info_.rows = fshape[0];
-  if (lshape[0] != fshape[0])
-    DPT_DATA_FAIL(file + ": " + group + ": features have " + std::to_string(fshape[0]) +
-                  " rows but labels have " + std::to_string(lshape[0]));
-  if (info_.rows == 0) DPT_DATA_FAIL(m.features_name + ": no rows (N = 0)");
-  std::uint64_t dim = 1;
-  for (std::size_t i = 1; i < fshape.size(); ++i) dim = mul_or_zero(dim, fshape[i]);
-  bool zero_dim = std::find(fshape.begin() + 1, fshape.end(), hsize_t(0)) != fshape.end();
-  if (zero_dim) DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) + " has D = 0");
-  info_.dim = dim;
-  const std::uint64_t feature_bytes =
-      dim == 0 ? 0 : mul_or_zero(info_.rows, mul_or_zero(dim, fclass == H5T_FLOAT ? 4 : 1));
-  if (feature_bytes == 0 || feature_bytes > kMaxSetBytes)
-    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
-                  " is too large (over 2^40 bytes)");
-  if (info_.feature_bytes_per_row() > kMaxRowBytes)
-    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
-                  " has rows larger than 256 MiB");
-  if (info_.label_bytes_per_row() > kMaxRowBytes)
-    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
-                  " has rows larger than 256 MiB");
-  const std::uint64_t label_bytes = mul_or_zero(info_.rows, mul_or_zero(info_.label_width, 4));
-  if (label_bytes == 0 || label_bytes > kMaxSetBytes)
-    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
-                  " is too large (over 2^40 bytes)");
+  check_virtual_sources(lab.get(), file, m.labels_name);
+  const std::vector<hsize_t> lshape = read_label_layout(lab.get(), m.labels_name, info);
+  check_sizes(m, group, lshape, info);
 
   // Reopen the features with a chunk cache sized from their chunk layout.
   const std::vector<hsize_t> chunk = h5::chunk_shape(feat.get());
-  info_.chunk_rows = chunk.empty() ? 0 : chunk[0];
+  info.chunk_rows = chunk.empty() ? 0 : chunk[0];
   feat.reset();
-  h5::PropList dapl = chunk_cache_for(fshape, chunk, info_.feature_type == FeatureType::kUint8 ? 1 : 4);
+  const std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
+  h5::PropList dapl = chunk_cache_for(fshape, chunk, info.feature_type == FeatureType::kUint8 ? 1 : 4);
   m.features = h5::open_dataset(f, group + "/features", ExitCode::kData, dapl.get());
   m.labels = std::move(lab);
+  return info;
+}
+
+std::string layout_text(const SetInfo& i) {
+  std::vector<hsize_t> trailing(i.feature_shape.begin() + 1, i.feature_shape.end());
+  std::string dims = h5::shape_string(trailing);
+  return std::string(i.feature_type == FeatureType::kUint8 ? "uint8" : "float32") + " features [N, " +
+         dims.substr(1) + " and " +
+         (i.label_type == LabelType::kClass ? std::string("class ids")
+                                            : std::to_string(i.label_width) + " float32 targets");
+}
+
+// Every listed file must hold what the first one does, but for N.
+void check_same_layout(const SetInfo& first, const SetInfo& other, const std::string& list) {
+  const bool same = first.feature_type == other.feature_type &&
+                    first.label_type == other.label_type &&
+                    first.label_width == other.label_width &&
+                    std::equal(first.feature_shape.begin() + 1, first.feature_shape.end(),
+                               other.feature_shape.begin() + 1, other.feature_shape.end());
+  if (!same)
+    DPT_DATA_FAIL(list + ": " + other.file + ": /" + other.set + " holds " + layout_text(other) +
+                  ", but " + first.file + " holds " + layout_text(first) +
+                  "; every listed file must hold the same layout");
+}
+
+}  // namespace
+
+struct Dataset::Impl {
+  std::string set;
+  PartPool pool;
+  SetPart& use(std::size_t i) {
+    return pool.use(i, [this](SetPart& p) { open_part(p, set); });
+  }
+};
+
+Dataset::Dataset(const std::string& file, const std::string& set)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.set = set;
+  const std::vector<std::string> files =
+      is_file_list(file) ? read_file_list(file) : std::vector<std::string>{file};
+  std::vector<SetPart>& parts = m.pool.parts();
+  parts.resize(files.size());
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    parts[i].file = files[i];
+    parts[i].first = total;
+    SetInfo part;
+    m.pool.use(i, [&](SetPart& p) { part = open_part(p, set); });
+    parts[i].rows = part.rows;
+    if (i == 0) info_ = part;
+    else check_same_layout(info_, part, file);
+    total += part.rows;
+  }
+  info_.file = file;
+  info_.rows = total;
+  info_.feature_shape[0] = total;
+  const std::uint64_t feature_bytes = mul_or_zero(total, info_.feature_bytes_per_row());
+  const std::uint64_t label_bytes = mul_or_zero(total, info_.label_bytes_per_row());
+  if (feature_bytes == 0 || feature_bytes > kMaxSetBytes || label_bytes == 0 || label_bytes > kMaxSetBytes)
+    DPT_DATA_FAIL(file + ": /" + set + ": the listed files hold more than 2^40 bytes");
 }
 
 Dataset::~Dataset() = default;
 
-std::int64_t Dataset::validate(std::int64_t num_classes) {
-  const Impl& m = *impl_;
-  const std::uint64_t n = info_.rows, d = info_.dim, k = info_.label_width;
-  const bool check_features = info_.feature_type == FeatureType::kFloat32;  // uint8 is always finite
+namespace {
+
+// validate() over one file's rows; indices in messages are the file's own.
+std::int64_t validate_part(const SetPart& m, const SetInfo& info, std::int64_t num_classes) {
+  const std::uint64_t n = m.rows, d = info.dim, k = info.label_width;
+  const bool check_features = info.feature_type == FeatureType::kFloat32;  // uint8 is always finite
   const std::uint64_t row_bytes = (check_features ? d * 4 : 0) + k * 8;
   const std::uint64_t step = std::max<std::uint64_t>(1, kValidateBytes / row_bytes);
   std::vector<float> fbuf, tbuf;
@@ -213,7 +297,7 @@ std::int64_t Dataset::validate(std::int64_t num_classes) {
                       " of the row)";
       }
     }
-    if (info_.label_type == LabelType::kClass) {
+    if (info.label_type == LabelType::kClass) {
       lbuf.resize(cnt);
       h5::read_rows(m.labels.get(), H5T_NATIVE_INT64, begin, cnt, lbuf.data(), ExitCode::kData);
       for (std::uint64_t i = 0; i < cnt && bad_label == kNone; ++i) {
@@ -246,7 +330,17 @@ std::int64_t Dataset::validate(std::int64_t num_classes) {
     if (bad_feature != kNone || bad_label != kNone)
       DPT_DATA_FAIL(bad_feature <= bad_label ? feature_msg : label_msg);
   }
-  return info_.label_type == LabelType::kClass ? max_label : -1;
+  return info.label_type == LabelType::kClass ? max_label : -1;
+}
+
+}  // namespace
+
+std::int64_t Dataset::validate(std::int64_t num_classes) {
+  Impl& m = *impl_;
+  std::int64_t max_label = -1;
+  for (std::size_t i = 0; i < m.pool.parts().size(); ++i)
+    max_label = std::max(max_label, validate_part(m.use(i), info_, num_classes));
+  return max_label;
 }
 
 void Dataset::read_rows(std::uint64_t begin, std::uint64_t count, void* features, void* labels) {
@@ -254,20 +348,33 @@ void Dataset::read_rows(std::uint64_t begin, std::uint64_t count, void* features
               info_.file + ": /" + info_.set + ": rows [" + std::to_string(begin) + ", " +
                   std::to_string(begin + count) + ") are past the end (" +
                   std::to_string(info_.rows) + " rows)");
-  const Impl& m = *impl_;
-  if (features) {
-    hid_t type = info_.feature_type == FeatureType::kUint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
-    h5::read_rows(m.features.get(), type, begin, count, features, ExitCode::kData);
-  }
-  if (labels) {
-    // HDF5 converts int64 ids to int32 here (clipping); validate() has
-    // already refused ids that do not fit.
-    hid_t type = info_.label_type == LabelType::kClass ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
-    h5::read_rows(m.labels.get(), type, begin, count, labels, ExitCode::kData);
+  Impl& m = *impl_;
+  const hid_t ftype = info_.feature_type == FeatureType::kUint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+  // HDF5 converts int64 ids to int32 here (clipping); validate() has
+  // already refused ids that do not fit.
+  const hid_t ltype = info_.label_type == LabelType::kClass ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+  auto* fout = static_cast<unsigned char*>(features);
+  auto* lout = static_cast<unsigned char*>(labels);
+  // A run of rows may span files: read each file's share of it.
+  for (std::size_t i = count ? m.pool.part_of(begin) : 0; count > 0; ++i) {
+    const SetPart& p = m.use(i);
+    const std::uint64_t local = begin - p.first, n = std::min(count, p.rows - local);
+    if (fout) {
+      h5::read_rows(p.features.get(), ftype, local, n, fout, ExitCode::kData);
+      fout += n * info_.feature_bytes_per_row();
+    }
+    if (lout) {
+      h5::read_rows(p.labels.get(), ltype, local, n, lout, ExitCode::kData);
+      lout += n * info_.label_bytes_per_row();
+    }
+    begin += n;
+    count -= n;
   }
 }
 
 std::vector<std::string> list_sets(const std::string& file) {
+  // A list's sets are those of its first file (every file holds the same).
+  if (is_file_list(file)) return list_sets(read_file_list(file).front());
   h5::File f = h5::open_read(file, ExitCode::kData);
   std::vector<std::string> out;
   for (const auto& name : h5::children(f.get())) {

@@ -149,6 +149,17 @@ BatchSlot BatchPlan::slot(std::uint64_t step) const {
   return s;
 }
 
+void group_rows(std::uint64_t rows, const ShardGroup& group, std::vector<RowRange>& out) {
+  const auto p = static_cast<std::uint64_t>(group.world_size);
+  const std::uint64_t base = rows / p, extra = rows % p;
+  out.resize(group.members.size());
+  for (std::size_t i = 0; i < group.members.size(); ++i) {
+    const auto r = static_cast<std::uint64_t>(group.members[i]);
+    out[i].first = r * base + std::min(r, extra);
+    out[i].count = base + (r < extra ? 1 : 0);
+  }
+}
+
 // --- InputQueue --------------------------------------------------------------
 
 InputQueue::InputQueue(Dataset& data, const InputQueueConfig& cfg)
@@ -254,8 +265,18 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
   const SetInfo& info = data_.info();
   const std::size_t fb = info.feature_bytes_per_row(), lb = info.label_bytes_per_row();
   const BatchSlot slot = plan_.slot(step);
-  const std::uint64_t rows = slot.rows;
   b.slot = slot;
+  // The batch positions this reader holds, ascending: every one, or the
+  // shards of the ranks it serves.
+  if (cfg_.group.members.empty()) {
+    segments_.resize(1);
+    segments_[0] = {0, slot.rows};
+  } else {
+    group_rows(slot.rows, cfg_.group, segments_);
+  }
+  std::uint64_t rows = 0;
+  for (const RowRange& seg : segments_) rows += seg.count;
+  b.rows = rows;
   const bool raw = cfg_.raw_uint8 && info.feature_type == FeatureType::kUint8;
   b.features.resize(raw ? 0 : rows * info.dim);
   b.raw.resize(raw ? rows * info.dim : 0);
@@ -264,7 +285,15 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
   b.targets.resize(classes ? 0 : rows * info.label_width);
   auto* label_out = classes ? reinterpret_cast<unsigned char*>(b.labels.data())
                             : reinterpret_cast<unsigned char*>(b.targets.data());
-  order_.indices(slot.epoch, slot.position, rows, idx_);
+  idx_.resize(rows);
+  positions_.resize(rows);
+  for (std::uint64_t at = 0; const RowRange& seg : segments_) {
+    order_.indices(slot.epoch, slot.position + seg.first, seg.count, segment_idx_);
+    std::copy(segment_idx_.begin(), segment_idx_.end(), idx_.begin() + static_cast<std::ptrdiff_t>(at));
+    std::iota(positions_.begin() + static_cast<std::ptrdiff_t>(at),
+              positions_.begin() + static_cast<std::ptrdiff_t>(at + seg.count), slot.position + seg.first);
+    at += seg.count;
+  }
 
   if (cached_) {
     for (std::uint64_t i = 0; i < rows; ++i)
@@ -289,7 +318,10 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
   };
 
   if (cfg_.shuffle.mode == ShuffleMode::kNone) {
-    read_run(slot.position, rows, 0);
+    for (std::uint64_t dst = 0; const RowRange& seg : segments_) {
+      if (seg.count) read_run(slot.position + seg.first, seg.count, dst);
+      dst += seg.count;
+    }
   } else if (cfg_.shuffle.mode == ShuffleMode::kFull) {
     // Bounded memory, not speed: sort the batch's rows, read each run of
     // consecutive rows once (the chunk cache absorbs repeats), scatter.
@@ -312,7 +344,7 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
     const std::uint64_t short_slot = layout.short_slot(cfg_.shuffle, slot.epoch);
     std::uint64_t window_end = 0;
     for (std::uint64_t i = 0; i < rows; ++i) {
-      const std::uint64_t p = slot.position + i;
+      const std::uint64_t p = positions_[i];
       if (i == 0 || p >= window_end) {
         const std::uint64_t w = layout.window_of(p, short_slot);
         window_end = layout.start(w + 1, short_slot);

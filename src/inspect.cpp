@@ -17,6 +17,7 @@
 #include "dptrain/dataset.hpp"
 #include "dptrain/error.hpp"
 #include "dptrain/trainer.hpp"
+#include "dataset_files.hpp"
 #include "h5.hpp"
 
 namespace dptrain {
@@ -188,8 +189,12 @@ void print_targets(Dataset& ds, std::ostream& out) {
 
 void inspect_data(const std::string& path, const std::vector<std::string>& sets,
                   std::ostream& out) {
-  out << path << ": data file, " << sets.size() << (sets.size() == 1 ? " set" : " sets") << "\n";
-  h5::File f = h5::open_read(path, ExitCode::kData);
+  // A list: the sets of all its files, concatenated; stored types as in the first.
+  const bool list = is_file_list(path);
+  const std::vector<std::string> files = list ? read_file_list(path) : std::vector<std::string>{path};
+  out << path << ": " << (list ? "list of " + std::to_string(files.size()) + " data files" : "data file")
+      << ", " << sets.size() << (sets.size() == 1 ? " set" : " sets") << "\n";
+  h5::File f = h5::open_read(files.front(), ExitCode::kData);
   for (const auto& set : sets) {
     Dataset ds(path, set);
     const SetInfo& info = ds.info();
@@ -217,6 +222,10 @@ void inspect_data(const std::string& path, const std::vector<std::string>& sets,
 }  // namespace
 
 void inspect_file(const std::string& path, std::ostream& out) {
+  if (is_file_list(path)) {
+    inspect_data(path, list_sets(path), out);
+    return;
+  }
   std::string format;
   bool has_model = false;
   {

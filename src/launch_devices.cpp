@@ -90,7 +90,7 @@ Runtime make_runtime(const Options& opts, const MpiSession& mpi) {
   DPT_MPI_CHECK(MPI_Allreduce(&gpus, &min_gpus, 1, MPI_INT, MPI_MIN, mpi.world()));
   rt.backend_name = opts.device != "auto" ? opts.device : min_gpus > 0 ? "cuda" : "cpu";
   const bool on_gpu = rt.backend_name == "cuda";
-  rt.device_index = on_gpu && gpus > 0 ? mpi.local_rank() % gpus : 0;
+  rt.device_index = on_gpu ? device_for_local_rank(mpi.local_rank(), gpus) : 0;
   rt.threads = opts.threads > 0 ? static_cast<int>(opts.threads) : default_threads(mpi);
   agree(mpi.world(), [&] {
     BackendOptions bo;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 
 #include "dptrain/error.hpp"
 
@@ -28,14 +29,21 @@ int max_shard_rows(std::uint64_t rows, int ranks) {
 }
 
 Scatter::Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels,
-                 bool raw_uint8)
+                 bool raw_uint8, ShardGroup group)
     : comm_(comm),
+      group_(std::move(group)),
       dim_(dim),
       label_width_(label_width),
       class_labels_(class_labels),
       raw_uint8_(raw_uint8) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  if (group_.members.empty()) {
+    group_.world_size = size_;
+    for (int r = 0; r < size_; ++r) group_.members.push_back(r);
+  }
+  DPT_REQUIRE(static_cast<int>(group_.members.size()) == size_ && group_.world_size >= size_,
+              ExitCode::kOther, "scatter: the reader group does not match its communicator");
 }
 
 namespace {
@@ -56,19 +64,25 @@ void Scatter::plan(std::uint64_t rows, Shard& out) {
     out.rows = my_rows_;
     return;
   }
-  const auto p = static_cast<std::uint64_t>(size_);
+  const auto p = static_cast<std::uint64_t>(group_.world_size);
   const std::uint64_t base = rows / p, extra = rows % p;
   const std::uint64_t label_width = class_labels_ ? 1 : label_width_;
-  my_rows_ = static_cast<int>(base + (static_cast<std::uint64_t>(rank_) < extra ? 1 : 0));
+  auto rows_of = [&](std::size_t member) {
+    return base + (static_cast<std::uint64_t>(group_.members[member]) < extra ? 1 : 0);
+  };
+  my_rows_ = static_cast<int>(rows_of(static_cast<std::size_t>(rank_)));
   out.rows = my_rows_;
+  group_rows_ = 0;
+  for (std::size_t m = 0; m < group_.members.size(); ++m) group_rows_ += rows_of(m);
   if (size_ > 1) {
-    counts_.resize(p);
-    displs_.resize(p);
-    label_counts_.resize(p);
-    label_displs_.resize(p);
+    const auto g = static_cast<std::size_t>(size_);
+    counts_.resize(g);
+    displs_.resize(g);
+    label_counts_.resize(g);
+    label_displs_.resize(g);
     std::uint64_t first = 0;
-    for (std::uint64_t r = 0; r < p; ++r) {
-      const std::uint64_t n = base + (r < extra ? 1 : 0);
+    for (std::size_t r = 0; r < g; ++r) {
+      const std::uint64_t n = rows_of(r);
       counts_[r] = element_count(n, dim_);
       displs_[r] = element_count(first, dim_);
       label_counts_[r] = element_count(n, label_width);
@@ -80,10 +94,10 @@ void Scatter::plan(std::uint64_t rows, Shard& out) {
 }
 
 namespace {
-// Rank 0's side of a batch, checked against the plan every rank follows.
-void check_batch(const Batch* batch, std::uint64_t rows) {
-  DPT_REQUIRE(batch != nullptr && batch->slot.rows == rows, ExitCode::kOther,
-              "input queue and batch plan disagree on the batch size");
+// The root's side of a batch, checked against the plan every rank follows.
+void check_batch(const Batch* batch, std::uint64_t rows, std::uint64_t held) {
+  DPT_REQUIRE(batch != nullptr && batch->slot.rows == rows && batch->rows == held,
+              ExitCode::kOther, "input queue and batch plan disagree on the batch size");
 }
 }  // namespace
 
@@ -95,21 +109,22 @@ void Scatter::scatter(const Batch* batch, std::uint64_t rows, Shard& out) {
 void Scatter::start(const Batch* batch, std::uint64_t rows, Shard& out) {
   DPT_REQUIRE(!in_flight_, ExitCode::kOther, "a scatter is already in flight");
   const bool root = rank_ == 0;
+  plan(rows, out);
   if (root) {
-    check_batch(batch, rows);
-    DPT_REQUIRE((raw_uint8_ ? batch->raw.size() : batch->features.size()) >= rows * dim_,
+    check_batch(batch, rows, group_rows_);
+    DPT_REQUIRE((raw_uint8_ ? batch->raw.size() : batch->features.size()) >= group_rows_ * dim_,
                 ExitCode::kOther, "a batch holds fewer features than the scatter sends");
   }
-  plan(rows, out);
   if (size_ == 1) {
+    const std::uint64_t n = group_rows_;
     if (raw_uint8_)
-      std::copy_n(batch->raw.data(), rows * dim_, out.raw);
+      std::copy_n(batch->raw.data(), n * dim_, out.raw);
     else
-      std::copy_n(batch->features.data(), rows * dim_, out.features);
+      std::copy_n(batch->features.data(), n * dim_, out.features);
     if (class_labels_)
-      std::copy_n(batch->labels.data(), rows, out.labels);
+      std::copy_n(batch->labels.data(), n, out.labels);
     else
-      std::copy_n(batch->targets.data(), rows * label_width_, out.targets);
+      std::copy_n(batch->targets.data(), n * label_width_, out.targets);
     return;
   }
   const std::size_t me = static_cast<std::size_t>(rank_);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <utility>
 
 #include "dptrain/error.hpp"
 
@@ -97,11 +98,12 @@ MPI_Comm dup_comm(MPI_Comm comm, MPI_Comm& out) {
 
 InputPipeline::InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows,
                              std::uint64_t dim, std::uint64_t label_width, LossKind loss,
-                             bool raw_uint8)
+                             bool raw_uint8, ShardGroup group)
     : queue_(queue),
       a_(be, max_rows, dim, label_width, loss, 0, raw_uint8),
       b_(be, max_rows, dim, label_width, loss, 1, raw_uint8),
-      scatter_(dup_comm(comm, comm_), dim, label_width, loss == LossKind::kXent, raw_uint8) {}
+      scatter_(dup_comm(comm, comm_), dim, label_width, loss == LossKind::kXent, raw_uint8,
+               std::move(group)) {}
 
 InputPipeline::~InputPipeline() {
   try {

@@ -78,8 +78,11 @@ class ShardBuffers {
 // order; between them the shard buffers being filled are not touched.
 class InputPipeline final : public LayerHooks {
  public:
+  // comm: the ranks served by one reader, whose world ranks group names
+  // (default: the world, one reader); queue: that reader's, null elsewhere.
   InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows, std::uint64_t dim,
-                std::uint64_t label_width, LossKind loss, bool raw_uint8 = false);
+                std::uint64_t label_width, LossKind loss, bool raw_uint8 = false,
+                ShardGroup group = {});
   // Completes a scatter still in flight (peers are in it too), unless an
   // error is unwinding the stack (the job is being aborted then).
   ~InputPipeline();
@@ -87,8 +90,8 @@ class InputPipeline final : public LayerHooks {
   InputPipeline& operator=(const InputPipeline&) = delete;
 
   // Begins moving the next global batch of `rows` (from the BatchPlan) into
-  // the free buffer. Rank 0 first pops it from its queue, which blocks while
-  // the reader is behind.
+  // the free buffer. The reader first pops its part from its queue, which
+  // blocks while the reading thread is behind.
   void start(std::uint64_t rows);
   bool started() const { return started_; }
   void between_layers() override;

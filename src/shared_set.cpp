@@ -20,10 +20,29 @@ struct SetShape {
   std::int32_t feature_rank;
 };
 
+std::string shape_text(const SetInfo& i) {
+  return std::to_string(i.rows) + " rows of " + std::to_string(i.dim) + " " +
+         (i.feature_type == FeatureType::kUint8 ? "uint8" : "float32") + " values, " +
+         (i.label_type == LabelType::kClass ? "class ids"
+                                            : std::to_string(i.label_width) + " targets");
+}
+
+// A reader other than rank 0 must read the very set rank 0 validated (a
+// node-local copy of the file may be stale or another one).
+void check_same_set(const SetInfo& mine, const SetInfo& rank0, const MpiSession& mpi) {
+  const bool same = mine.rows == rank0.rows && mine.dim == rank0.dim &&
+                    mine.feature_type == rank0.feature_type &&
+                    mine.label_type == rank0.label_type && mine.label_width == rank0.label_width;
+  DPT_REQUIRE(same, ExitCode::kData,
+              mine.file + ": /" + mine.set + " on " + mpi.host() + " holds " + shape_text(mine) +
+                  ", but rank 0 sees " + shape_text(rank0) +
+                  "; every input reader must see the same set");
+}
+
 }  // namespace
 
 SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::string& set,
-                    LossKind loss, int outputs) {
+                   LossKind loss, int outputs, bool reader) {
   SharedSet ds;
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
@@ -72,6 +91,11 @@ SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::st
     ds.info.feature_shape.assign(s.feature_dims, s.feature_dims + s.feature_rank);
     ds.max_label = s.max_label;
   }
+  agree(mpi.world(), [&] {
+    if (!reader || mpi.rank() == 0) return;
+    ds.data = std::make_unique<Dataset>(file, set);
+    check_same_set(ds.data->info(), ds.info, mpi);
+  });
   return ds;
 }
 

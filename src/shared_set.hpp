@@ -14,10 +14,10 @@
 
 namespace dptrain {
 
-// One set of the data file: the Dataset lives on rank 0 only; info and the
-// largest class id are known on every rank.
+// One set of the data file: the Dataset lives on rank 0 and the other input
+// readers; info and the largest class id are known on every rank.
 struct SharedSet {
-  std::unique_ptr<Dataset> data;  // rank 0 only
+  std::unique_ptr<Dataset> data;  // rank 0 and the other readers only
   SetInfo info;
   std::int64_t max_label = -1;
 };
@@ -30,10 +30,12 @@ inline constexpr std::size_t kMaxFeatureRank = 5;
 // W] {C, D, H, W}. Error(kData) for other ranks.
 Shape sample_shape(const SetInfo& info);
 
-// Opens and validates file:/set on rank 0 and broadcasts its shape. Agreed:
-// a bad file makes every rank throw AgreedFailure(kData).
+// Opens and validates file:/set on rank 0 and broadcasts its shape; a rank
+// with `reader` set opens it too and checks that it sees the same set (the
+// one validation pass stays rank 0's). Agreed: a bad or missing file on any
+// rank makes every rank throw AgreedFailure(kData).
 SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::string& set,
-                   LossKind loss, int outputs);
+                   LossKind loss, int outputs, bool reader = false);
 
 // Whether a set's features travel as uint8 (InputQueueConfig::raw_uint8,
 // Scatter and ShardBuffers must agree): every uint8 set.

@@ -18,6 +18,7 @@
 #include "dptrain/optimizer.hpp"
 #include "dptrain/timeline.hpp"
 #include "dptrain/watchdog.hpp"
+#include "input_readers.hpp"
 #include "loop_policy.hpp"
 #include "loss.hpp"
 #include "progress.hpp"
@@ -71,6 +72,7 @@ class TrainingRun {
   Runtime rt_;
   Watchdog watchdog_;
   Timeline timeline_;
+  ReaderGroup readers_;  // who reads the training rows (--input-readers)
   SharedSet train_;
   std::optional<SharedSet> val_;
   std::uint64_t batch_ = 0, eval_batch_ = 0, total_steps_ = 0, first_step_ = 0;
@@ -82,7 +84,7 @@ class TrainingRun {
   StartPoint start_;
   MetricsWriter metrics_;
   ShuffleMode shuffle_ = ShuffleMode::kFull;
-  std::unique_ptr<InputQueue> queue_;  // rank 0 only
+  std::unique_ptr<InputQueue> queue_;  // input readers only
   std::unique_ptr<InputPipeline> input_;
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<CommReplicaSum> replica_sum_;  // bn's global statistics

@@ -109,7 +109,8 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
       layers_(parse_model_spec(opts.model)),
       cache_bytes_(static_cast<std::size_t>(opts.input_cache_mb) << 20),
       rt_(start_runtime(opts, mpi)),
-      watchdog_(opts.comm_timeout, mpi.rank(), mpi.size()) {
+      watchdog_(opts.comm_timeout, mpi.rank(), mpi.size()),
+      readers_(mpi, parse_reader_mode(opts.input_readers)) {
   // NCCL calls can block on the device where MPI_Abort cannot reach them.
   watchdog_.set_on_timeout([this] { rt_.comm->abort(); });
   if (!opts_.timeline.empty()) {
@@ -132,9 +133,9 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
   Backend& be = *rt_.backend;
   // Batch t+1 moves to its shards while batch t computes; gradient buckets
   // are reduced while backward goes on (both moved along between layers).
-  input_ = std::make_unique<InputPipeline>(mpi_.world(), be, queue_.get(), model_->max_rows(),
+  input_ = std::make_unique<InputPipeline>(readers_.comm(), be, queue_.get(), model_->max_rows(),
                                            train_.info.dim, train_.info.label_width, loss_,
-                                           raw_uint8_wire(train_.info));
+                                           raw_uint8_wire(train_.info), readers_.shards());
   buckets_ = std::make_unique<GradientBuckets>(
       *rt_.comm, model_->grads(),
       plan_buckets(model_->param_layout(), model_->num_params(),
@@ -152,7 +153,9 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
 
 void TrainingRun::open_data() {
   const int outputs = spec_output_width(layers_);
-  train_ = open_set(mpi_, opts_.data, opts_.train_set, loss_, outputs);
+  // Evaluation stays rank 0's (validated once, read once); training rows
+  // come from every reader.
+  train_ = open_set(mpi_, opts_.data, opts_.train_set, loss_, outputs, readers_.reader());
   if (!opts_.val_set.empty()) {
     val_.emplace(open_set(mpi_, opts_.data, opts_.val_set, loss_, outputs));
     agree(mpi_.world(), [&] {
@@ -188,7 +191,7 @@ void TrainingRun::build_model() {
 void TrainingRun::make_input_queue() {
   shuffle_ = shuffle_mode(opts_, train_.info, cache_bytes_);
   agree(mpi_.world(), [&] {
-    if (mpi_.rank() != 0) return;
+    if (!readers_.reader()) return;
     InputQueueConfig qc;
     qc.batch_size = batch_;
     qc.shuffle.mode = shuffle_;
@@ -201,15 +204,16 @@ void TrainingRun::make_input_queue() {
     qc.cache_bytes = cache_bytes_;
     qc.timeline = timeline_.enabled() ? &timeline_ : nullptr;
     qc.raw_uint8 = raw_uint8_wire(train_.info);
+    if (readers_.mode() != ReaderMode::kRank0) qc.group = readers_.shards();
     queue_ = std::make_unique<InputQueue>(*train_.data, qc);
   });
 }
 
 void TrainingRun::print_summary() const {
   const Backend& be = *rt_.backend;
-  // Where every rank runs: "host:cpu" or "host:cuda:<gpu>" per rank.
-  const std::vector<std::string> places =
-      gather_strings(mpi_.world(), mpi_.host() + ":" + be.placement());
+  // Where every rank runs: "host/local rank:cpu" or "host/local rank:cuda:<gpu>".
+  const std::vector<std::string> places = gather_strings(
+      mpi_.world(), mpi_.host() + "/" + std::to_string(mpi_.local_rank()) + ":" + be.placement());
   const std::string binding =
       be.name() == "cpu" ? thread_binding_warning(mpi_.world(), rt_.threads) : "";
   if (mpi_.rank() != 0) return;
@@ -225,13 +229,13 @@ void TrainingRun::print_summary() const {
       "dptrain: ranks %s\n"
       "dptrain: %d rank(s) on %d node(s), %d per node, device %s, %d thread(s)/rank, %s\n"
       "dptrain: GEMM %s\n"
-      "dptrain: data %s: /%s %llu x %llu, shuffle %s; model %s (%zu parameters); "
-      "batch %llu (shards of %d..%d); %llu steps (%llu per epoch)\n",
+      "dptrain: data %s: /%s %llu x %llu, shuffle %s, input readers %s (%d); model %s "
+      "(%zu parameters); batch %llu (shards of %d..%d); %llu steps (%llu per epoch)\n",
       placement.c_str(), mpi_.size(), mpi_.nodes(), mpi_.local_size(), be.name().c_str(),
       rt_.threads, mpi_.mpi_version().c_str(), be.gemm_library().c_str(), opts_.data.c_str(),
       opts_.train_set.c_str(), static_cast<unsigned long long>(train_.info.rows),
       static_cast<unsigned long long>(train_.info.dim), shuffle_text.c_str(),
-      model_->spec().c_str(), model_->num_params(), static_cast<unsigned long long>(batch_),
+      reader_mode_name(readers_.mode()), readers_.readers(), model_->spec().c_str(), model_->num_params(), static_cast<unsigned long long>(batch_),
       shards.back(), shards.front(), static_cast<unsigned long long>(total_steps_),
       static_cast<unsigned long long>(plan_->steps_per_epoch()));
   if (!binding.empty()) std::printf("dptrain: WARNING: %s\n", binding.c_str());

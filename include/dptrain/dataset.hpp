@@ -1,6 +1,7 @@
-// Implements: reading and validating one set of a DESIGN.md section 3 HDF5
-// data file on rank 0. Every check names the file, the dataset and the first
-// bad index, and throws Error(ExitCode::kData).
+// Implements: reading and validating one set of a DESIGN.md section 3 data
+// file (HDF5, virtual datasets included, or a `.txt` list of HDF5 files
+// whose sets are concatenated) on an input reader. Every check names the
+// file, the dataset and the first bad index, and throws Error(ExitCode::kData).
 #pragma once
 
 #include <cstddef>
@@ -35,7 +36,8 @@ void convert_features(FeatureType type, const void* raw, std::size_t count, floa
 class Dataset {
  public:
   // Opens file:/set and checks structure (datasets exist, ranks, dtypes,
-  // N equal, N > 0, sizes sane). Throws Error(kData).
+  // N equal, N > 0, sizes sane, every source of a virtual dataset present;
+  // for a list, each file so and all of one layout). Throws Error(kData).
   Dataset(const std::string& file, const std::string& set);
   ~Dataset();
   Dataset(const Dataset&) = delete;

@@ -1,6 +1,7 @@
 // Implements: the sample order (a pure function of seed and epoch), the batch
-// plan every rank computes alike, and rank 0's input queue: a background
-// thread that reads ahead into a bounded queue of global batches.
+// plan every rank computes alike, and an input reader's queue (rank 0's by
+// default): a background thread that reads ahead into a bounded queue of
+// global batches, or of the reader's ranks' shards of them.
 #pragma once
 
 #include <condition_variable>
@@ -70,8 +71,25 @@ class BatchPlan {
   std::uint64_t n_, batch_, steps_per_epoch_;
 };
 
+// The ranks one input reader serves (DESIGN.md --input-readers): their world
+// ranks in the order of the scatter communicator's ranks, out of world_size.
+// Empty: the communicator is the whole world and its rank r is world rank r.
+struct ShardGroup {
+  int world_size = 0;
+  std::vector<int> members;
+};
+
+// Batch rows [first, first + count) of the shard of one member.
+struct RowRange {
+  std::uint64_t first = 0, count = 0;
+};
+// The members' shards of a batch of `rows`, in member order (each member's
+// shard is what it would get from one reader for everyone).
+void group_rows(std::uint64_t rows, const ShardGroup& group, std::vector<RowRange>& out);
+
 struct Batch {
   BatchSlot slot;
+  std::uint64_t rows = 0;        // rows held: slot.rows, or the reader group's rows
   std::vector<float> features;   // rows * dim, converted to float (empty with raw_uint8)
   std::vector<std::uint8_t> raw; // rows * dim uint8 features as stored (raw_uint8 only)
   std::vector<std::int32_t> labels;  // rows (class labels)
@@ -92,6 +110,9 @@ struct InputQueueConfig {
   bool raw_uint8 = false;
   // Records a "read" event (tid 1) per batch produced; must outlive the queue.
   Timeline* timeline = nullptr;
+  // Read only the rows of these ranks' shards (group_rows order); empty:
+  // every row of each global batch.
+  ShardGroup group;
 };
 
 class InputQueue {
@@ -123,7 +144,9 @@ class InputQueue {
   std::vector<unsigned char> cache_features_, cache_labels_;
   std::vector<unsigned char> window_features_, window_labels_;
   std::int64_t window_loaded_epoch_ = -1, window_loaded_ = -1;
-  std::vector<std::uint64_t> idx_;
+  std::vector<std::uint64_t> idx_, segment_idx_;
+  std::vector<RowRange> segments_;         // batch rows this reader holds
+  std::vector<std::uint64_t> positions_;   // epoch position of each held row
   // Streaming scratch: block ids held in window_features_ (ascending), and
   // (index, batch row) pairs sorted by index for full-shuffle run reads.
   std::vector<std::uint64_t> window_blocks_;

@@ -57,6 +57,12 @@ struct Runtime {
 // ranks of its node whose masks overlap it (unbound ranks split the node).
 Runtime make_runtime(const Options& opts, const MpiSession& mpi);
 
+// The device a rank uses: its rank among the ranks of its node, modulo the
+// devices it sees (never the global rank, which counts the other nodes too).
+inline int device_for_local_rank(int local_rank, int visible_devices) {
+  return visible_devices > 0 ? local_rank % visible_devices : 0;
+}
+
 // Thrown after all ranks agreed on a failure; the rank(s) that failed have
 // already printed the message.
 class AgreedFailure : public std::exception {

@@ -33,10 +33,12 @@ class Scatter {
  public:
   // dim: features per row; label_width: 1 for class ids, K for targets.
   // raw_uint8: features travel as Batch::raw bytes into Shard::raw.
+  // group: the world ranks comm's ranks stand for (default: comm is the world).
   Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels,
-          bool raw_uint8 = false);
-  // Collective. `batch` is read on rank 0 only (may be null elsewhere); every
-  // rank passes the same `rows` (from the BatchPlan). Fills out.rows and
+          bool raw_uint8 = false, ShardGroup group = {});
+  // Collective. `batch` is read on comm's rank 0 only (may be null
+  // elsewhere) and holds the group's rows (group_rows, in order); every rank
+  // passes the same global `rows` (from the BatchPlan). Fills out.rows and
   // writes into out's buffers, which must hold max_shard_rows rows.
   void scatter(const Batch* batch, std::uint64_t rows, Shard& out);
 
@@ -53,6 +55,8 @@ class Scatter {
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  ShardGroup group_;
+  std::uint64_t group_rows_ = 0;  // rows of the batch the root holds
   std::uint64_t dim_, label_width_;
   bool class_labels_, raw_uint8_;
   std::vector<int> counts_, displs_;             // features

@@ -33,7 +33,7 @@ constexpr int kOut = 3;
 Batch make_batch(std::uint64_t step, std::uint64_t rows, LossKind loss) {
   Batch b;
   b.slot.step = step;
-  b.slot.rows = rows;
+  b.slot.rows = b.rows = rows;
   Rng rng(mix_seed(42, step));
   b.features.resize(rows * kDim);
   for (float& x : b.features) x = static_cast<float>(rng.normal());
@@ -95,7 +95,7 @@ TrainRun train(const Case& c, MPI_Comm comm_handle, bool record) {
       Optimizer probe(*be, OptimizerConfig{OptimizerKind::kSgd}, n);
       for (std::uint64_t r = 0; r < b.slot.rows; ++r) {
         Batch one;
-        one.slot.rows = 1;
+        one.slot.rows = one.rows = 1;
         one.features.assign(b.features.begin() + r * kDim, b.features.begin() + (r + 1) * kDim);
         if (c.loss == LossKind::kXent) one.labels = {b.labels[r]};
         else one.targets.assign(b.targets.begin() + r * kOut, b.targets.begin() + (r + 1) * kOut);

@@ -135,7 +135,7 @@ std::vector<float> train(std::size_t bucket_bytes, bool use_buckets) {
   for (std::uint64_t s = 0; s < 4; ++s) {
     const std::uint64_t rows = s == 3 ? 2 : batch;  // a short batch: empty shards at P = 3, 4
     Batch b;
-    b.slot.rows = rows;
+    b.slot.rows = b.rows = rows;
     Rng rng(mix_seed(5, s));
     b.features.resize(rows * kDim);
     for (float& x : b.features) x = static_cast<float>(rng.normal());

@@ -1,6 +1,7 @@
 // Implements: unit tests of the backend factory — the names it knows, the
 // exit-2 refusal of an unknown or unusable backend, device counts — and of
-// the transitional kind-based shims that forward to it.
+// the transitional kind-based shims that forward to it; and Launch's rank to
+// device mapping.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "dptrain/backend.hpp"
 #include "dptrain/error.hpp"
+#include "dptrain/launch.hpp"
 
 namespace dptrain {
 namespace {
@@ -24,6 +26,14 @@ ExitCode error_code(F&& f, std::string* what = nullptr) {
   }
   ADD_FAILURE() << "expected an Error";
   return ExitCode::kOther;
+}
+
+// 2 nodes x 4 ranks on 4 GPUs each: global ranks 4..7 of the second node
+// have local ranks 0..3 and take GPUs 0..3, not 4..7 (which do not exist).
+TEST(Launch, DeviceFollowsTheLocalRank) {
+  for (int local = 0; local < 4; ++local) EXPECT_EQ(device_for_local_rank(local, 4), local);
+  EXPECT_EQ(device_for_local_rank(5, 4), 1);  // more ranks than GPUs: wrap (refused later)
+  EXPECT_EQ(device_for_local_rank(3, 0), 0);  // no GPU
 }
 
 TEST(BackendFactory, KnowsCpuAndCudaInOrder) {

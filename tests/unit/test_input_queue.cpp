@@ -191,6 +191,54 @@ TEST(InputQueueTest, DeliversThePlannedBatchesInEveryMode) {
         }
 }
 
+// A reader for a group of ranks (--input-readers node/all) holds exactly the
+// rows of their shards of every global batch, in member order: the same
+// bytes as one reader for everyone, whatever the mode, cached or streamed.
+TEST(InputQueueTest, AGroupReaderHoldsItsRanksShardsOfTheSameBatches) {
+  const std::string file = testing::scratch_dir("queue") + "/group.h5";
+  testing::write_fixture(file, {.rows = 103, .shape = {5}, .chunk_rows = 8});
+  const std::vector<std::vector<int>> groups = {{0, 1}, {2, 3}, {1}, {3}, {0, 1, 2, 3}};
+  // One Dataset per queue: a queue's thread owns its Dataset.
+  std::vector<std::unique_ptr<Dataset>> files;
+  for (ShuffleMode mode : {ShuffleMode::kNone, ShuffleMode::kFull, ShuffleMode::kBlock})
+    for (bool cached : {true, false}) {
+      SCOPED_TRACE("mode " + std::to_string(int(mode)) + " cached " + std::to_string(cached));
+      auto make = [&](std::vector<int> members) {
+        files.push_back(std::make_unique<Dataset>(file, "train"));
+        InputQueueConfig qc;
+        qc.batch_size = 10;  // 103 rows: a short last batch of 3 (rank 3 gets none)
+        qc.shuffle = config(mode, 7);
+        qc.end_step = 22;   // two epochs and a bit
+        qc.cache_bytes = cached ? (std::size_t(1) << 30) : 0;
+        if (!members.empty()) qc.group = {4, std::move(members)};
+        return std::make_unique<InputQueue>(*files.back(), qc);
+      };
+      auto whole = make({});
+      std::vector<std::unique_ptr<InputQueue>> parts;
+      for (const auto& g : groups) parts.push_back(make(g));
+      std::vector<RowRange> ranges;
+      for (std::uint64_t step = 0; step < 22; ++step) {
+        const Batch all = *whole->pop();
+        for (std::size_t k = 0; k < groups.size(); ++k) {
+          const Batch part = *parts[k]->pop();
+          group_rows(all.slot.rows, {4, groups[k]}, ranges);
+          std::vector<float> want;
+          std::vector<std::int32_t> want_labels;
+          for (const RowRange& r : ranges) {
+            want.insert(want.end(), all.features.begin() + r.first * 5,
+                        all.features.begin() + (r.first + r.count) * 5);
+            want_labels.insert(want_labels.end(), all.labels.begin() + r.first,
+                               all.labels.begin() + r.first + r.count);
+          }
+          ASSERT_EQ(part.slot.step, step);
+          ASSERT_EQ(part.rows, want_labels.size()) << "group " << k << " step " << step;
+          EXPECT_EQ(part.features, want) << "group " << k << " step " << step;
+          EXPECT_EQ(part.labels, want_labels) << "group " << k << " step " << step;
+        }
+      }
+    }
+}
+
 TEST(InputQueueTest, DestructorReturnsPromptlyWhenTheConsumerStops) {
   const std::string file = testing::scratch_dir("queue") + "/stop.h5";
   testing::write_fixture(file, {.rows = 500, .chunk_rows = 64});
