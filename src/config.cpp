@@ -3,6 +3,8 @@
 // is stored first), and range checks that name the option.
 #include "dptrain/config.hpp"
 
+#include "augment.hpp"
+
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -30,6 +32,7 @@ po::options_description data_group(Options& o) {
       ("train-set", po::value(&o.train_set)->default_value(o.train_set), "training set group")
       ("val-set", po::value(&o.val_set)->default_value(o.val_set), "validation set group; \"\" disables evaluation")
       ("shuffle", po::value(&o.shuffle)->default_value(o.shuffle), "none | full | block | auto (full when the set fits --input-cache-mb, else block)")
+      ("augment", po::value(&o.augment)->default_value(o.augment), "training-time augmentation of images: crop:P (random crop after zero padding P), flip (horizontal); e.g. crop:4,flip")
       ("input-readers", po::value(&o.input_readers)->default_value(o.input_readers), "who reads the training rows: rank0 (rank 0 for all) | node (local rank 0 of each node for its node) | all (each rank its own); the same batches and weights either way")
       ("input-cache-mb", po::value(&o.input_cache_mb)->default_value(o.input_cache_mb), "each input reader holds a set in memory when it fits this many MiB")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "global batches each input reader reads ahead")
@@ -139,6 +142,7 @@ void check_train(const Options& o) {
   require_one_of(o.optimizer, "optimizer", {"sgd", "adam", "adamw"});
   require_one_of(o.lr_schedule, "lr-schedule", {"constant", "cosine", "step"});
   require_one_of(o.shuffle, "shuffle", {"auto", "none", "full", "block"});
+  parse_augment(o.augment);  // a bad list is a usage error before anything runs
   require_one_of(o.input_readers, "input-readers", {"rank0", "node", "all"});
   if (!(o.lr > 0)) usage_error("--lr must be > 0");
   require_nonnegative(o.momentum, "momentum");

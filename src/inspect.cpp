@@ -57,13 +57,32 @@ void print_config(const std::string& text, std::ostream& out) {
 void print_tensors(const std::vector<ParamInfo>& layout, const char* unit, std::ostream& out) {
   for (std::size_t i = 0; i < layout.size();) {
     const std::string& layer = layout[i].layer;
-    out << "    " << std::left << std::setw(8) << layer << " ";
+    out << "    " << std::left << std::setw(13) << layer << " ";
     std::uint64_t n = 0;
     for (int k = 0; i < layout.size() && layout[i].layer == layer; ++i, ++k) {
       out << std::setw(k == 0 ? 22 : 14) << layout[i].name + " " + dims_string(layout[i].shape);
       n += layout[i].count;
     }
     out << std::right << n << " " << unit << "\n";
+  }
+}
+
+// The model's layers, each with its output shape and parameter count, when
+// the file has a spec and an input shape (version 2).
+void print_layer_shapes(const CheckpointData& ck, std::ostream& out) {
+  if (ck.meta.model.empty() || ck.input_shape.empty() || ck.input_shape.size() > 4) return;
+  const auto& d = ck.input_shape;
+  auto dim = [&](std::size_t i) { return static_cast<int>(d[i]); };
+  const Shape input = d.size() == 1   ? Shape{dim(0)}
+                      : d.size() == 2 ? Shape{dim(0), dim(1)}
+                      : d.size() == 3 ? Shape{dim(0), dim(1), dim(2)}
+                                      : Shape{dim(0), dim(1), dim(2), dim(3)};
+  out << "  input:           " << input.to_string() << " per sample\n  layer outputs:\n";
+  for (const auto& l : build_layers(parse_model_spec(ck.meta.model), input)) {
+    std::size_t n = 0;
+    for (const ParamInfo& p : l->params()) n += p.count;
+    out << "    " << std::left << std::setw(13) << l->name() << std::setw(44) << l->spec()
+        << std::setw(18) << l->output_shape().to_string() << std::right << n << " parameters\n";
   }
 }
 
@@ -88,7 +107,8 @@ void inspect_checkpoint(const std::string& path, bool has_format, std::ostream& 
     for (const auto& s : ck.optimizer_state) out << " " << s.name;
     out << "\n";
   }
-  out << "  layers:\n";
+  print_layer_shapes(ck, out);
+  out << "  tensors:\n";
   print_tensors(ck.param_layout, "parameters", out);
   if (!ck.buffer_layout.empty()) {
     out << "  buffers:\n";

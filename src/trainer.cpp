@@ -77,12 +77,14 @@ void TrainingRun::train_one(std::uint64_t step) {
                     input_->scatter_began(), input_->scatter_ended(), static_cast<std::int64_t>(step));
     if (step + 1 < total_steps_) input_->start(plan_->slot(step + 1).rows);
   }
+  const StepInfo info = step_info(slot);
+  if (augmenter_) augmenter_->apply(shard->features, shard->rows, info);
   stop_vote_->start(stop_requested());
   if (nan_hook().fires(mpi_.rank(), step) && shard->rows > 0) poke(be, shard->features, NAN);
   timer_.lap(Phase::kData);
 
   const float step_lr = learning_rate(schedule_, optimizer_->step_count());
-  model_->set_step(step_info(slot));
+  model_->set_step(info);
   bool finite;
   {
     StepScope scope(watchdog_, timeline_, step, {"forward/backward/all-reduce", "gradient all-reduce"});

@@ -21,6 +21,7 @@
 #include "input_readers.hpp"
 #include "loop_policy.hpp"
 #include "loss.hpp"
+#include "augment.hpp"
 #include "progress.hpp"
 #include "replica_sum.hpp"
 #include "shard_transfer.hpp"
@@ -88,6 +89,7 @@ class TrainingRun {
   std::unique_ptr<InputPipeline> input_;
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<CommReplicaSum> replica_sum_;  // bn's global statistics
+  std::unique_ptr<Augmenter> augmenter_;         // --augment, when given
   std::unique_ptr<StateSaver> saver_;
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<StopVote> stop_vote_;

@@ -142,6 +142,11 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
                    static_cast<std::size_t>(opts_.bucket_mb * 1048576.0)),
       input_.get());
   replica_sum_ = std::make_unique<CommReplicaSum>(*rt_.comm);
+  const AugmentSpec augment = parse_augment(opts_.augment);
+  if (augment.any())
+    agree(mpi_.world(), [&] {
+      augmenter_ = std::make_unique<Augmenter>(augment, model_->input_shape(), be);
+    });
   saver_ = std::make_unique<StateSaver>(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
   progress_ = std::make_unique<Progress>(mpi_, be, *rt_.comm, metrics_, timer_, total_steps_);
   stop_vote_ = std::make_unique<StopVote>(mpi_.world());

@@ -29,6 +29,7 @@ struct Options {
   double lr_gamma = 0.1, min_lr = 0.0;
   // input
   std::string shuffle = "auto";  // auto = full when the set fits the cache, else block
+  std::string augment;           // "crop:4,flip"; "" = none
   std::string input_readers = "rank0";  // rank0 | node | all: who reads the training rows
   // shuffle_block_rows 0: the file's chunk rows (a multiple near 1024), or 1024.
   std::int64_t input_cache_mb = 1024, prefetch = 4, shuffle_block_rows = 0,

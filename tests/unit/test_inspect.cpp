@@ -52,6 +52,25 @@ TEST_F(InspectTest, CheckpointSummary) {
                  "weight [2, 4]", "parameters:      46", "184 B", "lr = 0.5", "batch-size = 32"});
 }
 
+// A version 2 checkpoint of a CNN: every layer with its output shape and
+// parameter count, from the spec and input_shape.
+TEST_F(InspectTest, CnnCheckpointShowsLayerOutputShapes) {
+  CheckpointData d = small_checkpoint();
+  d.meta.model = "conv:8:3,bn,relu,maxpool:2,res(conv:16:3:2,bn),gap,dense:10";
+  d.input_shape = {1, 28, 28};
+  const ModelLayout layout = model_layout(parse_model_spec(d.meta.model), Shape{1, 28, 28});
+  d.param_layout = layout.params;
+  d.buffer_layout = layout.buffers;
+  d.params.assign(arena_size(d.param_layout), 0.125f);
+  d.buffers.assign(arena_size(d.buffer_layout), 1.0f);
+  for (auto& st : d.optimizer_state) st.values.assign(d.params.size(), 0.5f);
+  write_checkpoint(path("cnn.h5"), d);
+  const std::string s = inspect(path("cnn.h5"));
+  expect_has(s, {"input:           [1, 28, 28]", "conv0", "[8, 28, 28]", "80 parameters",
+                 "maxpool0", "[8, 14, 14]", "res0", "[16, 7, 7]", "gap0", "[16]",
+                 "weight [16, 8, 1, 1]", "res0/proj_bn", "running_mean [16]"});
+}
+
 TEST_F(InspectTest, ModelOnlyCheckpoint) {
   h5::File f = h5::create_file(path("m.h5"), ExitCode::kOther);
   std::vector<float> w(6, 0.5f), b(2, 0.0f);
