@@ -55,12 +55,14 @@ T read_attr_number(hid_t obj, const std::string& name, hid_t mem_type, ExitCode 
   return v;
 }
 
+// A scalar attribute, or (count > 0) a one-dimensional one of count values.
 void write_attr_raw(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type,
-                    const void* value, ExitCode code) {
+                    const void* value, ExitCode code, hsize_t count = 0) {
   quiet();
   const std::string what = describe(obj) + ": attribute '" + name + "'";
   if (has_attr(obj, name)) check_status(H5Adelete(obj, name.c_str()), code, what + ": replace");
-  DataSpace space(check(H5Screate(H5S_SCALAR), code, what));
+  DataSpace space(check(count ? H5Screate_simple(1, &count, nullptr) : H5Screate(H5S_SCALAR), code,
+                        what));
   Attribute a(check(H5Acreate2(obj, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
                     code, what + ": create"));
   check_status(H5Awrite(a.get(), mem_type, value), code, what + ": write");
@@ -120,14 +122,8 @@ double read_attr_double(hid_t obj, const std::string& name, ExitCode code) {
 
 void write_attr_int64s(hid_t obj, const std::string& name, const std::vector<std::int64_t>& values,
                        ExitCode code) {
-  quiet();
-  const std::string what = describe(obj) + ": attribute '" + name + "'";
-  if (has_attr(obj, name)) check_status(H5Adelete(obj, name.c_str()), code, what + ": replace");
-  const hsize_t n = values.size();
-  DataSpace space(check(H5Screate_simple(1, &n, nullptr), code, what));
-  Attribute a(check(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                    code, what + ": create"));
-  check_status(H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()), code, what + ": write");
+  DPT_REQUIRE(!values.empty(), code, describe(obj) + ": attribute '" + name + "': no values");
+  write_attr_raw(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, values.data(), code, values.size());
 }
 
 std::vector<std::int64_t> read_attr_int64s(hid_t obj, const std::string& name, std::size_t max_len,

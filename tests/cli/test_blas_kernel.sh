@@ -43,5 +43,5 @@ unset LD_PRELOAD
 # 3. A library that knows the CPU is left alone: no re-exec.
 run 1 120 "${args[@]}"
 expect_rc 0 "training with the library's own pick"
-grep -q "GEMM OpenBLAS [0-9.]*, [A-Za-z]* kernel$" "$OUT" || { cat "$OUT"; fail "unexpected GEMM line"; }
+grep -q "GEMM OpenBLAS [0-9.]*, [A-Za-z]* kernel, [0-9]* OpenMP thread(s)$" "$OUT" || { cat "$OUT"; fail "unexpected GEMM line"; }
 echo PASS
