@@ -261,13 +261,11 @@ void InputQueue::run() {
   cv_.notify_all();
 }
 
-void InputQueue::produce(std::uint64_t step, Batch& b) {
+// The batch positions this reader holds, ascending (every one, or the
+// shards of the ranks it serves), their stored rows in idx_, and the batch's
+// buffers sized for them. Returns the row count.
+std::uint64_t InputQueue::plan_rows(const BatchSlot& slot, Batch& b) {
   const SetInfo& info = data_.info();
-  const std::size_t fb = info.feature_bytes_per_row(), lb = info.label_bytes_per_row();
-  const BatchSlot slot = plan_.slot(step);
-  b.slot = slot;
-  // The batch positions this reader holds, ascending: every one, or the
-  // shards of the ranks it serves.
   if (cfg_.group.members.empty()) {
     segments_.resize(1);
     segments_[0] = {0, slot.rows};
@@ -283,8 +281,6 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
   const bool classes = info.label_type == LabelType::kClass;
   b.labels.resize(classes ? rows : 0);
   b.targets.resize(classes ? 0 : rows * info.label_width);
-  auto* label_out = classes ? reinterpret_cast<unsigned char*>(b.labels.data())
-                            : reinterpret_cast<unsigned char*>(b.targets.data());
   idx_.resize(rows);
   positions_.resize(rows);
   for (std::uint64_t at = 0; const RowRange& seg : segments_) {
@@ -294,95 +290,126 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
               positions_.begin() + static_cast<std::ptrdiff_t>(at + seg.count), slot.position + seg.first);
     at += seg.count;
   }
+  return rows;
+}
 
+void InputQueue::produce(std::uint64_t step, Batch& b) {
+  const SetInfo& info = data_.info();
+  const std::size_t fb = info.feature_bytes_per_row(), lb = info.label_bytes_per_row();
+  const BatchSlot slot = plan_.slot(step);
+  b.slot = slot;
+  const std::uint64_t rows = plan_rows(slot, b);
   if (cached_) {
     for (std::uint64_t i = 0; i < rows; ++i)
       put_row(info, &cache_features_[idx_[i] * fb], &cache_labels_[idx_[i] * lb], b, i);
-    return;
+  } else if (cfg_.shuffle.mode == ShuffleMode::kNone) {
+    read_in_file_order(slot, b);
+  } else if (cfg_.shuffle.mode == ShuffleMode::kFull) {
+    read_sorted_runs(rows, b);
+  } else {
+    read_block_windows(slot, rows, b);
   }
+}
 
-  // Reads stored rows [first, first + cnt) into batch rows [dst, dst + cnt).
-  auto read_run = [&](std::uint64_t first, std::uint64_t cnt, std::uint64_t dst) {
+// Unshuffled: each segment is one run of stored rows, read straight into
+// the batch (converted on the way unless uint8 travels raw).
+void InputQueue::read_in_file_order(const BatchSlot& slot, Batch& b) {
+  const SetInfo& info = data_.info();
+  const std::size_t fb = info.feature_bytes_per_row(), lb = info.label_bytes_per_row();
+  const bool raw = cfg_.raw_uint8 && info.feature_type == FeatureType::kUint8;
+  auto* label_out = info.label_type == LabelType::kClass
+                        ? reinterpret_cast<unsigned char*>(b.labels.data())
+                        : reinterpret_cast<unsigned char*>(b.targets.data());
+  for (std::uint64_t dst = 0; const RowRange& seg : segments_) {
+    const std::uint64_t first = slot.position + seg.first, cnt = seg.count;
+    if (cnt == 0) continue;
     if (info.feature_type == FeatureType::kFloat32) {
       data_.read_rows(first, cnt, b.features.data() + dst * info.dim, label_out + dst * lb);
-      return;
-    }
-    if (raw) {
+    } else if (raw) {
       data_.read_rows(first, cnt, b.raw.data() + dst * info.dim, label_out + dst * lb);
-      return;
-    }
-    window_features_.resize(std::max(window_features_.size(), cnt * fb));
-    data_.read_rows(first, cnt, window_features_.data(), label_out + dst * lb);
-    convert_features(info.feature_type, window_features_.data(), cnt * info.dim,
-                     b.features.data() + dst * info.dim);
-  };
-
-  if (cfg_.shuffle.mode == ShuffleMode::kNone) {
-    for (std::uint64_t dst = 0; const RowRange& seg : segments_) {
-      if (seg.count) read_run(slot.position + seg.first, seg.count, dst);
-      dst += seg.count;
-    }
-  } else if (cfg_.shuffle.mode == ShuffleMode::kFull) {
-    // Bounded memory, not speed: sort the batch's rows, read each run of
-    // consecutive rows once (the chunk cache absorbs repeats), scatter.
-    runs_.resize(rows);
-    for (std::uint64_t i = 0; i < rows; ++i) runs_[i] = {idx_[i], i};
-    std::sort(runs_.begin(), runs_.end());
-    for (std::uint64_t i = 0; i < rows;) {
-      std::uint64_t j = i + 1;
-      while (j < rows && runs_[j].first == runs_[i].first + (j - i)) ++j;
-      const std::uint64_t cnt = j - i;
+    } else {
       window_features_.resize(std::max(window_features_.size(), cnt * fb));
-      window_labels_.resize(std::max(window_labels_.size(), cnt * lb));
-      data_.read_rows(runs_[i].first, cnt, window_features_.data(), window_labels_.data());
-      for (std::uint64_t r = 0; r < cnt; ++r)
-        put_row(info, &window_features_[r * fb], &window_labels_[r * lb], b, runs_[i + r].second);
-      i = j;
+      data_.read_rows(first, cnt, window_features_.data(), label_out + dst * lb);
+      convert_features(info.feature_type, window_features_.data(), cnt * info.dim,
+                       b.features.data() + dst * info.dim);
     }
-  } else {
-    const BlockLayout layout(info.rows, cfg_.shuffle);
-    const std::uint64_t short_slot = layout.short_slot(cfg_.shuffle, slot.epoch);
-    std::uint64_t window_end = 0;
-    for (std::uint64_t i = 0; i < rows; ++i) {
-      const std::uint64_t p = positions_[i];
-      if (i == 0 || p >= window_end) {
-        const std::uint64_t w = layout.window_of(p, short_slot);
-        window_end = layout.start(w + 1, short_slot);
-        if (window_loaded_epoch_ != static_cast<std::int64_t>(slot.epoch) ||
-            window_loaded_ != static_cast<std::int64_t>(w)) {
-          // Keep the window's block ids ascending: a row's place in the
-          // buffer is then its block's rank, found by binary search.
-          layout.order(cfg_.shuffle, slot.epoch, window_blocks_);
-          const std::uint64_t s0 = w * layout.per_window;
-          const std::uint64_t s1 = std::min(layout.blocks, s0 + layout.per_window);
-          window_blocks_.erase(window_blocks_.begin() + static_cast<std::ptrdiff_t>(s1),
-                               window_blocks_.end());
-          window_blocks_.erase(window_blocks_.begin(),
-                               window_blocks_.begin() + static_cast<std::ptrdiff_t>(s0));
-          std::sort(window_blocks_.begin(), window_blocks_.end());
-          const std::uint64_t capacity_rows = window_blocks_.size() * layout.rows;
-          window_features_.resize(std::max(window_features_.size(), capacity_rows * fb));
-          window_labels_.resize(std::max(window_labels_.size(), capacity_rows * lb));
-          window_loaded_epoch_ = window_loaded_ = -1;  // half-loaded if a read throws
-          for (std::size_t k = 0; k < window_blocks_.size();) {
-            std::size_t m = k + 1;  // adjacent block ids: one read
-            while (m < window_blocks_.size() && window_blocks_[m] == window_blocks_[k] + (m - k)) ++m;
-            const std::uint64_t first = window_blocks_[k] * layout.rows;
-            const std::uint64_t cnt = std::min(info.rows, window_blocks_[m - 1] * layout.rows + layout.rows) - first;
-            data_.read_rows(first, cnt, &window_features_[k * layout.rows * fb],
-                            &window_labels_[k * layout.rows * lb]);
-            k = m;
-          }
-          window_loaded_epoch_ = static_cast<std::int64_t>(slot.epoch);
-          window_loaded_ = static_cast<std::int64_t>(w);
-        }
-      }
-      const std::uint64_t row = idx_[i], block = row / layout.rows;
-      const auto it = std::lower_bound(window_blocks_.begin(), window_blocks_.end(), block);
-      const std::uint64_t at = (it - window_blocks_.begin()) * layout.rows + row % layout.rows;
-      put_row(info, &window_features_[at * fb], &window_labels_[at * lb], b, i);
-    }
+    dst += cnt;
   }
+}
+
+// Full shuffle, streamed. Bounded memory, not speed: sort the batch's rows,
+// read each run of consecutive rows once (the chunk cache absorbs repeats),
+// scatter them to their batch places.
+void InputQueue::read_sorted_runs(std::uint64_t rows, Batch& b) {
+  const SetInfo& info = data_.info();
+  const std::size_t fb = info.feature_bytes_per_row(), lb = info.label_bytes_per_row();
+  runs_.resize(rows);
+  for (std::uint64_t i = 0; i < rows; ++i) runs_[i] = {idx_[i], i};
+  std::sort(runs_.begin(), runs_.end());
+  for (std::uint64_t i = 0; i < rows;) {
+    std::uint64_t j = i + 1;
+    while (j < rows && runs_[j].first == runs_[i].first + (j - i)) ++j;
+    const std::uint64_t cnt = j - i;
+    window_features_.resize(std::max(window_features_.size(), cnt * fb));
+    window_labels_.resize(std::max(window_labels_.size(), cnt * lb));
+    data_.read_rows(runs_[i].first, cnt, window_features_.data(), window_labels_.data());
+    for (std::uint64_t r = 0; r < cnt; ++r)
+      put_row(info, &window_features_[r * fb], &window_labels_[r * lb], b, runs_[i + r].second);
+    i = j;
+  }
+}
+
+// Block shuffle: rows come from the window holding their position, loaded
+// whole once per (epoch, window).
+void InputQueue::read_block_windows(const BatchSlot& slot, std::uint64_t rows, Batch& b) {
+  const SetInfo& info = data_.info();
+  const std::size_t fb = info.feature_bytes_per_row(), lb = info.label_bytes_per_row();
+  const BlockLayout layout(info.rows, cfg_.shuffle);
+  const std::uint64_t short_slot = layout.short_slot(cfg_.shuffle, slot.epoch);
+  std::uint64_t window_end = 0;
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    const std::uint64_t p = positions_[i];
+    if (i == 0 || p >= window_end) {
+      const std::uint64_t w = layout.window_of(p, short_slot);
+      window_end = layout.start(w + 1, short_slot);
+      if (window_loaded_epoch_ != static_cast<std::int64_t>(slot.epoch) ||
+          window_loaded_ != static_cast<std::int64_t>(w))
+        load_window(slot.epoch, w);
+    }
+    const std::uint64_t row = idx_[i], block = row / layout.rows;
+    const auto it = std::lower_bound(window_blocks_.begin(), window_blocks_.end(), block);
+    const std::uint64_t at = (it - window_blocks_.begin()) * layout.rows + row % layout.rows;
+    put_row(info, &window_features_[at * fb], &window_labels_[at * lb], b, i);
+  }
+}
+
+void InputQueue::load_window(std::uint64_t epoch, std::uint64_t w) {
+  const SetInfo& info = data_.info();
+  const BlockLayout layout(info.rows, cfg_.shuffle);
+  const std::size_t fb = info.feature_bytes_per_row(), lb = info.label_bytes_per_row();
+  // Keep the window's block ids ascending: a row's place in the buffer is
+  // then its block's rank, found by binary search.
+  layout.order(cfg_.shuffle, epoch, window_blocks_);
+  const std::uint64_t s0 = w * layout.per_window;
+  const std::uint64_t s1 = std::min(layout.blocks, s0 + layout.per_window);
+  window_blocks_.erase(window_blocks_.begin() + static_cast<std::ptrdiff_t>(s1), window_blocks_.end());
+  window_blocks_.erase(window_blocks_.begin(), window_blocks_.begin() + static_cast<std::ptrdiff_t>(s0));
+  std::sort(window_blocks_.begin(), window_blocks_.end());
+  const std::uint64_t capacity_rows = window_blocks_.size() * layout.rows;
+  window_features_.resize(std::max(window_features_.size(), capacity_rows * fb));
+  window_labels_.resize(std::max(window_labels_.size(), capacity_rows * lb));
+  window_loaded_epoch_ = window_loaded_ = -1;  // half-loaded if a read throws
+  for (std::size_t k = 0; k < window_blocks_.size();) {
+    std::size_t m = k + 1;  // adjacent block ids: one read
+    while (m < window_blocks_.size() && window_blocks_[m] == window_blocks_[k] + (m - k)) ++m;
+    const std::uint64_t first = window_blocks_[k] * layout.rows;
+    const std::uint64_t cnt = std::min(info.rows, window_blocks_[m - 1] * layout.rows + layout.rows) - first;
+    data_.read_rows(first, cnt, &window_features_[k * layout.rows * fb],
+                    &window_labels_[k * layout.rows * lb]);
+    k = m;
+  }
+  window_loaded_epoch_ = static_cast<std::int64_t>(epoch);
+  window_loaded_ = static_cast<std::int64_t>(w);
 }
 
 }  // namespace dptrain

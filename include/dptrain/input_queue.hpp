@@ -135,6 +135,13 @@ class InputQueue {
  private:
   void run();
   void produce(std::uint64_t step, Batch& b);
+  // produce's parts: the rows this reader holds, then one reader per
+  // shuffle mode for a streamed set.
+  std::uint64_t plan_rows(const BatchSlot& slot, Batch& b);
+  void read_in_file_order(const BatchSlot& slot, Batch& b);
+  void read_sorted_runs(std::uint64_t rows, Batch& b);
+  void read_block_windows(const BatchSlot& slot, std::uint64_t rows, Batch& b);
+  void load_window(std::uint64_t epoch, std::uint64_t w);  // of block windows
 
   Dataset& data_;
   InputQueueConfig cfg_;
