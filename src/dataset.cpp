@@ -11,6 +11,7 @@
 
 #include "dptrain/error.hpp"
 #include "dataset_files.hpp"
+#include "feature_types.hpp"
 #include "h5.hpp"
 
 namespace dptrain {
@@ -72,31 +73,16 @@ std::string set_group(const std::string& set) {
 
 }  // namespace
 
-void convert_features(FeatureType type, const void* raw, std::size_t count, float* out) {
-  if (type == FeatureType::kFloat32) {
-    std::memcpy(out, raw, count * sizeof(float));
-    return;
-  }
-  const auto* in = static_cast<const std::uint8_t*>(raw);
-  constexpr float kScale = 1.0f / 255.0f;
-  for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]) * kScale;
-}
-
 namespace {
 
 // Features: dtype, rank, shape (as stored, N first) into info.
 void read_feature_layout(hid_t feat, const std::string& name, SetInfo& info) {
   h5::DataType ft = h5::type_of(feat);
-  const auto fclass = H5Tget_class(ft.get());
-  if (fclass == H5T_FLOAT && H5Tget_size(ft.get()) == 4) {
-    info.feature_type = FeatureType::kFloat32;
-  } else if (fclass == H5T_INTEGER && H5Tget_size(ft.get()) == 1 &&
-             H5Tget_sign(ft.get()) == H5T_SGN_NONE) {
-    info.feature_type = FeatureType::kUint8;
-  } else {
+  const std::optional<FeatureType> type = feature_type_of(ft.get());
+  if (!type)
     DPT_DATA_FAIL(name + ": dtype " + h5::type_name(ft.get()) +
-                  " is not supported (need float32 or uint8)");
-  }
+                  " is not supported (need float32, float16, int16 or uint8)");
+  info.feature_type = *type;
   const std::vector<hsize_t> fshape = h5::shape(feat);
   // [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W] (DESIGN.md section 3).
   if (fshape.size() < 2 || fshape.size() > 5)
@@ -145,7 +131,7 @@ void check_sizes(const SetPart& m, const std::string& group, const std::vector<h
   bool zero_dim = std::find(fshape.begin() + 1, fshape.end(), hsize_t(0)) != fshape.end();
   if (zero_dim) DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) + " has D = 0");
   info.dim = dim;
-  const std::uint64_t item = info.feature_type == FeatureType::kUint8 ? 1 : 4;
+  const std::uint64_t item = feature_item_bytes(info.feature_type);
   // Checked products: dim * item itself may overflow on a hostile shape.
   const std::uint64_t row_bytes = mul_or_zero(dim, item);
   const std::uint64_t feature_bytes = row_bytes == 0 ? 0 : mul_or_zero(info.rows, row_bytes);
@@ -200,7 +186,7 @@ SetInfo open_part(SetPart& m, const std::string& set) {
   info.chunk_rows = chunk.empty() ? 0 : chunk[0];
   feat.reset();
   const std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
-  h5::PropList dapl = chunk_cache_for(fshape, chunk, info.feature_type == FeatureType::kUint8 ? 1 : 4);
+  h5::PropList dapl = chunk_cache_for(fshape, chunk, feature_item_bytes(info.feature_type));
   m.features = h5::open_dataset(f, group + "/features", ExitCode::kData, dapl.get());
   m.labels = std::move(lab);
   return info;
@@ -209,7 +195,7 @@ SetInfo open_part(SetPart& m, const std::string& set) {
 std::string layout_text(const SetInfo& i) {
   std::vector<hsize_t> trailing(i.feature_shape.begin() + 1, i.feature_shape.end());
   std::string dims = h5::shape_string(trailing);
-  return std::string(i.feature_type == FeatureType::kUint8 ? "uint8" : "float32") + " features [N, " +
+  return std::string(feature_type_name(i.feature_type)) + " features [N, " +
          dims.substr(1) + " and " +
          (i.label_type == LabelType::kClass ? std::string("class ids")
                                             : std::to_string(i.label_width) + " float32 targets");
@@ -273,10 +259,13 @@ namespace {
 // validate() over one file's rows; indices in messages are the file's own.
 std::int64_t validate_part(const SetPart& m, const SetInfo& info, std::int64_t num_classes) {
   const std::uint64_t n = m.rows, d = info.dim, k = info.label_width;
-  const bool check_features = info.feature_type == FeatureType::kFloat32;  // uint8 is always finite
-  const std::uint64_t row_bytes = (check_features ? d * 4 : 0) + k * 8;
+  // Integers are always finite; float16 may hold Inf and NaN like float32.
+  const bool check_features =
+      info.feature_type == FeatureType::kFloat32 || info.feature_type == FeatureType::kFloat16;
+  const std::uint64_t row_bytes = (check_features ? d * 6 : 0) + k * 8;
   const std::uint64_t step = std::max<std::uint64_t>(1, kValidateBytes / row_bytes);
   std::vector<float> fbuf, tbuf;
+  std::vector<std::uint16_t> half_buf;
   std::vector<std::int64_t> lbuf;
   std::int64_t max_label = -1;
   constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
@@ -287,7 +276,14 @@ std::int64_t validate_part(const SetPart& m, const SetInfo& info, std::int64_t n
     std::string feature_msg, label_msg;
     if (check_features) {
       fbuf.resize(cnt * d);
-      h5::read_rows(m.features.get(), H5T_NATIVE_FLOAT, begin, cnt, fbuf.data(), ExitCode::kData);
+      if (info.feature_type == FeatureType::kFloat16) {
+        half_buf.resize(cnt * d);
+        h5::read_rows(m.features.get(), feature_memory_type(FeatureType::kFloat16), begin, cnt,
+                      half_buf.data(), ExitCode::kData);
+        convert_features(FeatureType::kFloat16, half_buf.data(), half_buf.size(), fbuf.data());
+      } else {
+        h5::read_rows(m.features.get(), H5T_NATIVE_FLOAT, begin, cnt, fbuf.data(), ExitCode::kData);
+      }
       auto it = std::find_if(fbuf.begin(), fbuf.end(), [](float v) { return !std::isfinite(v); });
       if (it != fbuf.end()) {
         std::uint64_t at = it - fbuf.begin();
@@ -349,7 +345,7 @@ void Dataset::read_rows(std::uint64_t begin, std::uint64_t count, void* features
                   std::to_string(begin + count) + ") are past the end (" +
                   std::to_string(info_.rows) + " rows)");
   Impl& m = *impl_;
-  const hid_t ftype = info_.feature_type == FeatureType::kUint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+  const hid_t ftype = feature_memory_type(info_.feature_type);
   // HDF5 converts int64 ids to int32 here (clipping); validate() has
   // already refused ids that do not fit.
   const hid_t ltype = info_.label_type == LabelType::kClass ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;

@@ -12,7 +12,7 @@ namespace dptrain {
 void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& model, LossKind loss,
                   std::uint64_t batch_size, std::size_t cache_bytes, const BatchOutputs& on_batch) {
   const BatchPlan plan(set.info.rows, batch_size);
-  const bool raw = raw_uint8_wire(set.info);
+  const FeatureType wire = feature_wire(set.info);
   std::unique_ptr<InputQueue> queue;
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
@@ -22,12 +22,12 @@ void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& mod
     qc.first_step = 0;
     qc.end_step = plan.steps_per_epoch();
     qc.cache_bytes = cache_bytes;
-    qc.raw_uint8 = raw;
+    qc.raw_features = true;
     queue = std::make_unique<InputQueue>(*set.data, qc);
   });
   ShardBuffers shard(be, max_shard_rows(batch_size, mpi.size()), set.info.dim,
-                     set.info.label_width, loss, 0, raw);
-  Scatter scatter(mpi.world(), set.info.dim, set.info.label_width, class_labels(loss), raw);
+                     set.info.label_width, loss, 0, wire);
+  Scatter scatter(mpi.world(), set.info.dim, set.info.label_width, class_labels(loss), wire);
   for (std::uint64_t s = 0; s < plan.steps_per_epoch(); ++s) {
     const BatchSlot slot = plan.slot(s);
     const Shard& dev = next_shard(queue.get(), scatter, slot.rows, shard);

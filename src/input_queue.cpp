@@ -66,7 +66,7 @@ struct BlockLayout {
 void put_row(const SetInfo& info, const unsigned char* feat, const unsigned char* label, Batch& b,
              std::uint64_t dst) {
   if (!b.raw.empty())
-    std::memcpy(b.raw.data() + dst * info.dim, feat, info.dim);
+    std::memcpy(b.raw.data() + dst * info.feature_bytes_per_row(), feat, info.feature_bytes_per_row());
   else
     convert_features(info.feature_type, feat, info.dim, b.features.data() + dst * info.dim);
   if (info.label_type == LabelType::kClass)
@@ -275,9 +275,9 @@ std::uint64_t InputQueue::plan_rows(const BatchSlot& slot, Batch& b) {
   std::uint64_t rows = 0;
   for (const RowRange& seg : segments_) rows += seg.count;
   b.rows = rows;
-  const bool raw = cfg_.raw_uint8 && info.feature_type == FeatureType::kUint8;
+  const bool raw = cfg_.raw_features && info.feature_type != FeatureType::kFloat32;
   b.features.resize(raw ? 0 : rows * info.dim);
-  b.raw.resize(raw ? rows * info.dim : 0);
+  b.raw.resize(raw ? rows * info.feature_bytes_per_row() : 0);
   const bool classes = info.label_type == LabelType::kClass;
   b.labels.resize(classes ? rows : 0);
   b.targets.resize(classes ? 0 : rows * info.label_width);
@@ -312,11 +312,11 @@ void InputQueue::produce(std::uint64_t step, Batch& b) {
 }
 
 // Unshuffled: each segment is one run of stored rows, read straight into
-// the batch (converted on the way unless uint8 travels raw).
+// the batch (converted on the way unless the features travel as stored).
 void InputQueue::read_in_file_order(const BatchSlot& slot, Batch& b) {
   const SetInfo& info = data_.info();
   const std::size_t fb = info.feature_bytes_per_row(), lb = info.label_bytes_per_row();
-  const bool raw = cfg_.raw_uint8 && info.feature_type == FeatureType::kUint8;
+  const bool raw = cfg_.raw_features && info.feature_type != FeatureType::kFloat32;
   auto* label_out = info.label_type == LabelType::kClass
                         ? reinterpret_cast<unsigned char*>(b.labels.data())
                         : reinterpret_cast<unsigned char*>(b.targets.data());
@@ -326,7 +326,7 @@ void InputQueue::read_in_file_order(const BatchSlot& slot, Batch& b) {
     if (info.feature_type == FeatureType::kFloat32) {
       data_.read_rows(first, cnt, b.features.data() + dst * info.dim, label_out + dst * lb);
     } else if (raw) {
-      data_.read_rows(first, cnt, b.raw.data() + dst * info.dim, label_out + dst * lb);
+      data_.read_rows(first, cnt, b.raw.data() + dst * fb, label_out + dst * lb);
     } else {
       window_features_.resize(std::max(window_features_.size(), cnt * fb));
       data_.read_rows(first, cnt, window_features_.data(), label_out + dst * lb);

@@ -223,7 +223,8 @@ void inspect_data(const std::string& path, const std::vector<std::string>& sets,
     std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
     out << "set " << set << ": N = " << info.rows << "\n"
         << "  features: " << h5::shape_string(fshape) << " "
-        << (info.feature_type == FeatureType::kUint8 ? "uint8 (scaled by 1/255)" : "float32")
+        << feature_type_name(info.feature_type)
+        << (info.feature_type == FeatureType::kUint8 ? " (scaled by 1/255)" : "")
         << ", D = " << info.dim << ", "
         << (info.chunk_rows ? "chunks of " + std::to_string(info.chunk_rows) + " rows"
                             : std::string("contiguous"))

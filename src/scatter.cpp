@@ -29,13 +29,15 @@ int max_shard_rows(std::uint64_t rows, int ranks) {
 }
 
 Scatter::Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels,
-                 bool raw_uint8, ShardGroup group)
+                 FeatureType wire, ShardGroup group)
     : comm_(comm),
       group_(std::move(group)),
       dim_(dim),
       label_width_(label_width),
       class_labels_(class_labels),
-      raw_uint8_(raw_uint8) {
+      wire_(wire),
+      raw_(wire != FeatureType::kFloat32),
+      raw_type_(feature_item_bytes(wire) == 1 ? MPI_UINT8_T : MPI_UINT16_T) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   if (group_.members.empty()) {
@@ -112,13 +114,14 @@ void Scatter::start(const Batch* batch, std::uint64_t rows, Shard& out) {
   plan(rows, out);
   if (root) {
     check_batch(batch, rows, group_rows_);
-    DPT_REQUIRE((raw_uint8_ ? batch->raw.size() : batch->features.size()) >= group_rows_ * dim_,
+    DPT_REQUIRE((raw_ ? batch->raw.size() / feature_item_bytes(wire_) : batch->features.size()) >=
+                    group_rows_ * dim_,
                 ExitCode::kOther, "a batch holds fewer features than the scatter sends");
   }
   if (size_ == 1) {
     const std::uint64_t n = group_rows_;
-    if (raw_uint8_)
-      std::copy_n(batch->raw.data(), n * dim_, out.raw);
+    if (raw_)
+      std::copy_n(batch->raw.data(), n * dim_ * feature_item_bytes(wire_), out.raw);
     else
       std::copy_n(batch->features.data(), n * dim_, out.features);
     if (class_labels_)
@@ -128,9 +131,9 @@ void Scatter::start(const Batch* batch, std::uint64_t rows, Shard& out) {
     return;
   }
   const std::size_t me = static_cast<std::size_t>(rank_);
-  if (raw_uint8_) {
+  if (raw_) {
     DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->raw.data() : nullptr, counts_.data(), displs_.data(),
-                                MPI_UINT8_T, out.raw, counts_[me], MPI_UINT8_T, 0, comm_,
+                                raw_type_, out.raw, counts_[me], raw_type_, 0, comm_,
                                 &requests_[0]));
   } else {
     DPT_MPI_CHECK(MPI_Iscatterv(root ? batch->features.data() : nullptr, counts_.data(),

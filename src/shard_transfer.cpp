@@ -10,8 +10,8 @@
 namespace dptrain {
 
 ShardBuffers::ShardBuffers(Backend& be, int max_rows, std::uint64_t dim,
-                           std::uint64_t label_width, LossKind loss, int slot, bool raw_uint8)
-    : be_(be), slot_(slot), dim_(dim), label_width_(label_width),
+                           std::uint64_t label_width, LossKind loss, int slot, FeatureType wire)
+    : be_(be), slot_(slot), dim_(dim), label_width_(label_width), wire_(wire),
       staged_(be.caps().staged_uploads) {
   const std::size_t rows = static_cast<std::size_t>(std::max(1, max_rows));
   x_ = DeviceBuffer<float>(be, rows * dim);
@@ -30,8 +30,8 @@ ShardBuffers::ShardBuffers(Backend& be, int max_rows, std::uint64_t dim,
   } else {
     host_ = dev_;  // CPU: MPI writes straight into backend memory
   }
-  if (raw_uint8) {
-    raw_.resize(rows * dim);
+  if (wire != FeatureType::kFloat32) {
+    raw_.resize(rows * dim * feature_item_bytes(wire));
     host_.raw = raw_.data();
   }
 }
@@ -60,7 +60,7 @@ void ShardBuffers::upload() {
   uploaded_ = true;
   dev_.rows = host_.rows;
   if (host_.raw && host_.rows > 0)
-    convert_features(FeatureType::kUint8, host_.raw,
+    convert_features(wire_, host_.raw,
                      static_cast<std::size_t>(host_.rows) * dim_, host_.features);
   if (!staged_ || host_.rows <= 0) return;
   if (!released_) release();
@@ -98,11 +98,11 @@ MPI_Comm dup_comm(MPI_Comm comm, MPI_Comm& out) {
 
 InputPipeline::InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows,
                              std::uint64_t dim, std::uint64_t label_width, LossKind loss,
-                             bool raw_uint8, ShardGroup group)
+                             FeatureType wire, ShardGroup group)
     : queue_(queue),
-      a_(be, max_rows, dim, label_width, loss, 0, raw_uint8),
-      b_(be, max_rows, dim, label_width, loss, 1, raw_uint8),
-      scatter_(dup_comm(comm, comm_), dim, label_width, loss == LossKind::kXent, raw_uint8,
+      a_(be, max_rows, dim, label_width, loss, 0, wire),
+      b_(be, max_rows, dim, label_width, loss, 1, wire),
+      scatter_(dup_comm(comm, comm_), dim, label_width, loss == LossKind::kXent, wire,
                std::move(group)) {}
 
 InputPipeline::~InputPipeline() {

@@ -30,10 +30,10 @@ namespace dptrain {
 // before the step that uses it.
 class ShardBuffers {
  public:
-  // raw_uint8: Scatter writes uint8 features into host().raw and upload()
-  // converts them (x / 255) into the float features.
+  // wire other than float32: Scatter writes the features in that stored
+  // type into host().raw and upload() converts them into the float features.
   ShardBuffers(Backend& be, int max_rows, std::uint64_t dim, std::uint64_t label_width,
-               LossKind loss, int slot = 0, bool raw_uint8 = false);
+               LossKind loss, int slot = 0, FeatureType wire = FeatureType::kFloat32);
   // Waits for this buffer's last upload, which may still be reading the
   // staging memory (an error may unwind the stack mid-step).
   ~ShardBuffers();
@@ -48,7 +48,7 @@ class ShardBuffers {
   // the next upload may overwrite it. upload() does it itself if not called
   // since the last upload (then ordered after everything queued up to it).
   void release();
-  // Converts raw uint8 features and enqueues the copy of the received shard
+  // Converts features that arrived as stored and enqueues the copy of the received shard
   // (the scatter must be complete) without blocking. Once per batch; later
   // calls do nothing.
   void upload();
@@ -60,6 +60,7 @@ class ShardBuffers {
   Backend& be_;
   int slot_;
   std::uint64_t dim_, label_width_;
+  FeatureType wire_;
   bool staged_;
   bool uploaded_ = false;  // the current contents are enqueued (visible, on the CPU)
   bool released_ = false;  // release() since the last upload
@@ -68,7 +69,7 @@ class ShardBuffers {
   DeviceBuffer<std::int32_t> y_;
   HostBuffer<float> hx_, ht_;
   HostBuffer<std::int32_t> hy_;
-  std::vector<std::uint8_t> raw_;  // raw_uint8: the received features
+  std::vector<std::uint8_t> raw_;  // wire other than float32: the received features
   Shard host_, dev_;
 };
 
@@ -81,7 +82,7 @@ class InputPipeline final : public LayerHooks {
   // comm: the ranks served by one reader, whose world ranks group names
   // (default: the world, one reader); queue: that reader's, null elsewhere.
   InputPipeline(MPI_Comm comm, Backend& be, InputQueue* queue, int max_rows, std::uint64_t dim,
-                std::uint64_t label_width, LossKind loss, bool raw_uint8 = false,
+                std::uint64_t label_width, LossKind loss, FeatureType wire = FeatureType::kFloat32,
                 ShardGroup group = {});
   // Completes a scatter still in flight (peers are in it too), unless an
   // error is unwinding the stack (the job is being aborted then).

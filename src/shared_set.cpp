@@ -22,7 +22,7 @@ struct SetShape {
 
 std::string shape_text(const SetInfo& i) {
   return std::to_string(i.rows) + " rows of " + std::to_string(i.dim) + " " +
-         (i.feature_type == FeatureType::kUint8 ? "uint8" : "float32") + " values, " +
+         feature_type_name(i.feature_type) + " values, " +
          (i.label_type == LabelType::kClass ? "class ids"
                                             : std::to_string(i.label_width) + " targets");
 }

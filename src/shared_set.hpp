@@ -37,8 +37,10 @@ Shape sample_shape(const SetInfo& info);
 SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::string& set,
                    LossKind loss, int outputs, bool reader = false);
 
-// Whether a set's features travel as uint8 (InputQueueConfig::raw_uint8,
-// Scatter and ShardBuffers must agree): every uint8 set.
-inline bool raw_uint8_wire(const SetInfo& info) { return info.feature_type == FeatureType::kUint8; }
+// The type a set's features travel in between ranks (Scatter and
+// ShardBuffers must agree; InputQueueConfig::raw_features on the reader):
+// their stored type, so uint8 moves a quarter and float16/int16 half the
+// bytes of float32, and each rank converts its own shard.
+inline FeatureType feature_wire(const SetInfo& info) { return info.feature_type; }
 
 }  // namespace dptrain

@@ -135,7 +135,7 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
   // are reduced while backward goes on (both moved along between layers).
   input_ = std::make_unique<InputPipeline>(readers_.comm(), be, queue_.get(), model_->max_rows(),
                                            train_.info.dim, train_.info.label_width, loss_,
-                                           raw_uint8_wire(train_.info), readers_.shards());
+                                           feature_wire(train_.info), readers_.shards());
   buckets_ = std::make_unique<GradientBuckets>(
       *rt_.comm, model_->grads(),
       plan_buckets(model_->param_layout(), model_->num_params(),
@@ -208,7 +208,7 @@ void TrainingRun::make_input_queue() {
     qc.capacity = static_cast<std::size_t>(opts_.prefetch);
     qc.cache_bytes = cache_bytes_;
     qc.timeline = timeline_.enabled() ? &timeline_ : nullptr;
-    qc.raw_uint8 = raw_uint8_wire(train_.info);
+    qc.raw_features = true;  // they travel as stored (feature_wire)
     if (readers_.mode() != ReaderMode::kRank0) qc.group = readers_.shards();
     queue_ = std::make_unique<InputQueue>(*train_.data, qc);
   });

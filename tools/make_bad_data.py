@@ -64,8 +64,11 @@ def main():
     write(case("missing_labels.h5", "/train/labels: missing"), features=good_features())
     write(case("features_float64.h5", "/train/features: dtype float64"),
           good_features().astype(np.float64), good_labels())
-    write(case("features_int16.h5", "/train/features: dtype int16"),
-          (good_features() * 100).astype(np.int16), good_labels())
+    write(case("features_uint16.h5", "/train/features: dtype uint16"),
+          (np.abs(good_features()) * 100).astype(np.uint16), good_labels())
+    bad_half = good_features().astype(np.float16)
+    bad_half[5, 1] = np.inf
+    write(case("features_float16_inf.h5", "/train/features: Inf at index 5"), bad_half, good_labels())
     write(case("features_rank1.h5", "/train/features: rank 1"),
           good_features()[:, 0].copy(), good_labels())
     write(case("labels_rank2_int.h5", "/train/labels: int32 labels of shape [32, 2]"),

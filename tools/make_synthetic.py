@@ -33,7 +33,7 @@ def uint8_scale(x):
 
 def write_set(f, name, n, shape, args, means, weights, rng):
     dim = int(np.prod(shape))
-    item = 1 if args.dtype == "uint8" else 4
+    item = np.dtype(args.dtype).itemsize
     chunk_rows = int(max(1, min(n, CHUNK_BYTES // (dim * item))))
     g = f.create_group(name)
     feats = g.create_dataset("features", (n, *shape), dtype=args.dtype, chunks=(chunk_rows, *shape))
@@ -47,14 +47,16 @@ def write_set(f, name, n, shape, args, means, weights, rng):
         rows = min(slab, n - begin)
         if args.regression:
             x = rng.standard_normal((rows, dim), dtype=np.float32)
-            xf = x if args.dtype == "float32" else (uint8_scale(x).astype(np.float32) / 255.0)
+            xf = (uint8_scale(x).astype(np.float32) / 255.0 if args.dtype == "uint8"
+                  else x.astype(args.dtype).astype(np.float32))
             y = xf @ weights + 0.05 * rng.standard_normal((rows, args.regression), dtype=np.float32)
             labels[begin:begin + rows] = y.astype(np.float32)
         else:
             y = rng.integers(0, args.classes, size=rows, dtype=np.int32)
             x = means[y] + args.noise * rng.standard_normal((rows, dim), dtype=np.float32)
             labels[begin:begin + rows] = y
-        feats[begin:begin + rows] = (uint8_scale(x) if args.dtype == "uint8" else x).reshape(rows, *shape)
+        stored = uint8_scale(x) if args.dtype == "uint8" else x.astype(args.dtype)
+        feats[begin:begin + rows] = stored.reshape(rows, *shape)
 
 
 def main():
@@ -64,7 +66,7 @@ def main():
     ap.add_argument("--val-n", type=int, default=None, help="rows of the other sets (default n/6)")
     ap.add_argument("--shape", default="28,28", help="feature shape per sample, e.g. 28,28 or 64")
     ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--dtype", choices=["float32", "uint8"], default="float32")
+    ap.add_argument("--dtype", choices=["float32", "float16", "uint8"], default="float32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--regression", type=int, default=0, metavar="K",
                     help="write float32 targets [N, K] instead of class ids")

@@ -12,7 +12,11 @@
 
 namespace dptrain {
 
-enum class FeatureType { kFloat32, kUint8 };
+// Stored feature dtypes (DESIGN.md section 3). The values travel between
+// ranks (shared_set.cpp): append new ones, never renumber.
+enum class FeatureType { kFloat32, kUint8, kFloat16, kInt16 };
+std::size_t feature_item_bytes(FeatureType t);  // 4, 1, 2, 2
+const char* feature_type_name(FeatureType t);   // "float32", "uint8", ...
 enum class LabelType { kClass, kTarget };  // int32/int64 [N] or float32 [N, K]
 
 struct SetInfo {
@@ -25,13 +29,16 @@ struct SetInfo {
   std::uint64_t label_width = 1;           // 1 for class ids, K for targets
   std::uint64_t chunk_rows = 0;            // rows per feature chunk, 0 if contiguous
   std::size_t feature_bytes_per_row() const {
-    return dim * (feature_type == FeatureType::kUint8 ? 1 : 4);
+    return dim * feature_item_bytes(feature_type);
   }
   std::size_t label_bytes_per_row() const { return label_width * 4; }
 };
 
-// Converts raw stored features (uint8 scaled by 1/255, or float32) to float.
+// Converts stored features to float: uint8 scaled by 1/255, float16 exactly
+// (subnormals, Inf and NaN included), int16 and float32 as they are.
 void convert_features(FeatureType type, const void* raw, std::size_t count, float* out);
+// One IEEE binary16 value (its bits) as float, exactly.
+float half_to_float(std::uint16_t bits);
 
 class Dataset {
  public:

@@ -90,8 +90,8 @@ void group_rows(std::uint64_t rows, const ShardGroup& group, std::vector<RowRang
 struct Batch {
   BatchSlot slot;
   std::uint64_t rows = 0;        // rows held: slot.rows, or the reader group's rows
-  std::vector<float> features;   // rows * dim, converted to float (empty with raw_uint8)
-  std::vector<std::uint8_t> raw; // rows * dim uint8 features as stored (raw_uint8 only)
+  std::vector<float> features;   // rows * dim, converted to float (empty when raw is used)
+  std::vector<std::uint8_t> raw; // rows * feature_bytes_per_row, as stored (raw_features)
   std::vector<std::int32_t> labels;  // rows (class labels)
   std::vector<float> targets;    // rows * K (regression targets)
 };
@@ -105,9 +105,10 @@ struct InputQueueConfig {
   // Hold the whole set in memory (raw dtype) when it fits this; otherwise
   // stream from the file (block/none read contiguous runs).
   std::size_t cache_bytes = std::size_t(1) << 30;
-  // uint8 features stay uint8 in Batch::raw (a quarter of the bytes to
-  // scatter; each rank converts its own shard). No effect on float32 sets.
-  bool raw_uint8 = false;
+  // Features other than float32 stay in their stored type in Batch::raw
+  // (uint8 a quarter, float16 and int16 half the bytes to scatter; each rank
+  // converts its own shard). No effect on float32 sets.
+  bool raw_features = false;
   // Records a "read" event (tid 1) per batch produced; must outlive the queue.
   Timeline* timeline = nullptr;
   // Read only the rows of these ranks' shards (group_rows order); empty:

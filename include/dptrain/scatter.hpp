@@ -24,7 +24,7 @@ int max_shard_rows(std::uint64_t rows, int ranks);
 struct Shard {
   int rows = 0;
   float* features = nullptr;      // [rows, dim]
-  std::uint8_t* raw = nullptr;    // [rows, dim] uint8 as stored, when scattered raw
+  std::uint8_t* raw = nullptr;    // [rows, dim] features in their stored type, when not float32
   std::int32_t* labels = nullptr; // [rows] (class labels) or null
   float* targets = nullptr;       // [rows, label_width] (targets) or null
 };
@@ -32,10 +32,11 @@ struct Shard {
 class Scatter {
  public:
   // dim: features per row; label_width: 1 for class ids, K for targets.
-  // raw_uint8: features travel as Batch::raw bytes into Shard::raw.
+  // wire: the stored feature type; other than float32, features travel as
+  // stored from Batch::raw into Shard::raw.
   // group: the world ranks comm's ranks stand for (default: comm is the world).
   Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bool class_labels,
-          bool raw_uint8 = false, ShardGroup group = {});
+          FeatureType wire = FeatureType::kFloat32, ShardGroup group = {});
   // Collective. `batch` is read on comm's rank 0 only (may be null
   // elsewhere) and holds the group's rows (group_rows, in order); every rank
   // passes the same global `rows` (from the BatchPlan). Fills out.rows and
@@ -58,7 +59,10 @@ class Scatter {
   ShardGroup group_;
   std::uint64_t group_rows_ = 0;  // rows of the batch the root holds
   std::uint64_t dim_, label_width_;
-  bool class_labels_, raw_uint8_;
+  bool class_labels_;
+  FeatureType wire_;
+  bool raw_;                 // wire_ is not float32: features travel from Batch::raw
+  MPI_Datatype raw_type_;    // one stored feature value on the wire
   std::vector<int> counts_, displs_;             // features
   std::vector<int> label_counts_, label_displs_;  // labels or targets
   std::uint64_t planned_rows_ = ~std::uint64_t(0);  // batch size the counts are for

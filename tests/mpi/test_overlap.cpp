@@ -190,7 +190,7 @@ void check_pipeline(bool uint8, ShuffleMode mode = ShuffleMode::kFull, bool stre
     qc.shuffle.block_rows = 3;
     qc.shuffle.window_blocks = 2;
     qc.end_step = steps;
-    qc.raw_uint8 = raw;
+    qc.raw_features = raw;
     if (stream) qc.cache_bytes = 1;  // read from the file batch by batch
     return std::make_unique<InputQueue>(*data, qc);
   };
@@ -212,7 +212,8 @@ void check_pipeline(bool uint8, ShuffleMode mode = ShuffleMode::kFull, bool stre
 
   std::unique_ptr<Dataset> data;
   auto queue = make_queue(data, uint8);
-  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LossKind::kXent, uint8);
+  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LossKind::kXent,
+                      uint8 ? FeatureType::kUint8 : FeatureType::kFloat32);
   input.start(plan.slot(0).rows);
   for (std::uint64_t s = 0; s < steps; ++s) {
     Shard& sh = input.finish();

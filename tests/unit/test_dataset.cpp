@@ -161,13 +161,13 @@ TEST_F(DatasetTest, StructuralErrorsNameFileAndDataset) {
          write_array(f, "/train/labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, ints(4).data());
        },
        {"/train/features", "dtype float64"}},
-      {"int16",
+      {"uint16",
        [](auto& f) {
-         std::vector<std::int16_t> x(8, 1);
-         write_array(f, "/train/features", H5T_STD_I16LE, H5T_NATIVE_INT16, {4, 2}, x.data());
+         std::vector<std::uint16_t> x(8, 1);
+         write_array(f, "/train/features", H5T_STD_U16LE, H5T_NATIVE_UINT16, {4, 2}, x.data());
          write_array(f, "/train/labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, ints(4).data());
        },
-       {"/train/features", "dtype int16"}},
+       {"/train/features", "dtype uint16"}},
       {"rank1",
        [](auto& f) {
          write_array(f, "/train/features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4}, floats(4).data());

@@ -392,25 +392,26 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
   constexpr std::uint64_t kBatch = 128;
   struct Shape {
     std::uint64_t rows, dim, label_width, feature_bytes;
-    std::int32_t class_labels;
+    std::int32_t class_labels, feature_type;
   } shape{};
   agree(mpi.world(), [&] {  // checks the file once, untimed
     if (mpi.rank() != 0) return;
     Dataset d(args.data, "train");
     const SetInfo& i = d.info();
     shape = {i.rows, i.dim, i.label_width, i.rows * i.feature_bytes_per_row(),
-             i.label_type == LabelType::kClass};
+             i.label_type == LabelType::kClass, static_cast<std::int32_t>(i.feature_type)};
   });
   DPT_MPI_CHECK(MPI_Bcast(&shape, sizeof shape, MPI_BYTE, 0, mpi.world()));
   const LossKind loss = shape.class_labels ? LossKind::kXent : LossKind::kMse;
 
   auto be = make_backend("cpu", BackendOptions{args.threads});
-  // As the trainer does: uint8 features travel as bytes, converted per rank.
-  const bool raw = shape.feature_bytes == shape.rows * shape.dim;
+  // As the trainer does: features travel as stored, converted per rank.
+  const auto wire = static_cast<FeatureType>(shape.feature_type);
+  const bool raw = wire != FeatureType::kFloat32;
   ShardBuffers shard(*be, max_shard_rows(kBatch, mpi.size()), shape.dim, shape.label_width, loss,
-                     0, raw);
+                     0, wire);
   const DupComm scatter_comm(mpi.world());
-  Scatter scatter(scatter_comm.get(), shape.dim, shape.label_width, shape.class_labels != 0, raw);
+  Scatter scatter(scatter_comm.get(), shape.dim, shape.label_width, shape.class_labels != 0, wire);
   const BatchPlan plan(shape.rows, kBatch);
   bool cached = false;
 
@@ -426,7 +427,7 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
                       qc.batch_size = kBatch;
                       qc.shuffle.mode = ShuffleMode::kFull;
                       qc.end_step = plan.steps_per_epoch();
-                      qc.raw_uint8 = raw;
+                      qc.raw_features = raw;
                       queue = std::make_unique<InputQueue>(*data, qc);
                       cached = queue->cached();
                     }

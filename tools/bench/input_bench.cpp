@@ -80,7 +80,6 @@ double pipeline_s(const MpiSession& mpi, const Args& a, const ReaderGroup& group
   std::unique_ptr<InputQueue> queue;
   const BatchPlan plan(info.rows, a.batch);
   const std::uint64_t steps = plan.steps_per_epoch() * a.epochs;
-  const bool raw = info.feature_type == FeatureType::kUint8;
   const LossKind loss = info.label_type == LabelType::kClass ? LossKind::kXent : LossKind::kMse;
   auto be = make_backend("cpu", BackendOptions{1});
   DPT_MPI_CHECK(MPI_Barrier(mpi.world()));
@@ -95,12 +94,12 @@ double pipeline_s(const MpiSession& mpi, const Args& a, const ReaderGroup& group
     qc.end_step = steps;
     qc.capacity = a.prefetch;
     qc.cache_bytes = static_cast<std::size_t>(a.cache_mb) << 20;
-    qc.raw_uint8 = raw;
+    qc.raw_features = true;
     if (group.mode() != ReaderMode::kRank0) qc.group = group.shards();
     queue = std::make_unique<InputQueue>(*data, qc);
   }
   InputPipeline pipe(group.comm(), *be, queue.get(), max_shard_rows(a.batch, mpi.size()), info.dim,
-                     info.label_width, loss, raw, group.shards());
+                     info.label_width, loss, info.feature_type, group.shards());
   pipe.start(plan.slot(0).rows);
   for (std::uint64_t s = 0; s < steps; ++s) {
     pipe.finish();
