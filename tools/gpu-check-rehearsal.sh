@@ -8,23 +8,39 @@
 # a GPU the check must get through its set-up (glibc, ldd of every binary,
 # library and plugin, the smoke launch), report every GPU test skipped
 # (gpu_tests exits 77), train the CPU reference from the bundle and print
-# its table; it then exits 77, and the rehearsal 0.
+# its table; it then exits 77. Last, 2 ranks are launched from the bundle
+# (CPU training, gpu_tests), as the 2-GPU rows do. Then the rehearsal exits 0.
 #   tools/gpu-check-rehearsal.sh          (root; NO_BUNDLE=1: use the bundle as it is)
 # Exit 77 (skipped) where no mount namespace can be made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+note() { echo "gpu-check-rehearsal: $*"; }
 if [[ ${1:-} != --inside ]]; then
   if ! unshare -m true 2>/dev/null; then
-    echo "gpu-check-rehearsal: cannot make a mount namespace (needs root): skipped"
+    note "cannot make a mount namespace (needs root): skipped"
     exit 77
   fi
   [[ ${NO_BUNDLE:-0} == 1 ]] || tools/gpu-bundle.sh
-  exec unshare -m --propagation private "$0" --inside
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/gpu-rehearsal.XXXXXX")
+  # The hiding below must never touch this namespace: the inner run checks
+  # that its namespace is another one.
+  set +e
+  DPTRAIN_REHEARSAL_OUTER_NS=$(readlink /proc/self/ns/mnt) \
+    unshare -m --propagation private "$0" --inside "$scratch"
+  rc=$?
+  rmdir "$scratch"  # empty here: everything inside lived on the namespace's tmpfs
+  exit "$rc"
 fi
 
-note() { echo "gpu-check-rehearsal: $*"; }
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/gpu-rehearsal.XXXXXX")
+scratch=${2:?}
+if [[ -z ${DPTRAIN_REHEARSAL_OUTER_NS:-} || $(readlink /proc/self/ns/mnt) == "$DPTRAIN_REHEARSAL_OUTER_NS" ]]; then
+  note "refusing to hide libraries outside a private mount namespace (run it without --inside)"
+  exit 1
+fi
+# A tmpfs of this namespace: the views and mount points vanish with it, and
+# nothing is ever removed through a bind of a real folder.
+mount -t tmpfs tmpfs "$scratch"
 libdir=/usr/lib/x86_64-linux-gnu
 hide_libs='^(libmpi|libmpi_|libopen-(pal|rte)|liboshmem|libmca_common|libompitrace|libhdf5|libsz|libaec'
 hide_libs+='|libopenblas|libblas|libcblas|liblapack|libdnnl|libOpenCL|libgomp|libboost|libpmix|libmunge'
@@ -79,6 +95,24 @@ missing=0
 for n in "${need[@]}"; do
   grep -qF "$n" "$out" || { note "missing from the table: $n"; missing=1; }
 done
+# The 2-GPU rows launch 2 ranks, which no GPU-less check reaches: launch 2
+# ranks from the bundle here (CPU training, and gpu_tests, which must skip).
+row() { :; }
+py=
+# shellcheck source=tools/gpu-check-env.sh
+. tools/gpu-check-env.sh
+unpack_bundle "${BUNDLE:-.gpu-bundle/dptrain-gpu.tar.gz}" "$scratch/two" && setup_env
+set +e
+timeout -k 5 120 orterun --oversubscribe --bind-to none -n 2 "$dptrain" train --data "$B/data/synthetic.h5" \
+  --val-set "" --model dense:64,relu,dense:10 --loss xent --batch-size 128 --steps 5 --device cpu \
+  --log-every 5 >"$scratch/two.txt" 2>&1
+two_train=$?
+timeout -k 5 60 orterun --oversubscribe -n 2 "$gpu_tests" >>"$scratch/two.txt" 2>&1
+two_tests=$?
+set -e
+note "2 ranks from the bundle: CPU training exit $two_train (want 0), gpu_tests exit $two_tests (want 77)"
+if ((two_train != 0 || two_tests != 77)); then tail -20 "$scratch/two.txt"; missing=1; fi
+
 if ((rc == 77 && missing == 0)); then
   note "passed: the check ran from the bundle alone, up to the GPU (gpu-check exit 77: no GPU)"
   exit 0
