@@ -43,7 +43,7 @@ run_for() {
   timeout -k 5 "$t" "$@" >"$out" 2>&1
 }
 outcome() {  # outcome RC -> a result word for a row
-  case $1 in 0) echo ok ;; 124 | 137) echo "TIMED OUT" ;; 125) echo "skipped (7-minute budget spent)" ;;
+  case $1 in 0) echo ok ;; 124 | 137) echo "TIMED OUT" ;; 125) echo "TIMED OUT (the 7-minute budget was spent before it)" ;;
     *) echo "FAILED (exit $1)" ;; esac
 }
 
@@ -190,7 +190,7 @@ if ((ngpu > 0)); then
   if [[ -n $py ]]; then
     run_for 120 "$work/torch.tsv" "$py" tools/gpu-check-torch.py "$work"
     rc=$?
-    grep -P '^speed\t' "$work/torch.tsv" >>"$rows" || true
+    grep $'^speed\t' "$work/torch.tsv" >>"$rows" || true
     ((rc == 0)) || row speed "PyTorch rows" "$(outcome "$rc")" "$(tail -1 "$work/torch.tsv")"
   else
     row speed "PyTorch eager, bare GEMMs, data wait" skipped "no python3"
