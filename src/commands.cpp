@@ -7,6 +7,7 @@
 #include "dptrain/checkpoint.hpp"
 #include "dptrain/metrics.hpp"
 #include "dptrain/trainer.hpp"
+#include "dptrain/watchdog.hpp"
 #include "h5.hpp"
 #include "control_plane.hpp"
 #include "evaluate.hpp"
@@ -71,7 +72,9 @@ LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, 
 }  // namespace
 
 ExitCode run_eval(const Options& opts, MpiSession& mpi) {
-  Runtime rt = make_runtime(opts, mpi);
+  Watchdog watchdog(opts.comm_timeout, mpi.rank(), mpi.size());
+  Runtime rt = make_runtime(opts, mpi, &watchdog);
+  Watchdog::Watching watching(&watchdog, rt.comm.get());
   const auto batch = static_cast<std::uint64_t>(opts.eval_batch_size);
   SharedSet set;
   LoadedModel lm = load_model(opts, mpi, rt, &set, opts.set, batch);
@@ -95,7 +98,9 @@ ExitCode run_eval(const Options& opts, MpiSession& mpi) {
 }
 
 ExitCode run_predict(const Options& opts, MpiSession& mpi) {
-  Runtime rt = make_runtime(opts, mpi);
+  Watchdog watchdog(opts.comm_timeout, mpi.rank(), mpi.size());
+  Runtime rt = make_runtime(opts, mpi, &watchdog);
+  Watchdog::Watching watching(&watchdog, rt.comm.get());
   Backend& be = *rt.backend;
   const auto batch = static_cast<std::uint64_t>(opts.eval_batch_size);
   SharedSet set;

@@ -12,6 +12,7 @@
 #include "cuda/cuda_backend.hpp"
 #include "dptrain/error.hpp"
 #include "dptrain/launch.hpp"
+#include "dptrain/watchdog.hpp"
 
 namespace dptrain {
 
@@ -81,7 +82,7 @@ int default_threads(const MpiSession& mpi) {
 
 }  // namespace
 
-Runtime make_runtime(const Options& opts, const MpiSession& mpi) {
+Runtime make_runtime(const Options& opts, const MpiSession& mpi, Watchdog* watchdog) {
   Runtime rt;
   int gpus = 0;
   agree(mpi.world(), [&] { gpus = visible_devices("cuda"); });
@@ -100,6 +101,7 @@ Runtime make_runtime(const Options& opts, const MpiSession& mpi) {
     rt.backend = make_backend(rt.backend_name, bo);
   });
   if (on_gpu) check_distinct_gpus(mpi, rt.device_index);
+  Watchdog::Wait wait(watchdog, "communicator set-up", 0);
   agree(mpi.world(), [&] { rt.comm = rt.backend->make_communicator(mpi.world()); });
   return rt;
 }

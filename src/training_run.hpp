@@ -70,8 +70,9 @@ class TrainingRun {
   const std::vector<LayerSpec> layers_;
   const std::size_t cache_bytes_;
 
+  Watchdog watchdog_;  // before rt_: it watches the communicator's set-up too
   Runtime rt_;
-  Watchdog watchdog_;
+  Watchdog::Watching watching_;  // rt_.comm, from after its set-up until before it goes
   Timeline timeline_;
   ReaderGroup readers_;  // who reads the training rows (--input-readers)
   SharedSet train_;

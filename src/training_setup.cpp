@@ -80,9 +80,9 @@ void check_writable(const std::string& path, const char* option) {
 
 // main() installed the signal handlers before MPI started (again here in
 // case MPI_Init replaced them): a SIGTERM during a slow start-up is seen.
-Runtime start_runtime(const Options& opts, const MpiSession& mpi) {
+Runtime start_runtime(const Options& opts, const MpiSession& mpi, Watchdog& watchdog) {
   install_stop_signal_handlers();
-  Runtime rt = make_runtime(opts, mpi);
+  Runtime rt = make_runtime(opts, mpi, &watchdog);
   // make_runtime's agreements passed: every rank has the handlers.
   if (mpi.rank() == 0) announce_stop_signal_handlers();
   return rt;
@@ -108,11 +108,10 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
       loss_(parse_loss(opts.loss)),
       layers_(parse_model_spec(opts.model)),
       cache_bytes_(static_cast<std::size_t>(opts.input_cache_mb) << 20),
-      rt_(start_runtime(opts, mpi)),
       watchdog_(opts.comm_timeout, mpi.rank(), mpi.size()),
+      rt_(start_runtime(opts, mpi, watchdog_)),
+      watching_(&watchdog_, rt_.comm.get()),
       readers_(mpi, parse_reader_mode(opts.input_readers)) {
-  // NCCL calls can block on the device where MPI_Abort cannot reach them.
-  watchdog_.set_on_timeout([this] { rt_.comm->abort(); });
   if (!opts_.timeline.empty()) {
     // Found out now, not after hours of training.
     agree(mpi_.world(), [&] {

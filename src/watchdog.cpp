@@ -10,7 +10,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
+#include "dptrain/comm.hpp"
 #include "dptrain/error.hpp"
 
 namespace dptrain {
@@ -48,6 +50,11 @@ void Watchdog::enter(const char* phase, std::uint64_t step) {
 
 void Watchdog::leave() { phase_.store(nullptr, std::memory_order_release); }
 
+void Watchdog::watch(Communicator* comm) {
+  std::lock_guard<std::mutex> lock(mu_);
+  comm_ = comm;
+}
+
 void Watchdog::run() {
   // Poll often enough that the abort comes within a small fraction of the
   // timeout, rarely enough to cost nothing.
@@ -55,22 +62,41 @@ void Watchdog::run() {
       static_cast<int>(std::clamp(timeout_s_ * 1000.0 / 20.0, 10.0, 1000.0)));
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, period, [this] { return stop_; })) {
+    // NCCL finds a dead peer or a failed link in the background; the
+    // collective that waits for it would otherwise sit out the timeout.
+    if (comm_) {
+      const std::string error = comm_->async_error();
+      if (!error.empty()) {
+        const std::string what = comm_->name() + " reported: " + error;
+        abort_job(what.c_str());
+      }
+    }
     const char* phase = phase_.load(std::memory_order_acquire);
     if (!phase) continue;
     const double waited = (now_ns() - since_ns_.load(std::memory_order_relaxed)) / 1e9;
     if (waited < timeout_s_) continue;
-    std::fprintf(stderr,
-                 "dptrain: error: [rank %d] no progress for %.0f s in %s at step %llu "
-                 "(--comm-timeout %.0f): a peer rank died or hung; aborting all %d ranks\n",
-                 rank_, waited, phase, static_cast<unsigned long long>(step_.load()), timeout_s_,
-                 size_);
-    std::fflush(stderr);
-    if (on_timeout_) on_timeout_();
-    // MPI was initialised with MPI_THREAD_MULTIPLE when available, so this
-    // thread may call MPI_Abort; mpirun then ends every rank with code 6.
-    MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kComm));
-    std::_Exit(static_cast<int>(ExitCode::kComm));
+    char what[256];
+    std::snprintf(what, sizeof what, "no progress for %.0f s in %s at step %llu (--comm-timeout %.0f)",
+                  waited, phase, static_cast<unsigned long long>(step_.load()), timeout_s_);
+    abort_job(what);
   }
+}
+
+void Watchdog::abort_job(const char* what) {
+  std::fprintf(stderr, "dptrain: error: [rank %d] %s: a peer rank died or hung; aborting all %d ranks\n",
+               rank_, what, size_);
+  std::fflush(stderr);
+  // Marks the communicator dead and frees nothing: the main thread may be
+  // inside a call on it, and ncclCommAbort would free the communicator
+  // under it. Every later call there throws instead of entering NCCL.
+  if (comm_) comm_->abort();
+  // MPI was initialised with MPI_THREAD_MULTIPLE when available, so this
+  // thread may call MPI_Abort; mpirun then ends every rank with code 6.
+  // _Exit (no destructors, no atexit) in case it returns: the process ends
+  // with the main thread wherever it is, and the CUDA driver ends the NCCL
+  // kernels with it.
+  MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kComm));
+  std::_Exit(static_cast<int>(ExitCode::kComm));
 }
 
 namespace {

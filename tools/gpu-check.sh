@@ -1,224 +1,225 @@
 #!/usr/bin/env bash
-# Implements: the GPU check for a bare machine with an NVIDIA GPU, the CUDA
-# Toolkit and PyTorch but no Open MPI/HDF5/Boost/BLAS: runs the prebuilt GPU
-# tests (1 rank, and 2 when there are 2 GPUs), trains on a synthetic set with
-# --device cuda, times a step against its bare cuBLAS GEMMs (dptrain_bench,
-# when built), and compares step times with PyTorch eager. Under 5 minutes.
-#   Here (Debian, network): cmake -S . -B build-gpu -DDPTRAIN_CUDA=ON && cmake --build build-gpu -j
-#                           tools/gpu-deps.sh
-#   There:                  tools/gpu-check.sh
-# Environment: BUILD_DIR (default build-gpu), DEPS_DIR (default .gpu-deps),
-# DATA (an HDF5 file with train/test sets; default DEPS_DIR/synthetic.h5),
-# STEPS (training steps per run, default 400).
+# Implements: the GPU check, one script for a machine that has an NVIDIA GPU
+# and its driver but no Open MPI, HDF5, BLAS, ssh or network (Python and
+# PyTorch are used when present). It unpacks the bundle of
+# tools/gpu-bundle.sh, checks glibc and every library, launches
+# `orterun -n 1 true`, then runs every GPU test (1 rank; 2 with 2+ GPUs),
+# the training runs (1 GPU; 2 GPUs when present), fp32/TF32/bf16 accuracy
+# against the CPU reference and the speed rows of docs/gpu.md, within 7
+# minutes, and prints one table.
+#   Here (Debian, network):  tools/gpu-bundle.sh     -> .gpu-bundle/ (carry it)
+#   There:                   tools/gpu-check.sh
+# Exit: 0 everything ran and passed; 1 something failed; 77 no GPU visible
+# (everything that runs without one passed; the GPU rows say skipped).
+# Environment: BUNDLE (default .gpu-bundle/dptrain-gpu.tar.gz), STEPS
+# (training steps per speed run, default 400), BUDGET_S (default 420).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
-build=${BUILD_DIR:-build-gpu}
-deps=$(realpath "${DEPS_DIR:-.gpu-deps}")
+bundle=${BUNDLE:-.gpu-bundle/dptrain-gpu.tar.gz}
 steps=${STEPS:-400}
+deadline=$((SECONDS + ${BUDGET_S:-420}))
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-status=0
-note() { echo "gpu-check: $*"; }
+rows=$work/rows.tsv
+: >"$rows"
+failed=0 ngpu=0 gpu_name="no GPU"
 py=$(command -v python3 || true)
+note() { echo "gpu-check: $*" >&2; }
+row() {
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$rows"
+  case $3 in FAILED* | "NOT FOUND"* | "TIMED OUT"* | OVER*) failed=1 ;; esac
+}
+# shellcheck source=tools/gpu-check-env.sh
+. tools/gpu-check-env.sh
 
-# --- the unpacked runtime tree (tools/gpu-deps.sh) ----------------------------
-root=$deps/root
-[[ -x $root/usr/bin/orterun ]] || { note "no $root/usr/bin/orterun: run tools/gpu-deps.sh and carry $deps"; exit 1; }
-lib=$root/usr/lib/x86_64-linux-gnu
-export OPAL_PREFIX=$root/usr PMIX_INSTALL_PREFIX=$lib/pmix2
-export PATH=$root/usr/bin:$PATH
-# One node: shared memory only, no UCX/libfabric (left out of the tree).
-export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx
-export OMPI_MCA_mca_base_component_show_load_errors=0
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-dpt_libs=$lib:$root/lib/x86_64-linux-gnu
-# CUDA 13 runtime, cuBLAS and NCCL: the toolkit's, else the pip wheels that
-# came with PyTorch (nvidia/*/lib).
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d $d ]] && dpt_libs=$dpt_libs:$d
-done
-if [[ -n $py ]]; then
-  wheel_libs=$("$py" - 2>/dev/null <<'PY'
-import glob, os, site
-dirs = []
-for sp in site.getsitepackages() + [site.getusersitepackages()]:
-    dirs += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))
-print(":".join(dirs))
-PY
-  )
-  [[ -n $wheel_libs ]] && dpt_libs=$dpt_libs:$wheel_libs
-fi
-export LD_LIBRARY_PATH=$dpt_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# run_for LIMIT OUT CMD...: CMD under timeout, stdout+stderr to OUT, within
+# what is left of the budget; 124 timed out, 125 no time left to start it.
+run_for() {
+  local t=$1 out=$2 left=$((deadline - SECONDS))
+  shift 2
+  ((left < t)) && t=$left
+  ((t > 5)) || return 125
+  timeout -k 5 "$t" "$@" >"$out" 2>&1
+}
+outcome() {  # outcome RC -> a result word for a row
+  case $1 in 0) echo ok ;; 124 | 137) echo "TIMED OUT" ;; 125) echo "TIMED OUT (the 7-minute budget was spent before it)" ;;
+    *) echo "FAILED (exit $1)" ;; esac
+}
 
-missing=$(ldd "$build/dptrain" 2>&1 | grep -E "not found" || true)
-if [[ -n $missing ]] && grep -q "GLIBCXX\|CXXABI\|GCC_" <<<"$missing"; then
-  note "system libstdc++ too old for this build: using $deps/fallback"
-  export LD_LIBRARY_PATH=$deps/fallback/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
-  missing=$(ldd "$build/dptrain" 2>&1 | grep -E "not found" || true)
-fi
-if [[ -n $missing ]]; then
-  note "libraries still missing for $build/dptrain:"
-  echo "$missing"
-  exit 1
-fi
+print_table() {
+  echo
+  echo "### dptrain GPU check: $gpu_name ($(date -u +%Y-%m-%d))"
+  echo
+  echo "| section | check | result | detail |"
+  echo "|---|---|---|---|"
+  while IFS=$'\t' read -r s c r d; do echo "| $s | $c | $r | $d |"; done <"$rows"
+  echo
+}
+finish() {
+  print_table
+  local rc=0
+  ((failed)) && rc=1
+  ((!failed && ngpu == 0)) && rc=77
+  note "$(wc -l <"$rows") rows, $(grep -c $'\t\\(FAILED\\|TIMED OUT\\|OVER\\|NOT FOUND\\)' "$rows") failed, $((SECONDS)) s; exit $rc"
+  exit "$rc"
+}
 
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-note "$ngpu GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+# --- setup: bundle, glibc, libraries, smoke launch ----------------------------------
+[[ -f $bundle ]] || { row setup bundle FAILED "no $bundle: run tools/gpu-bundle.sh and carry .gpu-bundle/"; finish; }
+unpack_bundle "$bundle" "$work/bundle" || finish
+check_glibc || finish
+setup_env
+check_libraries || finish
+smoke_launch || finish
 mpirun=(orterun --oversubscribe --bind-to none)
+if command -v nvidia-smi >/dev/null; then
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  gpu_name=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+else  # the driver's device files, without its tool
+  ngpu=$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2>/dev/null | wc -l)
+  gpu_name="(no nvidia-smi)"
+fi
+row setup GPUs "$ngpu" "${gpu_name}"
+((ngpu > 0)) || gpu_name="no GPU"
 
-# --- 1. GPU tests ----------------------------------------------------------------
-run_tests() {  # run_tests NP LIMIT
-  local rc
-  timeout -k 5 "$2" "${mpirun[@]}" -n "$1" "$build/tests/gpu_tests" --gtest_brief=1 >"$work/tests$1.txt" 2>&1
+# --- every GPU test, by name ------------------------------------------------------------
+test_names() {
+  "${mpirun[@]}" -n 1 "$gpu_tests" --gtest_list_tests 2>/dev/null |
+    awk '/^[^ ]/ {suite = $1} /^  [^ ]/ {print suite $1}'
+}
+gpu_test_rows() {  # gpu_test_rows NP LIMIT
+  local np=$1 out=$work/tests$1.txt rc t result ms
+  run_for "$2" "$out" "${mpirun[@]}" -n "$np" "$gpu_tests"
   rc=$?
-  tail -25 "$work/tests$1.txt"
-  case $rc in
-    0) note "gpu_tests on $1 rank(s): passed" ;;
-    77) note "gpu_tests on $1 rank(s): skipped (no GPU visible)"; status=1 ;;
-    124 | 137) note "gpu_tests on $1 rank(s): TIMED OUT after $2 s"; status=1 ;;
-    *) note "gpu_tests on $1 rank(s): FAILED (exit $rc)"; status=1 ;;
-  esac
-}
-run_tests 1 150
-if ((ngpu >= 2)); then run_tests 2 90; else note "one GPU: the 2-rank GPU tests need 2 GPUs, skipped"; fi
-
-# --- 2. training on the GPU -------------------------------------------------------
-data=${DATA:-$deps/synthetic.h5}
-if [[ ! -f $data ]]; then
-  if [[ -n $py ]] && "$py" -c "import h5py, numpy" 2>/dev/null; then
-    "$py" tools/make_synthetic.py "$work/synthetic.h5" --n 8192 --val-n 1024 --shape 28,28 \
-      --classes 10 --dtype uint8 --seed 1 >/dev/null && data=$work/synthetic.h5
-  fi
-fi
-[[ -f $data ]] || { note "no data set (no $data and no h5py to make one): training skipped"; exit 1; }
-
-train() {  # train PRECISION -> $work/PRECISION.jsonl
-  timeout -k 5 120 "${mpirun[@]}" -n 1 "$build/dptrain" train --data "$data" --val-set "" \
-    --model dense:256,relu,dense:256,relu,dense:10 --loss xent --batch-size 128 \
-    --optimizer adam --lr 1e-3 --steps "$steps" --seed 1 --shuffle none --device cuda \
-    --precision "$1" --log-every 50 --metrics "$work/$1.jsonl" >"$work/$1.out" 2>&1
-  local rc=$?
-  if ((rc != 0)); then
-    note "dptrain train --precision $1 FAILED (exit $rc):"
-    tail -15 "$work/$1.out"
-    status=1
-  fi
-}
-for p in fp32 tf32 bf16; do train "$p"; done
-tail -3 "$work/fp32.out"
-
-# --- 3. a step against its own GEMMs, through the same backend (dptrain_bench) ---
-bench=$build/tools/bench/dptrain_bench
-if [[ -x $bench ]]; then
-  for p in fp32 tf32 bf16; do
-    timeout -k 5 60 "${mpirun[@]}" -n 1 "$bench" gemm --device cuda --precision "$p" \
-      --repeats 200 >"$work/bench-$p.txt" 2>&1 || { note "dptrain_bench gemm --precision $p FAILED:"; status=1; }
-    grep -h '^{' "$work/bench-$p.txt" || tail -5 "$work/bench-$p.txt"
+  for t in $names; do
+    ms=$(grep -F "] $t (" "$out" | tail -1 | grep -o '([0-9]* ms)')
+    if ((rc == 77)); then result="skipped (no GPU visible)"
+    elif grep -qF "[  FAILED  ] $t (" "$out"; then result=FAILED
+    elif grep -qF "[  SKIPPED ] $t (" "$out"; then result=skipped
+    elif grep -qF "[       OK ] $t (" "$out"; then result=passed
+    else result=$(outcome "$rc"); [[ $result == ok ]] && result="not run"; fi
+    row "tests ($np rank$( ((np > 1)) && echo s))" "$t" "$result" "${ms:-}"
   done
+  if ((rc != 0 && rc != 77)); then
+    note "gpu_tests on $np rank(s): exit $rc; the end of its output:"
+    tail -25 "$out" >&2
+    row "tests ($np ranks)" "gpu_tests exit status" "$(outcome "$rc")" "$(grep -c 'FAILED  \]' "$out") failure lines"
+  fi
+}
+names=$(test_names)
+[[ -n $names ]] || row tests "gpu_tests --gtest_list_tests" FAILED "no test names"
+gpu_test_rows 1 150
+if ((ngpu >= 2)); then gpu_test_rows 2 90; else row "tests (2 ranks)" "all GPU tests on 2 ranks" skipped "needs 2 GPUs"; fi
+
+# --- training: speed runs and the accuracy against the CPU reference -------------------------
+data=$B/data/synthetic.h5
+if [[ ! -f $data && -n $py ]] && "$py" -c "import h5py, numpy" 2>/dev/null; then
+  "$py" tools/make_synthetic.py "$work/synthetic.h5" --n 8192 --val-n 1024 --shape 28,28 \
+    --classes 10 --dtype uint8 --seed 1 >/dev/null && data=$work/synthetic.h5
+fi
+train() {  # train NAME NP DEVICE PRECISION STEPS LOG_EVERY -> WORK/NAME.{out,jsonl}
+  run_for 120 "$work/$1.out" "${mpirun[@]}" -n "$2" "$dptrain" train --data "$data" --val-set "" \
+    --model dense:256,relu,dense:256,relu,dense:10 --loss xent --batch-size 128 --optimizer adam \
+    --lr 1e-3 --steps "$5" --seed 1 --shuffle none --device "$3" --precision "$4" \
+    --log-every "$6" --metrics "$work/$1.jsonl"
+}
+field() { sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p"; }  # field NAME < JSON lines
+losses() { grep '"event":"train"' "$work/$1.jsonl" 2>/dev/null | field loss; }
+summary() {  # summary NAME -> "loss A -> B, N samples/s"
+  local l
+  l=$(losses "$1")
+  echo "loss $(head -1 <<<"$l") -> $(tail -1 <<<"$l"), $(grep '"event":"summary"' "$work/$1.jsonl" | field samples_per_s) samples/s"
+}
+train_row() {  # train_row SECTION CHECK NAME RC
+  local result
+  result=$(outcome "$4")
+  if [[ $result == ok ]]; then row "$1" "$2" ok "$(summary "$3")"
+  else row "$1" "$2" "$result" "$(tail -2 "$work/$3.out" 2>/dev/null | tr '\n\t' '  ')"; fi
+}
+if [[ ! -f $data ]]; then
+  row training "data set" FAILED "no bundled synthetic.h5 and no python3 with h5py to make one"
 else
-  note "no $bench (build its target too): step-vs-GEMM rows skipped"
+  for p in fp32 tf32 bf16; do
+    if ((ngpu == 0)); then row training "1 GPU $p, $steps steps" skipped "no GPU"; continue; fi
+    train "$p" 1 cuda "$p" "$steps" 50
+    train_row training "1 GPU $p, $steps steps" "$p" $?
+  done
+  if ((ngpu >= 2)); then
+    train ddp2 2 cuda fp32 "$steps" 50
+    train_row training "2 GPUs fp32, $steps steps" ddp2 $?
+  else
+    row training "2 GPUs fp32" skipped "needs 2 GPUs"
+  fi
+
+  # Accuracy: 20 steps, the loss of every step against the CPU backend's.
+  train cpu-ref 1 cpu fp32 20 1
+  train_row accuracy "CPU reference (fp32, 20 steps)" cpu-ref $?
+  for spec in fp32:1e-4 tf32:1e-2 bf16:3e-2; do
+    p=${spec%%:*} bound=${spec#*:}
+    if ((ngpu == 0)); then row accuracy "$p vs CPU, loss of each of 20 steps" skipped "no GPU"; continue; fi
+    train "acc-$p" 1 cuda "$p" 20 1
+    rc=$?
+    if ((rc != 0)); then train_row accuracy "$p vs CPU" "acc-$p" "$rc"; continue; fi
+    worst=$(paste <(losses "acc-$p") <(losses cpu-ref) | awk '
+      {d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r; n++}
+      END {printf "%.3g %d", m, n}')
+    verdict=$(awk -v w="${worst% *}" -v b="$bound" 'BEGIN {print (w <= b) ? "ok" : "OVER"}')
+    row accuracy "$p vs CPU, loss of each of 20 steps" "$verdict" \
+      "max relative difference ${worst% *} over ${worst#* } steps (bound $bound)"
+  done
 fi
 
-# --- 4. PyTorch eager on the same MLP, and the step's GEMMs alone ----------------
-if [[ -z $py ]] || ! "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  note "no PyTorch with CUDA: comparison skipped"
-  exit $status
+# --- speed rows ---------------------------------------------------------------------
+bench_rows() {  # bench_rows NAME LIMIT ARGS...: dptrain_bench JSON rows -> table rows
+  local name=$1 limit=$2 rc line
+  shift 2
+  run_for "$limit" "$work/$name.txt" "${mpirun[@]}" -n 1 "$bench" "$@"
+  rc=$?
+  if ((rc != 0)); then row speed "dptrain_bench $*" "$(outcome "$rc")" "$(tail -1 "$work/$name.txt")"; return; fi
+  grep '^{' "$work/$name.txt" | while read -r line; do
+    row speed "$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line") ($name)" "$(field ratio <<<"$line")" \
+      "ours $(field ours <<<"$line") ms, baseline $(field baseline <<<"$line") ms, target $(sed -n 's/.*"target":"\([^"]*\)".*/\1/p' <<<"$line")"
+  done
+}
+for p in fp32 tf32 bf16; do
+  if ((ngpu == 0)); then row speed "$p step vs its 8 GEMMs (dptrain_bench gemm)" skipped "no GPU"; continue; fi
+  bench_rows "gemm-$p" 60 gemm --device cuda --precision "$p" --repeats 200
+done
+if ((ngpu > 0)); then
+  if [[ -n $py ]]; then
+    run_for 120 "$work/torch.tsv" "$py" tools/gpu-check-torch.py "$work"
+    rc=$?
+    grep $'^speed\t' "$work/torch.tsv" >>"$rows" || true
+    ((rc == 0)) || row speed "PyTorch rows" "$(outcome "$rc")" "$(tail -1 "$work/torch.tsv")"
+  else
+    row speed "PyTorch eager, bare GEMMs, data wait" skipped "no python3"
+  fi
 fi
-"$py" - "$work" "$steps" <<'PY'
-import json, os, statistics, sys, time
-import torch
-
-work, steps = sys.argv[1], int(sys.argv[2])
-dev = torch.device("cuda")
-B, sizes = 128, [784, 256, 256, 10]
-
-def dptrain_stats(precision):
-    path = os.path.join(work, precision + ".jsonl")
-    if not os.path.exists(path):
-        return None
-    ev = [json.loads(l) for l in open(path) if l.strip()]
-    train = [e for e in ev if e.get("event") == "train"][1:]  # the first interval holds start-up
-    if not train:
-        return None
-    sps = statistics.median(e["samples_per_s"] for e in train)
-    ms = train[-1].get("ms", {})
-    data_share = statistics.median(
-        e["ms"].get("data", 0.0) / max(1e-9, sum(e["ms"].values())) for e in train if e.get("ms"))
-    return 1000.0 * B / sps, ms.get("forward", 0.0) + ms.get("backward", 0.0), data_share
-
-def timed(fn, iters):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return 1000.0 * (time.perf_counter() - t) / iters
-
-def torch_step_ms(precision):
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch.manual_seed(0)
-    layers = []
-    for i in range(3):
-        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
-        if i < 2:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.rand(B, 784, device=dev)
-    y = torch.randint(0, 10, (B,), device=dev)
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-    return timed(step, 300)
-
-def gemm_ms(precision):
-    # The 8 GEMMs of one dptrain step: 3 forward, 3 weight gradients, and the
-    # 2 input gradients (none for the first layer).
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    dt = torch.bfloat16 if precision == "bf16" else torch.float32
-    ops = []
-    for i in range(3):
-        fin, fout = sizes[i], sizes[i + 1]
-        x = torch.rand(B, fin, device=dev, dtype=dt)
-        w = torch.rand(fout, fin, device=dev, dtype=dt)
-        dy = torch.rand(B, fout, device=dev, dtype=dt)
-        ops.append((x, w.t()))
-        ops.append((dy.t(), x))
-        if i > 0:
-            ops.append((dy, w))
-    return timed(lambda: [torch.matmul(a, b) for a, b in ops], 300)
-
-rows = []
-for p in ["fp32", "tf32", "bf16"]:
-    d = dptrain_stats(p)
-    t, g = torch_step_ms(p), gemm_ms(p)
-    rows.append((p, d, t, g))
-
-print(f"\n### {torch.cuda.get_device_name()} — MLP 784-256-256-10, batch 128, Adam "
-      f"(torch {torch.__version__})\n")
-print("| precision | dptrain step ms | PyTorch eager step ms | dptrain / PyTorch samples/s | "
-      "dptrain fwd+bwd ms (device events) | bare cuBLAS 8 GEMMs ms (torch.matmul) | "
-      "fwd+bwd / GEMMs | data wait share of step |")
-print("|---|---|---|---|---|---|---|---|")
-for p, d, t, g in rows:
-    ds = f"{d[0]:.3f}" if d else "n/a"
-    ratio = f"{t / d[0]:.2f}" if d else "n/a"
-    fb = f"{d[1]:.3f}" if d else "n/a"
-    fg = f"{d[1] / g:.2f}" if d and g > 0 else "n/a"
-    dw = f"{d[2]:.3f}" if d else "n/a"
-    print(f"| {p} | {ds} | {t:.3f} | {ratio} | {fb} | {g:.3f} | {fg} | {dw} |")
-print("\ndptrain step ms = 128 / median samples_per_s of the train events; it includes the "
-      "host data path. The fwd+bwd column is device time between phase events (loss and bias "
-      "kernels included), against the step's 8 GEMMs alone. PyTorch keeps its batch on the GPU; "
-      "its bf16 row uses autocast. One GPU: the 2-rank rows of docs/performance.md (DDP, "
-      "gradient exchange, weak scaling) need 2 GPUs.")
-PY
-exit $status
+# All-reduce: dptrain's communicator against NCCL's own all-reduce, same bytes.
+if ((ngpu >= 2)); then
+  run_for 90 "$work/nccl.txt" "${mpirun[@]}" -n "$ngpu" "$nccl_rate" --mib 1,16,256
+  rc=$?
+  if ((rc == 0)); then
+    grep '^{' "$work/nccl.txt" | while read -r line; do
+      row speed "$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line") bus bandwidth vs NCCL ($ngpu GPUs)" \
+        "$(field ratio <<<"$line")" "dptrain $(field ours_busbw_gbs <<<"$line") GB/s, NCCL $(field nccl_busbw_gbs <<<"$line") GB/s, target >= 0.9"
+    done
+  else
+    row speed "all-reduce bus bandwidth vs NCCL" "$(outcome "$rc")" "$(tail -1 "$work/nccl.txt")"
+  fi
+else
+  run_for 30 "$work/nccl.txt" "${mpirun[@]}" -n 1 "$nccl_rate"
+  row speed "all-reduce bus bandwidth vs NCCL" skipped \
+    "needs 2+ GPUs (dptrain_nccl_rate starts: $(grep -o 'no GPU visible' "$work/nccl.txt" || tail -1 "$work/nccl.txt"))"
+fi
+# CNN step against the bare cuDNN/cuBLAS time of its layers: dptrain_bench's
+# cnn mode, where this build has one (it comes with the cuDNN layers).
+run_for 30 "$work/bench-help.txt" "${mpirun[@]}" -n 1 "$bench" --help
+if grep -qw cnn "$work/bench-help.txt"; then
+  if ((ngpu == 0)); then row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" skipped "no GPU"
+  else bench_rows cnn 90 cnn --device cuda; fi
+else
+  row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" "not built" "dptrain_bench has no cnn mode in this build"
+fi
+finish

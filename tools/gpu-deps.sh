@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Implements: a relocatable tree of the runtime libraries dptrain needs, for a
-# GPU machine that has the NVIDIA driver, CUDA and PyTorch but no Open MPI,
-# HDF5, Boost or BLAS (and no network). Run here (Debian, apt, network):
+# GPU machine that has the NVIDIA driver (and CUDA libraries, from a toolkit
+# or PyTorch's wheels) but no Open MPI, HDF5, Boost, oneDNN or BLAS (and no
+# network). Run here (Debian, apt, network):
 #   tools/gpu-deps.sh            -> .gpu-deps/root (+ .gpu-deps/fallback, .gpu-deps/synthetic.h5)
-# Then carry build-gpu/ and .gpu-deps/ to the GPU machine and run tools/gpu-check.sh.
+# tools/gpu-bundle.sh runs it and packs the tree with the binaries into the
+# one carried path; tools/gpu-check.sh runs from that bundle.
 #
-# Size matters (the tree travels with the build, 64 MiB in all), so:
+# Size matters (the bundle travels with the tree, 64 MiB in all), so:
 #  - OpenBLAS (36 MiB) is replaced by a 16 KiB shim libopenblas.so.0 over the
 #    reference BLAS (libblas3): on the GPU machine BLAS only serves the CPU
 #    reference inside gpu_tests, where speed does not matter. BLAS=openblas
 #    takes the real one instead.
 #  - Open MPI's network transports (UCX, libfabric, PSM, verbs) are left out:
-#    one node needs only shared memory (btl vader), and the missing plugins
-#    are skipped quietly (gpu-check.sh sets the MCA parameters).
+#    one node needs only shared memory (btl vader); tools/gpu-bundle.sh drops
+#    the plugins that would need them, so every plugin left must load.
+#  - libmunge2 stays: libpmix.so.2 needs it (without it orterun stops with
+#    "orte_init failed ... opal_pmix_base_select failed").
+#  - oneDNN (libdnnl2, 40 MB, with libgomp1 and the OpenCL loader it links)
+#    serves the CPU backend, the reference inside gpu_tests.
 #  - libstdc++/libgcc go to fallback/, used only when the GPU machine's own
 #    are too old for this build.
 set -euo pipefail
@@ -20,7 +26,8 @@ cd "$(dirname "$0")/.."
 
 out=.gpu-deps
 blas=${BLAS:-shim}
-roots=(openmpi-bin libopenmpi3 openmpi-common libhdf5-103-1 libboost-program-options1.74.0)
+roots=(openmpi-bin libopenmpi3 openmpi-common libhdf5-103-1 libboost-program-options1.74.0
+  libdnnl2 libgomp1 ocl-icd-libopencl1 libmunge2 zlib1g)
 if [[ $blas == openblas ]]; then roots+=(libopenblas0-pthread); else roots+=(libblas3); fi
 
 # Present on any Linux that runs PyTorch, never used by us, or deliberately
@@ -28,10 +35,10 @@ if [[ $blas == openblas ]]; then roots+=(libopenblas0-pthread); else roots+=(lib
 exclude='^(adduser|cdebconf|debconf|dpkg|install-info|passwd|tar|readline-common|gcc-[0-9]+-base'
 exclude+='|libc6|libcrypt1|libacl1|libaudit.*|libcap-ng0|libdb5\.3|libdebian-installer4|libnewt.*'
 exclude+='|libpam.*|libselinux1|libsemanage.*|libsepol.*|libslang2|libtextwrap1|libreadline8|libtinfo6'
-exclude+='|zlib1g|openssh-client|libedit2|libfido2-1|libcbor.*|libbsd0|libmd0'
+exclude+='|openssh-client|libedit2|libfido2-1|libcbor.*|libbsd0|libmd0'
 exclude+='|libfabric1|libucx0|libpsm.*|libibverbs1|librdmacm1|ibverbs-providers|libnl-.*'
-exclude+='|libhwloc-plugins|libx11.*|libxau6|libxcb1|libxdmcp6|libxext6|libxnvctrl0|ocl-icd-libopencl1'
-exclude+='|libxml2|libicu[0-9]+|libpciaccess0|libmunge2)$'
+exclude+='|libhwloc-plugins|libx11.*|libxau6|libxcb1|libxdmcp6|libxext6|libxnvctrl0'
+exclude+='|libxml2|libicu[0-9]+|libpciaccess0)$'
 fallback_pkgs=(libstdc++6 libgcc-s1)
 
 mapfile -t pkgs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \

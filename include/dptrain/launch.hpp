@@ -42,6 +42,8 @@ class MpiSession {
 
 // What a rank computes on: the backend (device, threads) and the
 // communicator among the ranks on that backend's memory.
+class Watchdog;
+
 struct Runtime {
   std::string backend_name;  // "cpu", "cuda": the factory's name
   int device_index = 0;
@@ -55,7 +57,9 @@ struct Runtime {
 // takes GPU r mod (visible GPUs), and two ranks on one GPU are refused;
 // --threads 0 means the CPUs of this rank's affinity mask, divided by the
 // ranks of its node whose masks overlap it (unbound ranks split the node).
-Runtime make_runtime(const Options& opts, const MpiSession& mpi);
+// A watchdog, when given, aborts the job when the communicator's set-up
+// (ncclCommInitRank, which waits for every peer) takes longer than its timeout.
+Runtime make_runtime(const Options& opts, const MpiSession& mpi, Watchdog* watchdog = nullptr);
 
 // The device a rank uses: its rank among the ranks of its node, modulo the
 // devices it sees (never the global rank, which counts the other nodes too).

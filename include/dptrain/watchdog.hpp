@@ -1,29 +1,52 @@
 // Implements: the never-hang guarantee (DESIGN.md section 6, --comm-timeout).
-// The main thread marks each wait on peers (scatter, all-reduce, eval,
-// checkpoint broadcast) with a Watchdog::Wait; a background thread aborts
-// the whole job with exit 6 when one lasts longer than the timeout, naming
-// the rank, step and phase. Also the SIGTERM/SIGUSR1 flag behind preemption.
+// The main thread marks each wait on peers (communicator set-up, scatter,
+// all-reduce, eval, checkpoint broadcast) with a Watchdog::Wait; a background
+// thread aborts the whole job with exit 6 when one lasts longer than the
+// timeout, naming the rank, step and phase, or as soon as the watched
+// communicator reports an asynchronous error (NCCL: a peer died, the network
+// failed). Also the SIGTERM/SIGUSR1 flag behind preemption.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 
 namespace dptrain {
 
+class Communicator;
+
+// Made before the runtime, so that a hang while the communicator is set up
+// (ncclCommInitRank waiting for a peer) is aborted too.
 class Watchdog {
  public:
-  // on_timeout runs on the watchdog thread after the message is printed
-  // (e.g. to abort an NCCL communicator); then the job is aborted.
   Watchdog(double timeout_s, int rank, int size);
   ~Watchdog();  // stops the thread; never throws
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  void set_on_timeout(std::function<void()> f) { on_timeout_ = std::move(f); }
+  // While a Watching lives, the thread polls comm->async_error() every
+  // period and, before it aborts the job, calls comm->abort(), which only
+  // marks the communicator dead: freeing it stays with its owner, the main
+  // thread, which may be inside a call on it at that moment. The job then
+  // ends by MPI_Abort and _Exit, and the driver ends the NCCL kernels with
+  // the process. Make the Watching after the communicator and let it go
+  // before it (the destructor waits out a poll in progress).
+  class Watching {
+   public:
+    Watching(Watchdog* w, Communicator* comm) : w_(w) {
+      if (w_) w_->watch(comm);
+    }
+    ~Watching() {
+      if (w_) w_->watch(nullptr);
+    }
+    Watching(const Watching&) = delete;
+    Watching& operator=(const Watching&) = delete;
+
+   private:
+    Watchdog* w_;
+  };
 
   // Marks a wait on peers; phase must be a string literal.
   class Wait {
@@ -43,13 +66,15 @@ class Watchdog {
 
   void enter(const char* phase, std::uint64_t step);
   void leave();
+  void watch(Communicator* comm);  // under the lock the thread polls with
 
  private:
   void run();
+  [[noreturn]] void abort_job(const char* what);  // on the thread, lock held
 
   double timeout_s_;
   int rank_, size_;
-  std::function<void()> on_timeout_;
+  Communicator* comm_ = nullptr;  // guarded by mu_
   std::atomic<const char*> phase_{nullptr};
   std::atomic<std::uint64_t> step_{0};
   std::atomic<std::int64_t> since_ns_{0};

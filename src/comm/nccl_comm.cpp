@@ -21,9 +21,8 @@
 #include "dptrain/error.hpp"
 
 namespace dptrain {
+namespace {
 
-// In namespace dptrain (not anonymous) because the watchdog of a later
-// change needs abort() and async_error().
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm parent, cudaStream_t compute, int device)
@@ -58,16 +57,19 @@ class NcclCommunicator final : public Communicator {
     comm_.store(c);
   }
 
+  // The one place the communicator is freed, on the owning thread.
+  // Destroy waits for queued operations, which never finish when a peer is
+  // gone: ncclCommAbort unless nobody marked us dead, we are not being
+  // unwound by an error, and the stream drained cleanly.
   ~NcclCommunicator() override {
     if (!comm_.load()) return;
-    // Destroy waits for queued operations, which never finish when a peer
-    // is gone: abort unless the stream drained cleanly and we are not being
-    // unwound by an error.
-    if (std::uncaught_exceptions() > unwinding_at_start_ || !drained()) {
-      abort();
-    } else if (ncclComm_t c = comm_.exchange(nullptr)) {
+    const bool clean =
+        !aborted_.load() && std::uncaught_exceptions() <= unwinding_at_start_ && drained();
+    ncclComm_t c = comm_.exchange(nullptr);
+    if (clean)
       ncclCommDestroy(c);
-    }
+    else
+      ncclCommAbort(c);
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -76,10 +78,13 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void allreduce_sum(float* buf, std::size_t n) override {
+  void allreduce_sum(float* buf, std::size_t n) override { allreduce_sum(buf, buf, n); }
+
+  // The in-place sum is this with in == out.
+  void allreduce_sum(const float* in, float* out, std::size_t n) {
     if (n == 0) return;
     after_compute();
-    DPT_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, live(), stream_.get()));
+    DPT_NCCL_CHECK(ncclAllReduce(in, out, n, ncclFloat, ncclSum, live(), stream_.get()));
     before_compute();
   }
 
@@ -118,13 +123,12 @@ class NcclCommunicator final : public Communicator {
     DPT_MPI_CHECK(MPI_Barrier(mpi_.comm));
   }
 
-  // Tears the communicator down without waiting for peers; queued and
-  // running NCCL kernels end. Safe from another thread (the watchdog) and
-  // more than once. Later collectives throw Error(kComm).
-  void abort() noexcept override {
-    if (aborted_.exchange(true)) return;
-    if (ncclComm_t c = comm_.exchange(nullptr)) ncclCommAbort(c);
-  }
+  // Marks the communicator dead: later calls throw Error(kComm) instead of
+  // entering NCCL. Safe from any thread (the watchdog) and more than once.
+  // It frees nothing: ncclCommAbort frees the communicator, and the owning
+  // thread may be inside an NCCL call with it right now. The destructor,
+  // on the owning thread, aborts it; a watchdog ends the process instead.
+  void abort() noexcept override { aborted_.store(true); }
 
   // Empty while healthy; otherwise what NCCL reports for errors found in the
   // background (a peer died, the network failed). Polled by the watchdog.
@@ -194,15 +198,23 @@ class NcclCommunicator final : public Communicator {
   int unwinding_at_start_;
   cuda::Stream stream_;
   cuda::Event compute_done_, comm_done_;
-  std::atomic<ncclComm_t> comm_{nullptr};  // swapped out by abort() on any thread
+  std::atomic<ncclComm_t> comm_{nullptr};  // read by async_error() on the watchdog thread
   std::atomic<bool> aborted_{false};
   int started_ = 0;       // bucket tickets since the last wait_all()
   bool pending_ = false;  // a started sum the compute stream has not waited on
 };
 
+}  // namespace
+
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm parent, cudaStream_t compute,
                                                      int device) {
   return std::make_unique<NcclCommunicator>(parent, compute, device);
+}
+
+void nccl_allreduce_sum(Communicator& comm, const float* in, float* out, std::size_t n) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
+  DPT_REQUIRE(nccl, ExitCode::kOther, "nccl_allreduce_sum needs an NCCL communicator, not " + comm.name());
+  nccl->allreduce_sum(in, out, n);
 }
 
 }  // namespace dptrain

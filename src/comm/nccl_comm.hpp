@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
+#include <cstddef>
 #include <memory>
 
 #include "dptrain/comm.hpp"
@@ -18,5 +19,11 @@ namespace dptrain {
 // their results; that stream must outlive the communicator.
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm parent, cudaStream_t compute,
                                                      int device);
+
+// Sum over the ranks of in[0, n) into out[0, n), ordered like allreduce_sum
+// (which is this with in == out). comm must come from make_nccl_communicator.
+// For the GPU tests: on one rank an in-place sum moves no data, so only an
+// out-of-place one shows whether the ordering between the streams holds.
+void nccl_allreduce_sum(Communicator& comm, const float* in, float* out, std::size_t n);
 
 }  // namespace dptrain

@@ -1,11 +1,12 @@
 // Implements: what every GPU test needs to know about its rank — which GPU it
 // uses and whether NCCL can run (each rank on its own GPU) — set once by
-// gpu_main.cpp, plus the CPU+GPU fixture and small host/device helpers shared
-// by the test files.
+// gpu_main.cpp, plus the CPU+GPU fixture, DeviceBusy (long work on the
+// compute stream) and small host/device helpers shared by the test files.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -55,6 +56,42 @@ class CpuAndGpu : public ::testing::Test {
     cpu_.reset();
   }
   inline static std::unique_ptr<dptrain::Backend> gpu_, cpu_;
+};
+
+// Queues about `ms` milliseconds of device work on be's compute stream and
+// returns at once: the ordering tests race host work of milliseconds against
+// it, so the device must lag far behind the host, on any GPU. The work is a
+// chain of 4096^3 GEMMs whose count comes from timing a few of them on the
+// device (markers 0 and 1). No-op on a backend without a device clock (the
+// CPU runs its work before returning anyway).
+class DeviceBusy {
+ public:
+  explicit DeviceBusy(dptrain::Backend& be)
+      : be_(be), device_(be.caps().device_clock), a_(be, device_ ? kN * kN : 1),
+        c_(be, device_ ? kN * kN : 1) {
+    if (!device_) return;
+    gemm();  // cuBLAS picks its kernel on the first call
+    be_.synchronize();
+    be_.mark(0);
+    for (int i = 0; i < kTimed; ++i) gemm();
+    be_.mark(1);
+    gemm_ms_ = std::max(1e-3, be_.marker_ms(0, 1) / kTimed);
+  }
+  void queue(double ms) {
+    if (!device_) return;
+    for (int i = 0, n = static_cast<int>(std::ceil(ms / gemm_ms_)); i < n; ++i) gemm();
+  }
+  double gemm_ms() const { return gemm_ms_; }
+
+ private:
+  static constexpr int kN = 4096, kTimed = 4;
+  void gemm() {
+    be_.gemm(false, false, kN, kN, kN, 1.0f, a_.get(), kN, a_.get(), kN, 0.0f, c_.get(), kN);
+  }
+  dptrain::Backend& be_;
+  bool device_;
+  dptrain::DeviceBuffer<float> a_, c_;  // zeros: the time does not depend on the values
+  double gemm_ms_ = 1.0;
 };
 
 // Uniform in [lo, hi), reproducible from the seed.

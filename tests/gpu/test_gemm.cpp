@@ -4,6 +4,7 @@
 // allow. The bound scales with |A| |B| so that cancellation is not punished.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -92,6 +93,45 @@ TEST(CudaGemm, Fp32MatchesCpu) { check_all(Precision::kFp32, 1e-5); }
 // about twice that, relative to |a||b|.
 TEST(CudaGemm, Tf32WithinTf32Error) { check_all(Precision::kTf32, 4e-3); }
 TEST(CudaGemm, Bf16WithinBf16Error) { check_all(Precision::kBf16, 1.6e-2); }
+
+// A = 1 + 2^-9 + 2^-12 everywhere, B = 1: each C = k A exactly in fp32 (23
+// bits hold any partial sum). TF32 keeps 10 mantissa bits and loses 2^-12:
+// relative error 2^-12 / A = 2.4e-4. bf16 keeps 7 and rounds A to 1: error
+// (2^-9 + 2^-12) / A = 2.2e-3. Every element must show its format's error,
+// which also tells tf32 from bf16. Large enough that cuBLAS takes its
+// tensor-core kernels (a small GEMM may run in fp32 whatever is allowed).
+double relative_error_on_fp32_exact_inputs(Precision p, double* worst) {
+  constexpr int kSize = 1024;
+  const float a_value = 1.0f + std::ldexp(1.0f, -9) + std::ldexp(1.0f, -12);
+  const double want = static_cast<double>(kSize) * a_value;
+  auto gpu = gpu_test::make_gpu(p);
+  const std::size_t n = static_cast<std::size_t>(kSize) * kSize;
+  auto da = upload(*gpu, std::vector<float>(n, a_value));
+  auto db = upload(*gpu, std::vector<float>(n, 1.0f));
+  auto dc = upload(*gpu, std::vector<float>(n, 0.0f));
+  gpu->gemm(false, false, kSize, kSize, kSize, 1.0f, da.get(), kSize, db.get(), kSize, 0.0f,
+            dc.get(), kSize);
+  double least = 1e300, most = 0.0;
+  for (float c : download(*gpu, dc)) {
+    const double err = std::fabs(c - want) / want;
+    least = std::min(least, err);
+    most = std::max(most, err);
+  }
+  *worst = most;
+  return least;
+}
+
+TEST(CudaGemm, PrecisionIsHonouredOnInputsOnlyFp32HoldsExactly) {
+  double worst = 0.0;
+  EXPECT_EQ(relative_error_on_fp32_exact_inputs(Precision::kFp32, &worst), 0.0);
+  EXPECT_EQ(worst, 0.0) << "fp32 must be exact here";
+  const double tf32 = relative_error_on_fp32_exact_inputs(Precision::kTf32, &worst);
+  EXPECT_GT(tf32, 1e-4) << "tf32 made no TF32 rounding error: --precision tf32 ignored?";
+  EXPECT_LT(worst, 1e-3) << "tf32 erred like bf16";
+  const double bf16 = relative_error_on_fp32_exact_inputs(Precision::kBf16, &worst);
+  EXPECT_GT(bf16, 1e-3) << "bf16 made no bf16 rounding error: --precision bf16 ignored?";
+  EXPECT_LT(worst, 1.6e-2);
+}
 
 TEST(CudaGemm, Bf16ScratchGrowsAcrossShapes) {
   // Small, then large, then small again: a grown scratch buffer must still

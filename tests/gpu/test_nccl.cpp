@@ -1,7 +1,8 @@
 // Implements: the NCCL communicator checked the nccl-tests way — every rank
 // fills its buffer from its rank number, computes the expected result
 // locally, counts wrong elements, and the count is all-reduced (over MPI), so
-// nothing is gathered. Also the stream ordering against the compute stream.
+// nothing is gathered. Also the stream ordering against the compute stream,
+// checked so that it fails on one rank too when an event is missing.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -9,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/nccl_comm.hpp"
 #include "dptrain/comm.hpp"
 #include "gpu_env.hpp"
 
@@ -17,6 +19,7 @@ namespace {
 using dptrain::Backend;
 using dptrain::Communicator;
 using dptrain::DeviceBuffer;
+using gpu_test::DeviceBusy;
 using gpu_test::download;
 using gpu_test::env;
 using gpu_test::upload;
@@ -94,6 +97,42 @@ TEST_F(Nccl, OrderedWithComputeStream) {
     for (float x : out) wrong += x != want;
   }
   EXPECT_EQ(wrong_on_any_rank(wrong), 0);
+}
+
+// On one rank an in-place sum moves no data, so the test above cannot see a
+// missing event there; an out-of-place sum copies `in` to `out` on the
+// communicator's stream, which makes both directions of the ordering
+// visible, on any number of ranks, with no host wait in between:
+//  - after_compute: `in` is written by the compute stream behind ~100 ms of
+//    queued GEMMs; a sum that does not wait for the compute stream runs at
+//    once and reduces the stale -1s.
+//  - before_compute: a first sum of 1 GiB keeps the communicator's stream
+//    busy for a while after `in` is written; a compute-stream copy of `out`
+//    that does not wait for the second sum runs microseconds after the fill
+//    and copies the stale -2s.
+// Either way `seen` differs from the sum of rank + 1 over the ranks.
+TEST_F(Nccl, OutOfPlaceSumIsOrderedWithComputeStream) {
+  const std::size_t n = std::size_t{1} << 22, big = std::size_t{1} << 28;
+  DeviceBuffer<float> in(*gpu_, n), out(*gpu_, n), seen(*gpu_, n);
+  DeviceBuffer<float> big_in(*gpu_, big), big_out(*gpu_, big);
+  DeviceBusy busy(*gpu_);
+  float want = 0.0f;
+  for (int r = 0; r < env().size; ++r) want += static_cast<float>(r + 1);
+  std::int64_t wrong = 0;
+  for (int round = 0; round < 2; ++round) {
+    gpu_->fill(in.get(), -1.0f, n);
+    gpu_->fill(out.get(), -2.0f, n);
+    gpu_->synchronize();
+    busy.queue(100.0);
+    gpu_->fill(in.get(), static_cast<float>(env().rank + 1), n);
+    dptrain::nccl_allreduce_sum(*comm_, big_in.get(), big_out.get(), big);
+    dptrain::nccl_allreduce_sum(*comm_, in.get(), out.get(), n);
+    gpu_->copy_device(seen.get(), out.get(), n * sizeof(float));
+    for (float x : download(*gpu_, seen)) wrong += x != want;
+  }
+  EXPECT_EQ(wrong_on_any_rank(wrong), 0)
+      << "an out-of-place sum read its input before the compute stream wrote it, or the "
+         "compute stream read the result before the sum wrote it";
 }
 
 TEST_F(Nccl, Broadcast) {

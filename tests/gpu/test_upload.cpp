@@ -48,28 +48,42 @@ TEST_F(CudaUpload, BadSlotIsAnError) {
   EXPECT_THROW(gpu_->wait_upload(-1), dptrain::Error);
 }
 
-// Two slots in turn, each round rewriting its host buffer and reading the
-// device copy K times: a copy that overtook a reader, a reader that ran
-// ahead of its copy or a host write under a running copy changes the sum.
+// Two slots in turn, each round rewriting its host buffer, uploading it and
+// reading the device copy twice: once right after wait_upload and once
+// after 100 ms of queued device work, so the device lags far behind the
+// host and every missing call changes the sum:
+//  - no wait_upload: the first reads run while the 16 MiB copy is landing;
+//  - no release_slot: nothing holds the copies back, so the host (which
+//    then never waits) uploads later rounds under reads still queued;
+//  - no sync_upload: the host rewrites a buffer whose copy still waits
+//    behind the queued work, and that copy takes the later round's data.
 TEST_F(CudaUpload, TwoSlotsAlternatingLoseNothing) {
-  constexpr int kRounds = 200, kReads = 4, kCols = 1 << 20;
+  constexpr int kRounds = 8, kReads = 2, kCols = 1 << 22;
   constexpr std::size_t n = kCols;
+  constexpr double kLagMs = 100.0;
+  auto value = [](int round, std::size_t j) { return static_cast<float>((round * 7 + j) % 13); };
   for (Backend* be : {gpu_.get(), cpu_.get()}) {
+    gpu_test::DeviceBusy busy(*be);
     HostBuffer<float> h[2] = {HostBuffer<float>(*be, n), HostBuffer<float>(*be, n)};
     DeviceBuffer<float> d[2] = {DeviceBuffer<float>(*be, n), DeviceBuffer<float>(*be, n)};
     DeviceBuffer<float> acc(*be, n);
+    auto read = [&](int s) {
+      for (int k = 0; k < kReads; ++k) be->dense().add_bias(acc.get(), d[s].get(), 1, kCols);
+    };
     for (int i = 0; i < kRounds; ++i) {
       const int s = i % 2;
       be->sync_upload(s);
-      for (std::size_t j = 0; j < n; ++j) h[s].get()[j] = static_cast<float>((i * 7 + j) % 13);
+      for (std::size_t j = 0; j < n; ++j) h[s].get()[j] = value(i, j);
       be->release_slot(s);
       be->upload_async(s, d[s].get(), h[s].get(), n * sizeof(float));
       be->wait_upload(s);
-      for (int k = 0; k < kReads; ++k) be->dense().add_bias(acc.get(), d[s].get(), 1, kCols);
+      read(s);
+      busy.queue(kLagMs);
+      read(s);
     }
     std::vector<float> want(n, 0.0f);  // small integers: exact in any order
     for (int i = 0; i < kRounds; ++i)
-      for (std::size_t j = 0; j < n; ++j) want[j] += kReads * static_cast<float>((i * 7 + j) % 13);
+      for (std::size_t j = 0; j < n; ++j) want[j] += 2 * kReads * value(i, j);
     EXPECT_EQ(download(*be, acc), want) << be->name();
   }
 }
@@ -127,10 +141,12 @@ TEST_F(CudaUpload, ShardBuffersInPipelineOrderDeliverEveryShard) {
     DeviceBuffer<std::int32_t> seen_y(*be, std::size_t(kMaxRows) * kSteps);
     DeviceBuffer<float> w(*be, std::size_t(kWork) * kWork), out(*be, std::size_t(kWork) * kWork);
     be->fill(w.get(), 0.5f, w.size());
-    auto work = [&] {  // compute the uploads should hide under
+    gpu_test::DeviceBusy busy(*be);
+    auto work = [&] {  // compute the uploads should hide under; the device lags the host
       for (int k = 0; k < 4; ++k)
         be->gemm(false, false, kWork, kWork, kWork, 1.0f, w.get(), kWork, w.get(), kWork, 0.0f,
                  out.get(), kWork);
+      busy.queue(2.0);
     };
 
     bufs[0].release();

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Implements: the one carried path of the GPU check. Builds the GPU binaries
+# (dptrain, gpu_tests, dptrain_bench, dptrain_nccl_rate), gathers their
+# runtime (tools/gpu-deps.sh: Open MPI, PMIx, HDF5, Boost, oneDNN, ...),
+# strips the binaries, adds the CUDA runtime (libcudart, 0.7 MB) and a
+# synthetic data set, and packs it all into one gzip tarball (gzip unpacks
+# on any Linux), checked here to fit the 64 MiB that a GPU machine takes:
+#   tools/gpu-bundle.sh          -> .gpu-bundle/dptrain-gpu.tar.gz (+ MANIFEST)
+# Carry .gpu-bundle/ with the working tree; on the GPU machine run
+# tools/gpu-check.sh, which unpacks it.
+#
+# Before packing, every NEEDED entry of every binary, library and plugin is
+# resolved by name: inside the bundle, or among what the GPU machine brings
+# (glibc, the driver's libcuda, and cuBLAS/NCCL/cuDNN from a CUDA 13 toolkit
+# or PyTorch's nvidia-* wheels). Open MPI plugins that need a left-out
+# network transport are dropped, so every plugin left must load. MANIFEST
+# names the newest glibc symbol version anything in the bundle needs.
+# Environment: BUILD_DIR (default build-gpu), JOBS (build jobs), NO_BUILD=1
+# (pack what is built), DEPS_REFRESH=1 (run tools/gpu-deps.sh again).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=${BUILD_DIR:-build-gpu}
+out=.gpu-bundle
+limit=$((64 << 20))
+note() { echo "gpu-bundle: $*"; }
+targets=(dptrain gpu_tests dptrain_bench dptrain_nccl_rate)
+binaries=("$build/dptrain" "$build/tests/gpu_tests" "$build/tools/bench/dptrain_bench"
+  "$build/tools/bench/dptrain_nccl_rate")
+
+# What the GPU machine brings: glibc, the driver, the CUDA libraries.
+from_machine='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2'
+from_machine+='|libresolv\.so\.2|libutil\.so\.1|libanl\.so\.1|libcuda\.so\.1|libnvidia-ml\.so\.1'
+from_machine+='|libcublas\.so\.13|libcublasLt\.so\.13|libnccl\.so\.2|libcudnn[a-z_]*\.so\.9)$'
+# Network transports one node does not need, and what only they or unused
+# plugins need (tools/gpu-deps.sh leaves them out).
+left_out='^(libfabric\.so\.1|libuc[pstm]\.so\.0|libibverbs\.so\.1|librdmacm\.so\.1|libpsm.*'
+left_out+='|libnl-.*|libxml2\.so\.2|libX11\.so\.6|libpciaccess\.so\.0|libdb-5\.3\.so)$'
+# Loaded with dlopen, never NEEDED: Open MPI and PMIx components, Open MPI's
+# common libraries of the transports, SASL mechanisms (Berkeley DB: left out).
+plugin='/(openmpi|pmix|sasl2)/|/libmca_common_(ucx|verbs|ofi)\.'
+
+if [[ ${NO_BUILD:-0} != 1 ]]; then
+  [[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -DDPTRAIN_CUDA=ON
+  cmake --build "$build" -j"${JOBS:-$(nproc)}" --target "${targets[@]}"
+fi
+for b in "${binaries[@]}"; do [[ -x $b ]] || { note "missing $b (build it first)"; exit 1; }; done
+if [[ ${DEPS_REFRESH:-0} == 1 || ! -x .gpu-deps/root/usr/bin/orterun ]]; then tools/gpu-deps.sh; fi
+
+stage=$(mktemp -d "${TMPDIR:-/tmp}/gpu-bundle.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
+for b in "${binaries[@]}"; do strip --strip-all -o "$stage/bin/$(basename "$b")" "$b"; done
+cp -a .gpu-deps/root "$stage/root"
+cp -a .gpu-deps/fallback "$stage/fallback"
+[[ -f .gpu-deps/synthetic.h5 ]] && cp .gpu-deps/synthetic.h5 "$stage/data/"
+cudart=$(ldd "$build/dptrain" | awk '$1 ~ /^libcudart\.so/ {print $3}')
+[[ -n $cudart ]] && cp -L "$cudart" "$stage/lib/"
+
+elf_files() { find "$stage" -type f \( -name '*.so*' -o -perm -u+x \) -exec sh -c \
+  'for f; do head -c4 "$f" | grep -q "ELF" && echo "$f"; done' sh {} +; }
+needed() { readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+# Every file name in the bundle, symlinks included: what NEEDED can resolve to.
+names=$(find "$stage" \( -type f -o -type l \) -name '*.so*' -printf '%f\n' | sort -u)
+have() { grep -qxF "$1" <<<"$names"; }
+
+missing=()
+for f in $(elf_files); do
+  for lib in $(needed "$f"); do
+    have "$lib" || [[ $lib =~ $from_machine ]] && continue
+    if [[ $lib =~ $left_out && $f =~ $plugin ]]; then
+      note "dropping plugin $(basename "$f") (needs $lib, left out)"
+      rm -f "$f"
+      break
+    fi
+    missing+=("${f#"$stage"/} needs $lib")
+  done
+done
+if ((${#missing[@]})); then
+  note "not in the bundle and not brought by the GPU machine:"
+  printf '  %s\n' "${missing[@]}"
+  exit 1
+fi
+
+newest_glibc() { objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1; }
+# shellcheck disable=SC2046
+glibc=$(newest_glibc $(elf_files))
+glibc_bin=$(newest_glibc "$stage"/bin/*)
+machine_libs=$(for f in $(elf_files); do needed "$f"; done | sort -u | grep -E "$from_machine" |
+  grep -E '^lib(cuda|nvidia|cublas|nccl|cudnn)' | tr '\n' ' ')
+{
+  echo "glibc=$glibc"
+  echo "glibc_binaries=$glibc_bin (the rest: Debian's libraries, e.g. libevent's arc4random)"
+  echo "from_machine=$machine_libs"
+  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +changes)"
+  echo "built=$(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(getconf GNU_LIBC_VERSION | cut -d' ' -f2)"
+} >"$stage/MANIFEST"
+
+mkdir -p "$out"
+rm -f "$out"/dptrain-gpu.tar.*
+tar -C "$stage" -czf "$out/dptrain-gpu.tar.gz" .
+cp "$stage/MANIFEST" "$out/MANIFEST"
+size=$(stat -c %s "$out/dptrain-gpu.tar.gz")
+note "$(awk -v s="$size" 'BEGIN{printf "%.1f MiB", s/1048576}') packed ($(du -sh "$stage" | cut -f1) unpacked) in $out/dptrain-gpu.tar.gz"
+note "needs glibc >= $glibc (dptrain's own binaries: $glibc_bin); from the GPU machine: $machine_libs"
+if ((size > limit)); then note "over the 64 MiB a GPU machine takes"; exit 1; fi
