@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
     DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     launch_ = {stream_.get(), std::max(1, sms) * kBlocksPerSm};
     activations_ = cuda::make_activation_kernels(launch_);
+    augment_ = cuda::make_augment_kernels(launch_);
     dense_ = cuda::make_dense_kernels(launch_);
     losses_ = cuda::make_loss_kernels(launch_);
     optimizers_ = cuda::make_optimizer_kernels(launch_);
@@ -279,6 +280,7 @@ class CudaBackend final : public Backend {
     throw Error(ExitCode::kUsage, "dropout layers need a CUDA kernel on --device cuda, which "
                                   "this build does not have yet; use --device cpu");
   }
+  AugmentKernels& augment() override { return *augment_; }
 
  private:
   static constexpr std::size_t kBf16Bytes = 2;
@@ -315,6 +317,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LossKernels> losses_;
   std::unique_ptr<OptimizerKernels> optimizers_;
   std::unique_ptr<SpatialKernels> spatial_;
+  std::unique_ptr<AugmentKernels> augment_;
   cuda::DeviceMemory counter_;
   cuda::PinnedMemory host_counter_;
   cuda::DeviceMemory bf16_a_, bf16_b_;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "dptrain/kernels/activation_kernels.hpp"
+#include "dptrain/kernels/augment_kernels.hpp"
 
 namespace dptrain::cuda {
 
@@ -59,5 +60,10 @@ void sgd_step(const Launch& l, float* w, const float* g, float* velocity, std::s
 void adam_step(const Launch& l, float* w, const float* g, float* m, float* v, std::size_t n,
                float lr, float beta1, float beta2, float eps, float l2, float shrink,
                float inv_bc1, float inv_bc2);
+
+// --- augment.cu --- x[rows, planes, H, W] rebuilt from source, a device copy
+// of it (in-place crops would read pixels already moved).
+void augment(const Launch& l, const float* source, float* x, int rows, const AugmentGeometry& g,
+             std::uint64_t seed, std::uint64_t epoch, std::uint64_t first_row);
 
 }  // namespace dptrain::cuda
