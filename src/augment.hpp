@@ -5,14 +5,15 @@
 // ([C, H, W]; each H×W plane of a volume [C, D, H, W] alike). Every draw is a
 // function of (seed, epoch, global position of the sample in the epoch), so
 // 1 and P ranks augment every sample alike. Applied on each rank to its shard
-// once it has arrived as float, before forward.
+// once it has arrived as float, before forward, by the backend's augment
+// kernels (augment_kernels.hpp), so on the device where the shard lives.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "dptrain/backend.hpp"
+#include "dptrain/kernels/augment_kernels.hpp"
 #include "dptrain/layer.hpp"
 #include "dptrain/tensor.hpp"
 
@@ -30,27 +31,22 @@ AugmentSpec parse_augment(const std::string& list);
 class Augmenter {
  public:
   // Error(kUsage) when the samples are not images (rank below 3: {C, H, W})
-  // or the padding is not smaller than the image, or the backend's memory is
-  // not host-addressable (the CUDA kernel is still to come).
-  Augmenter(const AugmentSpec& spec, const Shape& sample, const Backend& be);
+  // or the padding is not smaller than the image. The backend's augment
+  // kernels do the work on its memory; be must outlive the Augmenter.
+  Augmenter(const AugmentSpec& spec, const Shape& sample, Backend& be);
 
   // The draws for one sample: shift (dy, dx) in [-P, P], and the flip.
-  struct Draw {
-    int dy = 0, dx = 0;
-    bool flip = false;
-  };
+  using Draw = AugmentDraw;
   Draw draw(std::uint64_t seed, std::uint64_t epoch, std::uint64_t position) const;
 
-  // Augments rows [0, rows) of x in place; row r is global position
-  // step.first_row + r of epoch step.epoch.
+  // Augments rows [0, rows) of x (backend memory) in place; row r is global
+  // position step.first_row + r of epoch step.epoch. Queued on the backend
+  // like any kernel: on CUDA it returns before the work is done.
   void apply(float* x, int rows, const StepInfo& step);
 
  private:
-  void apply_one(float* sample, const Draw& d);
-
-  AugmentSpec spec_;
-  int planes_ = 0, height_ = 0, width_ = 0;
-  std::vector<float> plane_;  // one H×W plane, the source of a shifted copy
+  AugmentGeometry geometry_;
+  AugmentKernels* kernels_;
 };
 
 }  // namespace dptrain

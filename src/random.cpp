@@ -1,4 +1,4 @@
-// Implements: SplitMix64 and the draws built on it (see random.hpp for why
+// Implements: the draws built on SplitMix64 (see random.hpp for why
 // not std:: distributions).
 #include "dptrain/random.hpp"
 
@@ -6,22 +6,6 @@
 #include <numbers>
 
 namespace dptrain {
-
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  std::uint64_t s = a;
-  std::uint64_t h = splitmix64(s);
-  s = h ^ b;
-  h = splitmix64(s);
-  s = h ^ c;
-  return splitmix64(s);
-}
 
 std::uint64_t Rng::below(std::uint64_t n) {
   // Lemire's method would need 128-bit multiply; rejection on the top range

@@ -18,6 +18,7 @@
 
 #include "dptrain/comm.hpp"
 #include "dptrain/kernels/activation_kernels.hpp"
+#include "dptrain/kernels/augment_kernels.hpp"
 #include "dptrain/kernels/dense_kernels.hpp"
 #include "dptrain/kernels/dropout_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
@@ -140,6 +141,7 @@ class Backend {
   virtual SpatialKernels& spatial() = 0;  // convolution and pooling plans
   virtual NormKernels& norm() = 0;        // bn; may throw where not built (exit 2)
   virtual DropoutKernels& dropout() = 0;  // dropout; may throw where not built (exit 2)
+  virtual AugmentKernels& augment() = 0;  // --augment crop and flip
 
  private:
   static constexpr std::size_t kHostAlignment = 64;

@@ -9,9 +9,23 @@
 namespace dptrain {
 
 // SplitMix64 step: advances state, returns a well-mixed 64-bit value.
-std::uint64_t splitmix64(std::uint64_t& state);
+// constexpr integer arithmetic, so device kernels (compiled with
+// --expt-relaxed-constexpr) repeat the host's draws bit for bit.
+constexpr std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
 // Mixes several words into one seed (e.g. seed, purpose, epoch).
-std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0);
+constexpr std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0) {
+  std::uint64_t s = a;
+  std::uint64_t h = splitmix64(s);
+  s = h ^ b;
+  h = splitmix64(s);
+  s = h ^ c;
+  return splitmix64(s);
+}
 
 class Rng {
  public:

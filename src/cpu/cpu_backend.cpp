@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
         spatial_(make_cpu_spatial_kernels()) {
     norm_ = make_cpu_norm_kernels();
     dropout_ = make_cpu_dropout_kernels();
+    augment_ = make_cpu_augment_kernels();
     if (opts.precision == Precision::kTf32)
       throw Error(ExitCode::kUsage, "--precision tf32 needs --device cuda (TF32 is a GPU format)");
     if (opts.precision == Precision::kBf16) {
@@ -154,6 +155,7 @@ class CpuBackend final : public Backend {
   SpatialKernels& spatial() override { return *spatial_; }
   NormKernels& norm() override { return *norm_; }
   DropoutKernels& dropout() override { return *dropout_; }
+  AugmentKernels& augment() override { return *augment_; }
 
  private:
   // aligned_alloc needs a size that is a multiple of the alignment, and a
@@ -169,6 +171,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<SpatialKernels> spatial_;
   std::unique_ptr<NormKernels> norm_;
   std::unique_ptr<DropoutKernels> dropout_;
+  std::unique_ptr<AugmentKernels> augment_;
   std::unique_ptr<onednn::Bf16Gemm> bf16_;  // --precision bf16 only
 };
 

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "dptrain/kernels/activation_kernels.hpp"
+#include "dptrain/kernels/augment_kernels.hpp"
 #include "dptrain/kernels/dense_kernels.hpp"
 #include "dptrain/kernels/dropout_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
@@ -22,5 +23,6 @@ std::unique_ptr<OptimizerKernels> make_cpu_optimizer_kernels();
 std::unique_ptr<SpatialKernels> make_cpu_spatial_kernels();  // on oneDNN primitives
 std::unique_ptr<NormKernels> make_cpu_norm_kernels();
 std::unique_ptr<DropoutKernels> make_cpu_dropout_kernels();
+std::unique_ptr<AugmentKernels> make_cpu_augment_kernels();
 
 }  // namespace dptrain

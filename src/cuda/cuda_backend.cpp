@@ -56,6 +56,9 @@ class CudaBackend final : public Backend {
     DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     launch_ = {stream_.get(), std::max(1, sms) * kBlocksPerSm};
     activations_ = cuda::make_activation_kernels(launch_);
+    norm_ = cuda::make_norm_kernels(launch_);
+    dropout_ = cuda::make_dropout_kernels(launch_);
+    augment_ = cuda::make_augment_kernels(launch_);
     dense_ = cuda::make_dense_kernels(launch_);
     losses_ = cuda::make_loss_kernels(launch_);
     optimizers_ = cuda::make_optimizer_kernels(launch_);
@@ -269,16 +272,9 @@ class CudaBackend final : public Backend {
   LossKernels& losses() override { return *losses_; }
   OptimizerKernels& optimizers() override { return *optimizers_; }
   SpatialKernels& spatial() override { return *spatial_; }
-  // Not written for CUDA yet; the layers ask when the model is built
-  // (Layer::allocate), so a model with them fails before the first step.
-  NormKernels& norm() override {
-    throw Error(ExitCode::kUsage, "bn layers need cuDNN on --device cuda, which this build does "
-                                  "not have yet; use --device cpu");
-  }
-  DropoutKernels& dropout() override {
-    throw Error(ExitCode::kUsage, "dropout layers need a CUDA kernel on --device cuda, which "
-                                  "this build does not have yet; use --device cpu");
-  }
+  NormKernels& norm() override { return *norm_; }
+  DropoutKernels& dropout() override { return *dropout_; }
+  AugmentKernels& augment() override { return *augment_; }
 
  private:
   static constexpr std::size_t kBf16Bytes = 2;
@@ -315,6 +311,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LossKernels> losses_;
   std::unique_ptr<OptimizerKernels> optimizers_;
   std::unique_ptr<SpatialKernels> spatial_;
+  std::unique_ptr<NormKernels> norm_;
+  std::unique_ptr<DropoutKernels> dropout_;
+  std::unique_ptr<AugmentKernels> augment_;
   cuda::DeviceMemory counter_;
   cuda::PinnedMemory host_counter_;
   cuda::DeviceMemory bf16_a_, bf16_b_;

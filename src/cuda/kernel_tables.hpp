@@ -8,8 +8,11 @@
 
 #include "cuda/kernels.hpp"
 #include "dptrain/kernels/activation_kernels.hpp"
+#include "dptrain/kernels/augment_kernels.hpp"
 #include "dptrain/kernels/dense_kernels.hpp"
+#include "dptrain/kernels/dropout_kernels.hpp"
 #include "dptrain/kernels/loss_kernels.hpp"
+#include "dptrain/kernels/norm_kernels.hpp"
 #include "dptrain/kernels/optimizer_kernels.hpp"
 #include "dptrain/kernels/spatial_kernels.hpp"
 
@@ -20,6 +23,9 @@ std::unique_ptr<ActivationKernels> make_activation_kernels(const Launch& l);
 std::unique_ptr<DenseKernels> make_dense_kernels(const Launch& l);
 std::unique_ptr<LossKernels> make_loss_kernels(const Launch& l);
 std::unique_ptr<OptimizerKernels> make_optimizer_kernels(const Launch& l);
+std::unique_ptr<NormKernels> make_norm_kernels(const Launch& l);
+std::unique_ptr<DropoutKernels> make_dropout_kernels(const Launch& l);
+std::unique_ptr<AugmentKernels> make_augment_kernels(const Launch& l);
 // Until the cuDNN version: plans that throw a usage error (spatial_kernels.cpp).
 std::unique_ptr<SpatialKernels> make_spatial_kernels();
 

@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #include "dptrain/kernels/activation_kernels.hpp"
+#include "dptrain/kernels/augment_kernels.hpp"
+#include "dptrain/kernels/norm_kernels.hpp"
 
 namespace dptrain::cuda {
 
@@ -59,5 +61,35 @@ void sgd_step(const Launch& l, float* w, const float* g, float* velocity, std::s
 void adam_step(const Launch& l, float* w, const float* g, float* m, float* v, std::size_t n,
                float lr, float beta1, float beta2, float eps, float l2, float shrink,
                float inv_bc1, float inv_bc2);
+
+// --- norm.cu --- batch norm over [rows, channels, spatial] (norm_kernels.hpp
+// says what each computes). The sums reduce each channel in a fixed order
+// into norm_partials(s) doubles of device scratch, then in a second launch.
+std::size_t norm_partials(const NormShape& s);
+void norm_batch_sums(const Launch& l, const float* x, const NormShape& s, const float* shift,
+                     float* sums, double* partials);
+void norm_batch_stats(const Launch& l, const float* sums, const float* shift, int channels,
+                      double count, float eps, float momentum, float* mean, float* invstd,
+                      float* running_mean, float* running_var);
+void norm_inverse_std(const Launch& l, const float* var, int channels, float eps, float* invstd);
+void norm_normalize(const Launch& l, const float* x, const NormShape& s, const float* mean,
+                    const float* invstd, const float* weight, const float* bias, float* y);
+void norm_grad_sums(const Launch& l, const float* x, const float* dy, const NormShape& s,
+                    const float* mean, const float* invstd, float* sums, double* partials);
+void norm_input_grad(const Launch& l, const float* x, const float* dy, const NormShape& s,
+                     const float* mean, const float* invstd, const float* weight,
+                     const float* sums, double count, float* dx);
+
+// --- dropout.cu --- the draw of dropout_kernels.hpp, element by element.
+void dropout_forward(const Launch& l, const float* x, float* y, std::uint8_t* keep, int rows,
+                     int width, std::uint64_t step_key, std::uint64_t first_row,
+                     std::uint64_t threshold, float scale);
+void dropout_backward(const Launch& l, const float* dy, const std::uint8_t* keep, float* dx,
+                      std::size_t n, float scale);
+
+// --- augment.cu --- x[rows, planes, H, W] rebuilt from source, a device copy
+// of it (in-place crops would read pixels already moved).
+void augment(const Launch& l, const float* source, float* x, int rows, const AugmentGeometry& g,
+             std::uint64_t seed, std::uint64_t epoch, std::uint64_t first_row);
 
 }  // namespace dptrain::cuda

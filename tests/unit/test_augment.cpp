@@ -86,5 +86,26 @@ TEST(Augment, CropShiftsWithZeroPaddingThenFlipsEveryChannel) {
   FAIL() << "no draw with dy 1, dx -1 and a flip in 1000 positions";
 }
 
+// The kernel family itself: a volume [C, D, H, W] is C·D planes, each moved
+// by its sample's draw; rows are global positions first_row + r.
+TEST(Augment, KernelsMoveEveryPlaneOfAVolumeBySampleDraw) {
+  auto be = make_cpu_backend(BackendOptions{});
+  const AugmentGeometry g{.planes = 2 * 3, .height = 4, .width = 5, .crop_padding = 1, .flip = true};
+  const int rows = 20, plane = 4 * 5;
+  std::vector<float> x(static_cast<std::size_t>(rows) * g.planes * plane);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+  const std::vector<float> in = x;
+  be->augment().apply(x.data(), rows, g, 9, 1, 300);
+  for (int r = 0; r < rows; ++r) {
+    const AugmentDraw d = augment_draw::draw(9, 1, 300 + r, 1, true);
+    for (int p = 0; p < g.planes; ++p)
+      for (int k = 0; k < plane; ++k) {
+        const std::size_t o = (static_cast<std::size_t>(r) * g.planes + p) * plane;
+        const std::ptrdiff_t from = augment_draw::source_pixel(k / 5, k % 5, 4, 5, d);
+        EXPECT_EQ(x[o + k], from < 0 ? 0.0f : in[o + from]) << r << " " << p << " " << k;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace dptrain

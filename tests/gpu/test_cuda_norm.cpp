@@ -1,0 +1,191 @@
+// Implements: the CUDA batch-norm kernels against the CPU backend on random
+// inputs, over shapes that hit one value per channel, flat [N, F], partial
+// blocks, many chunks per channel and the chunk cap, an empty shard, and a
+// mean far from zero. The chain of a training step (sums, statistics with
+// the running update, normalize, gradient sums, input gradient) agrees
+// within the rounding of float outputs of double sums; fed the CPU's
+// statistics, the per-channel and elementwise kernels give the CPU's bits;
+// and the GPU gives the same bits on every run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "gpu_env.hpp"
+
+namespace {
+
+using namespace dptrain;
+using gpu_test::all_close;
+using gpu_test::download;
+using gpu_test::random_vector;
+using gpu_test::upload;
+
+constexpr float kEps = 1e-5f, kMomentum = 0.1f;
+
+struct Case {
+  int rows, channels, spatial;
+  float offset;  // added to x and to the running mean: large means, small variances
+};
+
+constexpr Case kCases[] = {
+    {1, 4, 1, 0.0f},      {7, 3, 1, 0.0f},       {64, 300, 1, 0.0f},   {5, 3, 49, 0.0f},
+    {32, 8, 1024, 0.0f},  {256, 3, 300, 0.0f},   {2, 2, 100000, 0.0f}, {3, 1, 3000000, 0.0f},
+    {128, 16, 64, 1000.0f}, {33, 5, 7, 0.0f},
+};
+
+struct BnInputs {
+  NormShape s;
+  std::vector<float> x, dy, running_mean, running_var, weight, bias;
+  std::size_t values() const { return x.size(); }
+  double count() const { return static_cast<double>(s.rows) * s.spatial; }
+};
+
+BnInputs make_inputs(const Case& c, std::uint32_t seed) {
+  BnInputs in;
+  in.s = {c.rows, c.channels, c.spatial};
+  const std::size_t n = static_cast<std::size_t>(c.rows) * c.channels * c.spatial;
+  const auto C = static_cast<std::size_t>(c.channels);
+  in.x = random_vector(n, seed, c.offset - 1.0f, c.offset + 1.0f);
+  in.dy = random_vector(n, seed + 1);
+  in.running_mean = random_vector(C, seed + 2, c.offset - 0.5f, c.offset + 0.5f);
+  in.running_var = random_vector(C, seed + 3, 0.5f, 2.0f);
+  in.weight = random_vector(C, seed + 4, 0.5f, 1.5f);
+  in.bias = random_vector(C, seed + 5);
+  return in;
+}
+
+struct BnOutputs {
+  std::vector<float> sums, mean, invstd, running_mean, running_var, y, grad_sums, dx;
+};
+
+// One training step of a bn layer on be, as src/layers/norm.cpp calls the
+// kernels: the running mean is the shift of the sums and is updated in place.
+BnOutputs run_step(Backend& be, const BnInputs& in) {
+  const auto C = static_cast<std::size_t>(in.s.channels);
+  NormKernels& k = be.norm();
+  auto x = upload(be, in.x), dy = upload(be, in.dy);
+  auto running_mean = upload(be, in.running_mean), running_var = upload(be, in.running_var);
+  auto weight = upload(be, in.weight), bias = upload(be, in.bias);
+  DeviceBuffer<float> sums(be, 2 * C), mean(be, C), invstd(be, C), grad_sums(be, 2 * C);
+  DeviceBuffer<float> y(be, in.values()), dx(be, in.values());
+  k.batch_sums(x.get(), in.s, running_mean.get(), sums.get());
+  BnOutputs out;
+  out.sums = download(be, sums);
+  k.batch_stats(sums.get(), running_mean.get(), in.s.channels, in.count(), kEps, kMomentum,
+                mean.get(), invstd.get(), running_mean.get(), running_var.get());
+  k.normalize(x.get(), in.s, mean.get(), invstd.get(), weight.get(), bias.get(), y.get());
+  k.grad_sums(x.get(), dy.get(), in.s, mean.get(), invstd.get(), grad_sums.get());
+  k.input_grad(x.get(), dy.get(), in.s, mean.get(), invstd.get(), weight.get(), grad_sums.get(),
+               in.count(), dx.get());
+  out.mean = download(be, mean);
+  out.invstd = download(be, invstd);
+  out.running_mean = download(be, running_mean);
+  out.running_var = download(be, running_var);
+  out.y = download(be, y);
+  out.grad_sums = download(be, grad_sums);
+  out.dx = download(be, dx);
+  return out;
+}
+
+std::vector<std::uint32_t> bits(const std::vector<float>& v) {
+  std::vector<std::uint32_t> b(v.size());
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+std::string name(const Case& c) {
+  return "[" + std::to_string(c.rows) + ", " + std::to_string(c.channels) + ", " +
+         std::to_string(c.spatial) + "] offset " + std::to_string(c.offset);
+}
+
+class CudaNorm : public gpu_test::CpuAndGpu {};
+
+// Sums in double on both sides, rounded to float once: within a few float
+// ulps (the absolute term covers totals that cancel to near zero).
+TEST_F(CudaNorm, TrainingStepMatchesCpu) {
+  std::uint32_t seed = 10;
+  for (const Case& c : kCases) {
+    const BnInputs in = make_inputs(c, seed += 10);
+    const BnOutputs g = run_step(*gpu_, in), r = run_step(*cpu_, in);
+    const double n = in.count(), scale = 1.0 + std::fabs(c.offset);
+    EXPECT_TRUE(all_close(g.sums, r.sums, 1e-6, 1e-9 * n)) << name(c);
+    EXPECT_TRUE(all_close(g.mean, r.mean, 1e-6, 1e-7 * scale)) << name(c);
+    EXPECT_TRUE(all_close(g.invstd, r.invstd, 1e-6, 0.0)) << name(c);
+    EXPECT_TRUE(all_close(g.running_mean, r.running_mean, 1e-6, 1e-7 * scale)) << name(c);
+    EXPECT_TRUE(all_close(g.running_var, r.running_var, 1e-6, 0.0)) << name(c);
+    EXPECT_TRUE(all_close(g.y, r.y, 1e-5, 1e-5 * scale)) << name(c);
+    EXPECT_TRUE(all_close(g.grad_sums, r.grad_sums, 1e-5, 1e-5 * std::sqrt(n) * scale)) << name(c);
+    EXPECT_TRUE(all_close(g.dx, r.dx, 1e-5, 1e-5 * scale)) << name(c);
+  }
+}
+
+// Fixed-order reductions and a chunk count fixed by the shape: bit for bit.
+TEST_F(CudaNorm, RepeatedRunsGiveTheSameBits) {
+  for (const Case& c : {kCases[2], kCases[5], kCases[7], kCases[8]}) {
+    const BnInputs in = make_inputs(c, 77);
+    const BnOutputs a = run_step(*gpu_, in), b = run_step(*gpu_, in);
+    EXPECT_EQ(bits(a.sums), bits(b.sums)) << name(c);
+    EXPECT_EQ(bits(a.running_var), bits(b.running_var)) << name(c);
+    EXPECT_EQ(bits(a.y), bits(b.y)) << name(c);
+    EXPECT_EQ(bits(a.grad_sums), bits(b.grad_sums)) << name(c);
+    EXPECT_EQ(bits(a.dx), bits(b.dx)) << name(c);
+  }
+}
+
+// Given the CPU's sums and statistics, the kernels that do no reduction
+// round every operation as the CPU does (no FMA contraction): equal bits.
+TEST_F(CudaNorm, PerChannelAndElementwiseKernelsGiveTheCpusBits) {
+  for (const Case& c : {kCases[1], kCases[3], kCases[6], kCases[8], kCases[9]}) {
+    const BnInputs in = make_inputs(c, 99);
+    const BnOutputs r = run_step(*cpu_, in);
+    const auto C = static_cast<std::size_t>(c.channels);
+    NormKernels& k = gpu_->norm();
+    auto x = upload(*gpu_, in.x), dy = upload(*gpu_, in.dy);
+    auto sums = upload(*gpu_, r.sums), shift = upload(*gpu_, in.running_mean);
+    auto running_mean = upload(*gpu_, in.running_mean), running_var = upload(*gpu_, in.running_var);
+    auto weight = upload(*gpu_, in.weight), bias = upload(*gpu_, in.bias);
+    DeviceBuffer<float> mean(*gpu_, C), invstd(*gpu_, C);
+    DeviceBuffer<float> y(*gpu_, in.values()), dx(*gpu_, in.values());
+    k.batch_stats(sums.get(), shift.get(), c.channels, in.count(), kEps, kMomentum, mean.get(),
+                  invstd.get(), running_mean.get(), running_var.get());
+    EXPECT_EQ(bits(download(*gpu_, mean)), bits(r.mean)) << name(c);
+    EXPECT_EQ(bits(download(*gpu_, invstd)), bits(r.invstd)) << name(c);
+    EXPECT_EQ(bits(download(*gpu_, running_mean)), bits(r.running_mean)) << name(c);
+    EXPECT_EQ(bits(download(*gpu_, running_var)), bits(r.running_var)) << name(c);
+
+    auto cpu_mean = upload(*gpu_, r.mean), cpu_invstd = upload(*gpu_, r.invstd);
+    auto cpu_grad_sums = upload(*gpu_, r.grad_sums);
+    k.normalize(x.get(), in.s, cpu_mean.get(), cpu_invstd.get(), weight.get(), bias.get(), y.get());
+    EXPECT_EQ(bits(download(*gpu_, y)), bits(r.y)) << name(c);
+    k.input_grad(x.get(), dy.get(), in.s, cpu_mean.get(), cpu_invstd.get(), weight.get(),
+                 cpu_grad_sums.get(), in.count(), dx.get());
+    EXPECT_EQ(bits(download(*gpu_, dx)), bits(r.dx)) << name(c);
+
+    // Evaluation's 1 / sqrt(running_var + eps).
+    std::vector<float> want(C);
+    cpu_->norm().inverse_std(in.running_var.data(), c.channels, kEps, want.data());
+    auto var = upload(*gpu_, in.running_var);
+    DeviceBuffer<float> eval_invstd(*gpu_, C);
+    k.inverse_std(var.get(), c.channels, kEps, eval_invstd.get());
+    EXPECT_EQ(bits(download(*gpu_, eval_invstd)), bits(want)) << name(c);
+  }
+}
+
+// An empty shard (a rank with no rows, x null) gives zero sums, whatever
+// the output held; normalize and input_grad touch nothing.
+TEST_F(CudaNorm, EmptyShardGivesZeroSums) {
+  const NormShape s{0, 5, 9};
+  auto shift = upload(*gpu_, random_vector(5, 3));
+  DeviceBuffer<float> sums(*gpu_, 10);
+  gpu_->fill(sums.get(), 7.0f, 10);
+  gpu_->norm().batch_sums(nullptr, s, shift.get(), sums.get());
+  EXPECT_EQ(download(*gpu_, sums), std::vector<float>(10, 0.0f));
+  gpu_->fill(sums.get(), 7.0f, 10);
+  gpu_->norm().grad_sums(nullptr, nullptr, s, shift.get(), shift.get(), sums.get());
+  EXPECT_EQ(download(*gpu_, sums), std::vector<float>(10, 0.0f));
+}
+
+}  // namespace
