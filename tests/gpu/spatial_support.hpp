@@ -115,10 +115,10 @@ inline ::testing::AssertionResult within_bound(const std::vector<float>& got,
     if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << got.size() << " values beyond "
-                                       << c << " x their terms' magnitude; worst at " << worst
-                                       << ": got " << got[worst] << ", want " << want[worst]
-                                       << " (" << worst_ratio << " x the bound)";
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " values beyond " << c
+         << " x their terms' magnitude; worst at " << worst << ": got " << got[worst] << ", want "
+         << want[worst] << " (" << worst_ratio << " x the bound)";
 }
 
 struct ConvInputs {
@@ -147,8 +147,7 @@ inline ConvOutputs run_conv(dptrain::Backend& be, dptrain::ConvPlan& plan,
   return {download(be, y), download(be, dx), download(be, dw), download(be, db)};
 }
 
-inline ConvInputs random_conv_inputs(const dptrain::ConvGeometry& g, int rows,
-                                     std::uint32_t seed) {
+inline ConvInputs random_conv_inputs(const dptrain::ConvGeometry& g, int rows, std::uint32_t seed) {
   return {random_vector(elements(rows, g.in_channels, g.input, g.dims), seed),
           random_vector(elements(g.out_channels, g.in_channels, g.kernel, g.dims), seed + 1),
           random_vector(std::size_t(g.out_channels), seed + 2),

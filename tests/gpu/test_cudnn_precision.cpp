@@ -32,7 +32,8 @@ TEST_F(CudnnPrecision, RandomInputsStayWithinEachPrecisionsBound) {
   const std::vector<ConvGeometry> cases = {conv_geometry(2, 16, 16, {12, 12}, 3, 1, 1, 2),
                                            conv_geometry(2, 3, 5, {7, 9}, 3, 2, 0, 2),
                                            conv_geometry(3, 4, 8, {5, 6, 5}, 3, 1, 1, 2)};
-  for (const auto& [p, bound] : {std::pair{Precision::kTf32, 4e-3}, std::pair{Precision::kBf16, 1.6e-2}}) {
+  for (const auto& [p, bound] :
+       {std::pair{Precision::kTf32, 4e-3}, std::pair{Precision::kBf16, 1.6e-2}}) {
     auto be = make_gpu(p);
     std::uint32_t seed = 70;
     for (const ConvGeometry& g : cases) {
@@ -46,11 +47,11 @@ TEST_F(CudnnPrecision, RandomInputsStayWithinEachPrecisionsBound) {
       const ConvOutputs want = run_conv(*cpu_, *cpu_plan, g, rows, in);
       const auto x = widen(in.x), w = widen(in.w), dy = widen(in.dy);
       const auto dwb = ref::conv_backward_weights(r, rows, x, dy);
-      EXPECT_TRUE(within_bound(got.y, want.y, ref::conv_forward(r, rows, x, w, widen(in.b)).magnitude,
-                               bound))
+      EXPECT_TRUE(within_bound(got.y, want.y,
+                               ref::conv_forward(r, rows, x, w, widen(in.b)).magnitude, bound))
           << what << ": forward";
-      EXPECT_TRUE(within_bound(got.dx, want.dx, ref::conv_backward_data(r, rows, dy, w).magnitude,
-                               bound))
+      EXPECT_TRUE(
+          within_bound(got.dx, want.dx, ref::conv_backward_data(r, rows, dy, w).magnitude, bound))
           << what << ": dx";
       EXPECT_TRUE(within_bound(got.dw, want.dw, dwb[0].magnitude, bound)) << what << ": dw";
       // The bias gradient sums the fp32 dy under every precision.
@@ -81,11 +82,11 @@ TEST_F(CudnnPrecision, ThePrecisionIsAppliedToEveryPass) {
       const std::string what = std::string(name(p)) + " " + describe(reference_of(g), rows);
       auto plan = be->spatial().conv_plan(g);
       auto cpu_plan = cpu_->spatial().conv_plan(g);
-      const ConvInputs rounded_x = random_conv_inputs(g, rows, 1);  // sizes; values below
-      ConvInputs a{std::vector<float>(rounded_x.x.size(), one_plus),
-                   std::vector<float>(rounded_x.w.size(), 1.0f),
-                   std::vector<float>(rounded_x.b.size(), 0.0f),
-                   std::vector<float>(rounded_x.dy.size(), 1.0f)};
+      const ConvInputs sizes = random_conv_inputs(g, rows, 1);  // values set below
+      ConvInputs a{std::vector<float>(sizes.x.size(), one_plus),
+                   std::vector<float>(sizes.w.size(), 1.0f),
+                   std::vector<float>(sizes.b.size(), 0.0f),
+                   std::vector<float>(sizes.dy.size(), 1.0f)};
       ConvInputs b = a;  // dx = w * dy: the rounded operand is dy
       b.x.assign(b.x.size(), 1.0f);
       b.dy.assign(b.dy.size(), one_plus);
@@ -95,10 +96,9 @@ TEST_F(CudnnPrecision, ThePrecisionIsAppliedToEveryPass) {
       const ConvOutputs want_b = run_conv(*cpu_, *cpu_plan, g, rows, b);
       const double lo = p == Precision::kFp32 ? -1e-3 * e : 0.5 * e;
       const double hi = p == Precision::kFp32 ? 1e-3 * e : 1.5 * e;
-      for (const auto& [label, s] :
-           {std::pair{"forward", shortfall(got_a.y, want_a.y)},
-            std::pair{"dx", shortfall(got_b.dx, want_b.dx)},
-            std::pair{"dw", shortfall(got_a.dw, want_a.dw)}}) {
+      for (const auto& [label, s] : {std::pair{"forward", shortfall(got_a.y, want_a.y)},
+                                     std::pair{"dx", shortfall(got_b.dx, want_b.dx)},
+                                     std::pair{"dw", shortfall(got_a.dw, want_a.dw)}}) {
         EXPECT_GE(s, lo) << what << ": " << label;
         EXPECT_LE(s, hi) << what << ": " << label;
       }

@@ -78,7 +78,8 @@ Pass train_pass(Backend& be, const std::string& spec, const Shape& input, int ro
 
 TEST(CudaSpatial, ACnnTrainsAsOnTheCpu) {
   if (!DPTRAIN_HAVE_CUDNN) GTEST_SKIP() << "built without cuDNN";
-  const std::string spec = "conv:6:3,relu,maxpool:2,conv:4:3:2,relu,res(conv:4:3),avgpool:2,gap,dense:3";
+  const std::string spec =
+      "conv:6:3,relu,maxpool:2,conv:4:3:2,relu,res(conv:4:3),avgpool:2,gap,dense:3";
   const Shape input{2, 13, 11};
   const int rows = 5;
   const auto x = gpu_test::random_vector(rows * input.size(), 21);

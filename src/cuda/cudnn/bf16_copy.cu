@@ -21,8 +21,8 @@ __global__ void from_bf16_kernel(const __nv_bfloat16* x, float* y, std::size_t n
 
 void from_bf16(const Launch& l, const void* x, float* y, std::size_t n) {
   if (n == 0) return;
-  from_bf16_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(
-      static_cast<const __nv_bfloat16*>(x), y, n);
+  from_bf16_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                              y, n);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -31,7 +31,8 @@ cudnnMathType_t requested_math(ConvArithmetic a) {
 bool transforms(ConvPass pass, int algo) {
   switch (pass) {
     case ConvPass::kForward:
-      return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT || algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+      return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+             algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
              algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
              algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
     case ConvPass::kBackwardData:

@@ -31,7 +31,7 @@ constexpr std::array<ConvPass, 3> kPasses{ConvPass::kForward, ConvPass::kBackwar
 // The descriptors and algorithms of one row count.
 struct RowPlan {
   ConvArithmetic arithmetic = ConvArithmetic::kFma;
-  TensorDescriptor x, y;   // in the arithmetic's data type
+  TensorDescriptor x, y;    // in the arithmetic's data type
   TensorDescriptor y_fp32;  // the fp32 output the bias works on, under bf16 only
   FilterDescriptor w;
   std::array<ConvolutionDescriptor, 3> conv;  // by pass: each keeps its algorithm's math type
@@ -89,10 +89,10 @@ class CudnnConvPlan final : public ConvPlan {
     const void* xs = operand(p, x, in_elements(rows), 0);
     const void* ws = operand(p, weight, weight_elements(), 1);
     void* out = p.bf16() ? c_.bf16(2).get() : y;
-    DPT_CUDNN_CHECK(cudnnConvolutionForward(
-        c_.handle(), &kOne, p.x.get(), xs, p.w.get(), ws, p.conv[0].get(),
-        static_cast<cudnnConvolutionFwdAlgo_t>(p.algo[0].algo), c_.workspace().get(),
-        p.algo[0].workspace, &kZero, p.y.get(), out));
+    DPT_CUDNN_CHECK(
+        cudnnConvolutionForward(c_.handle(), &kOne, p.x.get(), xs, p.w.get(), ws, p.conv[0].get(),
+                                static_cast<cudnnConvolutionFwdAlgo_t>(p.algo[0].algo),
+                                c_.workspace().get(), p.algo[0].workspace, &kZero, p.y.get(), out));
     if (p.bf16()) from_bf16(c_.launch(), out, y, out_elements(rows));
     DPT_CUDNN_CHECK(cudnnAddTensor(c_.handle(), &kOne, bias_.get(), bias, &kOne, p.fp32_y(), y));
   }
@@ -120,8 +120,8 @@ class CudnnConvPlan final : public ConvPlan {
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo[2].algo), c_.workspace().get(),
         p.algo[2].workspace, &kZero, p.w.get(), out));
     if (p.bf16()) from_bf16(c_.launch(), out, dweight, weight_elements());
-    DPT_CUDNN_CHECK(
-        cudnnConvolutionBackwardBias(c_.handle(), &kOne, p.fp32_y(), dy, &kZero, bias_.get(), dbias));
+    DPT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c_.handle(), &kOne, p.fp32_y(), dy, &kZero,
+                                                 bias_.get(), dbias));
   }
 
   std::size_t objects_created() const override { return created_; }

@@ -11,13 +11,23 @@ namespace dptrain::cuda {
 void GrowingBuffer::reserve(std::size_t bytes, cudaStream_t stream) {
   if (bytes <= memory_.bytes()) return;
   DPT_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued passes may still use the old one
-  memory_ = DeviceMemory();  // free first: old and new need not fit at once
+  memory_ = DeviceMemory();                       // free first: old and new need not fit at once
   memory_ = DeviceMemory(bytes);
 }
 
 cudnnHandle_t CudnnContext::handle() {
   if (!handle_.get()) {
-    CudnnHandle h = CudnnHandle::create();
+    CudnnHandle h;
+    try {
+      h = CudnnHandle::create();
+    } catch (const Error& e) {
+      // Most often a partial install: libcudnn.so loads its sub-libraries
+      // from its own directory only when asked for the first handle.
+      throw Error(e.code(), std::string(e.what()) +
+                                "; cuDNN's sub-libraries (libcudnn_cnn, libcudnn_ops, the "
+                                "engine libraries) must lie beside libcudnn",
+                  e.where());
+    }
     DPT_CUDNN_CHECK(cudnnSetStream(h.get(), launch_.stream));
     handle_ = std::move(h);
   }

@@ -14,15 +14,15 @@
 // A cuDNN failure is a device or programming fault, not a peer's: exit 1.
 // The last error string carries cuDNN's own explanation (which descriptor
 // it disliked), when it has one.
-#define DPT_CUDNN_CHECK(call)                                                                \
-  do {                                                                                       \
-    const cudnnStatus_t dpt_cudnn_rc_ = (call);                                              \
-    if (dpt_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                               \
-      ::dptrain::throw_error(::dptrain::ExitCode::kOther,                                    \
-                             std::string("cuDNN call failed: ") + #call + ": " +             \
-                                 cudnnGetErrorString(dpt_cudnn_rc_) +                        \
-                                 ::dptrain::cuda::cudnn_last_error(),                        \
-                             __FILE__, __LINE__);                                            \
+#define DPT_CUDNN_CHECK(call)                                                    \
+  do {                                                                           \
+    const cudnnStatus_t dpt_cudnn_rc_ = (call);                                  \
+    if (dpt_cudnn_rc_ != CUDNN_STATUS_SUCCESS)                                   \
+      ::dptrain::throw_error(::dptrain::ExitCode::kOther,                        \
+                             std::string("cuDNN call failed: ") + #call + ": " + \
+                                 cudnnGetErrorString(dpt_cudnn_rc_) +            \
+                                 ::dptrain::cuda::cudnn_last_error(),            \
+                             __FILE__, __LINE__);                                \
   } while (0)
 
 namespace dptrain::cuda {
@@ -66,10 +66,10 @@ class CudnnOwner {
 };
 
 using CudnnHandle = CudnnOwner<cudnnHandle_t, cudnnCreate, cudnnDestroy>;
-using TensorDescriptor = CudnnOwner<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor,
-                                    cudnnDestroyTensorDescriptor>;
-using FilterDescriptor = CudnnOwner<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
-                                    cudnnDestroyFilterDescriptor>;
+using TensorDescriptor =
+    CudnnOwner<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDescriptor =
+    CudnnOwner<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
 using ConvolutionDescriptor =
     CudnnOwner<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                cudnnDestroyConvolutionDescriptor>;

@@ -51,8 +51,8 @@ class CudnnPoolPlan final : public PoolPlan {
 
   void forward(const float* x, float* y, int rows) override {
     const RowDescriptors& d = descriptors(rows);
-    DPT_CUDNN_CHECK(cudnnPoolingForward(c_.handle(), pool_.get(), &kOne, d.x.get(), x, &kZero,
-                                        d.y.get(), y));
+    DPT_CUDNN_CHECK(
+        cudnnPoolingForward(c_.handle(), pool_.get(), &kOne, d.x.get(), x, &kZero, d.y.get(), y));
     forward_x_ = x;
     forward_y_ = y;
     forward_rows_ = rows;

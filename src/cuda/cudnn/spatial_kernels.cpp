@@ -14,10 +14,14 @@ class CudnnSpatialKernels final : public SpatialKernels {
  public:
   CudnnSpatialKernels(const Launch& l, Precision p) : context_(l, p) {}
 
+  // The handle first: a broken cuDNN install is reported as such, before
+  // any descriptor call fails for the same reason.
   std::unique_ptr<ConvPlan> conv_plan(const ConvGeometry& g) override {
+    context_.handle();
     return make_cudnn_conv_plan(context_, g);
   }
   std::unique_ptr<PoolPlan> pool_plan(const PoolGeometry& g) override {
+    context_.handle();
     return make_cudnn_pool_plan(context_, g);
   }
 
