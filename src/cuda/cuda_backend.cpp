@@ -62,7 +62,7 @@ class CudaBackend final : public Backend {
     dense_ = cuda::make_dense_kernels(launch_);
     losses_ = cuda::make_loss_kernels(launch_);
     optimizers_ = cuda::make_optimizer_kernels(launch_);
-    spatial_ = cuda::make_spatial_kernels();
+    spatial_ = cuda::make_spatial_kernels(launch_, precision_);
     counter_ = cuda::DeviceMemory(sizeof(unsigned long long));
     host_counter_ = cuda::PinnedMemory(sizeof(unsigned long long));
     // Everything the upload path needs exists before the first step. Each
@@ -93,7 +93,7 @@ class CudaBackend final : public Backend {
     int v = 0;
     cublasGetVersion(cublas_.get(), &v);
     return "cuBLAS " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-           std::to_string(v % 100);
+           std::to_string(v % 100) + ", " + cuda::spatial_library();
   }
   // Device memory is not the host's; the host only queues work, so shards
   // are staged and uploaded, and phases are timed by events.

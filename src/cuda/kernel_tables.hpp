@@ -5,8 +5,10 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "cuda/kernels.hpp"
+#include "dptrain/backend.hpp"
 #include "dptrain/kernels/activation_kernels.hpp"
 #include "dptrain/kernels/augment_kernels.hpp"
 #include "dptrain/kernels/dense_kernels.hpp"
@@ -26,7 +28,11 @@ std::unique_ptr<OptimizerKernels> make_optimizer_kernels(const Launch& l);
 std::unique_ptr<NormKernels> make_norm_kernels(const Launch& l);
 std::unique_ptr<DropoutKernels> make_dropout_kernels(const Launch& l);
 std::unique_ptr<AugmentKernels> make_augment_kernels(const Launch& l);
-// Until the cuDNN version: plans that throw a usage error (spatial_kernels.cpp).
-std::unique_ptr<SpatialKernels> make_spatial_kernels();
+// Convolution and pooling in the backend's precision: on cuDNN
+// (cudnn/spatial_kernels.cpp), or, in a build without it, plans that throw
+// a usage error (no_cudnn/spatial_kernels.cpp).
+std::unique_ptr<SpatialKernels> make_spatial_kernels(const Launch& l, Precision p);
+// The library behind them, for the start-up summary: "cuDNN 9.19.0" or "no cuDNN".
+std::string spatial_library();
 
 }  // namespace dptrain::cuda

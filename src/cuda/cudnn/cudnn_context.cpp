@@ -1,0 +1,68 @@
+// Implements: the shared state of the cuDNN plans (cudnn_context.hpp) and
+// the descriptor helpers.
+#include "cuda/cudnn/cudnn_context.hpp"
+
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
+namespace dptrain::cuda {
+
+void GrowingBuffer::reserve(std::size_t bytes, cudaStream_t stream) {
+  if (bytes <= memory_.bytes()) return;
+  DPT_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued passes may still use the old one
+  memory_ = DeviceMemory();                       // free first: old and new need not fit at once
+  memory_ = DeviceMemory(bytes);
+}
+
+cudnnHandle_t CudnnContext::handle() {
+  if (!handle_.get()) {
+    CudnnHandle h;
+    try {
+      h = CudnnHandle::create();
+    } catch (const Error& e) {
+      // Most often a partial install: libcudnn.so loads its sub-libraries
+      // from its own directory only when asked for the first handle.
+      throw Error(e.code(), std::string(e.what()) +
+                                "; cuDNN's sub-libraries (libcudnn_cnn, libcudnn_ops, the "
+                                "engine libraries) must lie beside libcudnn",
+                  e.where());
+    }
+    DPT_CUDNN_CHECK(cudnnSetStream(h.get(), launch_.stream));
+    handle_ = std::move(h);
+  }
+  return handle_.get();
+}
+
+void note_once(const std::string& text) {
+  static std::once_flag said;
+  std::call_once(said, [&] { std::fprintf(stderr, "dptrain: note: %s\n", text.c_str()); });
+}
+
+TensorDescriptor activation_descriptor(int rows, int channels, int dims, const SpatialExtent& e,
+                                       cudnnDataType_t type) {
+  std::vector<int> shape{rows, channels};
+  for (int d = 0; d < dims; ++d) shape.push_back(e[static_cast<std::size_t>(d)]);
+  std::vector<int> strides(shape.size(), 1);
+  for (std::size_t i = shape.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * shape[i + 1];
+  TensorDescriptor t = TensorDescriptor::create();
+  DPT_CUDNN_CHECK(cudnnSetTensorNdDescriptor(t.get(), type, static_cast<int>(shape.size()),
+                                             shape.data(), strides.data()));
+  return t;
+}
+
+TensorDescriptor channel_descriptor(int channels, int dims) {
+  SpatialExtent ones{1, 1, 1};
+  return activation_descriptor(1, channels, dims, ones, CUDNN_DATA_FLOAT);
+}
+
+std::string cudnn_version() {
+  // 9.x counts major * 10000 + minor * 100 + patch; 8.x counted major * 1000.
+  const std::size_t v = cudnnGetVersion();
+  const std::size_t major = v >= 90000 ? v / 10000 : v / 1000;
+  const std::size_t minor = v >= 90000 ? v / 100 % 100 : v / 100 % 10;
+  return "cuDNN " + std::to_string(major) + "." + std::to_string(minor) + "." +
+         std::to_string(v % 100);
+}
+
+}  // namespace dptrain::cuda

@@ -1,0 +1,71 @@
+// Implements: what the cuDNN plans of one backend share (internal to
+// src/cuda/cudnn/): the cuDNN handle on the backend's compute stream, made
+// when the first plan is asked for (an MLP never pays for it), the
+// precision, and the device buffers every pass borrows — the algorithms'
+// workspace and the bf16 copies of the operands. Passes run one at a time
+// on that one stream, so one set of buffers serves all plans; a buffer only
+// grows, when a plan is made for a larger geometry or row count, never in a
+// warmed-up step. Plus the descriptor helpers.
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include "cuda/cuda_handles.hpp"
+#include "cuda/cudnn/cudnn_handles.hpp"
+#include "cuda/kernels.hpp"
+#include "dptrain/backend.hpp"
+#include "dptrain/kernels/spatial_kernels.hpp"
+
+namespace dptrain::cuda {
+
+// Device memory that grows and never shrinks. Growing waits for the work
+// queued on the stream first, which may still use the old buffer.
+class GrowingBuffer {
+ public:
+  void reserve(std::size_t bytes, cudaStream_t stream);
+  void* get() const noexcept { return memory_.get(); }
+  std::size_t bytes() const noexcept { return memory_.bytes(); }
+
+ private:
+  DeviceMemory memory_;
+};
+
+class CudnnContext {
+ public:
+  CudnnContext(const Launch& l, Precision p) : launch_(l), precision_(p) {}
+
+  cudnnHandle_t handle();  // made on first use, bound to launch().stream
+  const Launch& launch() const noexcept { return launch_; }
+  Precision precision() const noexcept { return precision_; }
+
+  // The algorithms' workspace, and three bf16 operand copies (a pass's two
+  // inputs and its output, in that order).
+  GrowingBuffer& workspace() noexcept { return workspace_; }
+  GrowingBuffer& bf16(int slot) { return bf16_.at(static_cast<std::size_t>(slot)); }
+
+ private:
+  Launch launch_;
+  Precision precision_;
+  CudnnHandle handle_;
+  GrowingBuffer workspace_;
+  std::array<GrowingBuffer, 3> bf16_;
+};
+
+// [rows, channels, (D,) H, W], dense row-major (cuDNN's packed NCHW / NCDHW).
+TensorDescriptor activation_descriptor(int rows, int channels, int dims, const SpatialExtent& e,
+                                       cudnnDataType_t type);
+// [1, channels, 1, 1(, 1)]: a bias broadcast over rows and positions.
+TensorDescriptor channel_descriptor(int channels, int dims);
+
+// A note on stderr, the first time only in the process (the bf16 fallback
+// would otherwise repeat for every layer and row count).
+void note_once(const std::string& text);
+
+// "cuDNN 9.19.0": the library loaded at run time.
+std::string cudnn_version();
+
+}  // namespace dptrain::cuda
