@@ -66,8 +66,9 @@ def write_png(path, rows):
     shown = [r for r in rows if isinstance(r.get("ratio"), (int, float))]
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(shown) + 2), 4.5))
     for i, r in enumerate(shown):
-        ok = verdict(r["ratio"], r.get("target")).startswith("yes")
-        ax.bar(i, r["ratio"], color="tab:green" if ok else "tab:red", width=0.6)
+        met = verdict(r["ratio"], r.get("target"))  # "–": no target (a share, a cost)
+        color = "tab:gray" if met == "–" else "tab:green" if met.startswith("yes") else "tab:red"
+        ax.bar(i, r["ratio"], color=color, width=0.6)
         if r.get("ratios"):
             ax.plot([i] * len(r["ratios"]), r["ratios"], "k.", ms=4)
         ax.annotate(f"{r['ratio']:.2f}", (i, r["ratio"]), ha="center", va="bottom",
