@@ -97,20 +97,22 @@ class Bench:
                 *(["--batch-size", str(batch)] if batch else []),
                 "--steps", str(steps or self.a.dptrain_steps),
                 "--log-every", str(log_every or self.a.log_every), "--val-set", "", "--metrics", metrics]
-            _, wall = run(cmd, self.a.timeout)
+            out, wall = run(cmd, self.a.timeout)
             events = [json.loads(line) for line in open(metrics)]
+        params = re.search(r"\((\d+) parameters\)", out)  # the start-up summary's model line
         train = [e["samples_per_s"] for e in events if e["event"] == "train"]
         train_ms = [e["ms"] for e in events if e["event"] == "train" and "ms" in e]
         summary = [e for e in events if e["event"] == "summary"]
         if len(train) < 2:
             raise RuntimeError("dptrain wrote fewer than 2 train events: raise --dptrain-steps")
         return {"cmd": shlex.join(cmd), "wall_s": wall, "samples_per_s": statistics.median(train[1:]),
+                "params": int(params.group(1)) if params else None,
                 "train_events_sps": train, "train_events_ms": train_ms,
                 "summary": summary[-1] if summary else None}
 
-    def torch(self, mode, ranks, script="torch_mlp.py", extra=("--batch", None), warmup=None,
-              steps=None):
-        extra = [str(self.a.batch) if v is None else v for v in extra]
+    def torch(self, mode, ranks, script="torch_mlp.py", extra=None, warmup=None, steps=None):
+        """A PyTorch baseline: the MLP at --batch, or `script` with its own `extra` arguments."""
+        extra = ["--batch", str(self.a.batch)] if extra is None else extra
         cmd = [self.a.python, os.path.join(HERE, script), "--data", self.a.data, *extra,
                "--mode", mode, "--ranks", str(ranks), "--threads", "1",
                "--warmup", str(warmup or self.a.torch_warmup), "--steps", str(steps or self.a.torch_steps)]

@@ -118,6 +118,26 @@ struct Tower {
   GradientBuckets buckets;
 };
 
+// Element by element, the mean over the ranks of comm (on rank 0).
+std::vector<double> mean_over_ranks(MPI_Comm comm, const std::vector<double>& mine) {
+  int ranks = 1;
+  DPT_MPI_CHECK(MPI_Comm_size(comm, &ranks));
+  std::vector<double> sum(mine.size());
+  DPT_MPI_CHECK(MPI_Reduce(mine.data(), sum.data(), static_cast<int>(sum.size()), MPI_DOUBLE,
+                           MPI_SUM, 0, comm));
+  for (double& v : sum) v /= ranks;
+  return sum;
+}
+
+// Fills this rank's shard with random features in [0, 1) and class labels.
+void fill_shard(Shard& host, int rows, int dim, int classes, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  host.rows = rows;
+  for (std::size_t i = 0; i < std::size_t(rows) * dim; ++i) host.features[i] = u(rng);
+  for (int r = 0; r < rows; ++r) host.labels[r] = static_cast<std::int32_t>(rng() % classes);
+}
+
 std::vector<Row> bn_rows(const MpiSession& mpi, const CnnArgs& args) {
   auto be = make_backend("cpu", BackendOptions{args.threads});
   const DupComm dup(mpi.world());
@@ -136,12 +156,7 @@ std::vector<Row> bn_rows(const MpiSession& mpi, const CnnArgs& args) {
 
   const int dim = static_cast<int>(args.input.size());
   ShardBuffers shard(*be, rows, dim, 1, LossKind::kXent);
-  std::mt19937 rng(5 + rank);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  Shard& host = shard.host();
-  host.rows = rows;
-  for (std::size_t i = 0; i < std::size_t(rows) * dim; ++i) host.features[i] = u(rng);
-  for (int r = 0; r < rows; ++r) host.labels[r] = static_cast<std::int32_t>(rng() % 10);
+  fill_shard(shard.host(), rows, dim, global.model.output_dim(), 5 + rank);
   const Shard& dev = shard.to_device();
   DeviceBuffer<float> stats(*be, 2);
 
@@ -161,22 +176,15 @@ std::vector<Row> bn_rows(const MpiSession& mpi, const CnnArgs& args) {
   const Side base{nullptr, [&] { return step(local); }};
   const Samples s = alternate(mpi.world(), args.repeats, {3, 4.0, 5, 500}, ours, base);
 
-  // Per repeat: bn's share of this rank's step, averaged over the ranks.
-  const std::size_t skip = step_ms.size() - static_cast<std::size_t>(s.repeats);
-  std::vector<double> mine(3 * s.repeats), sum(3 * s.repeats);
-  for (int r = 0; r < s.repeats; ++r) {
-    mine[3 * r] = bn_ms[skip + r] / step_ms[skip + r];
-    mine[3 * r + 1] = bn_ms[skip + r];
-    mine[3 * r + 2] = step_ms[skip + r];
-  }
-  DPT_MPI_CHECK(MPI_Reduce(mine.data(), sum.data(), static_cast<int>(sum.size()), MPI_DOUBLE,
-                           MPI_SUM, 0, mpi.world()));
-  std::vector<double> share, bn, whole;
-  for (int r = 0; r < s.repeats; ++r) {
-    share.push_back(sum[3 * r] / ranks);
-    bn.push_back(sum[3 * r + 1] / ranks);
-    whole.push_back(sum[3 * r + 2] / ranks);
-  }
+  // The timed repeats (the warm-up runs came first): bn's share of each
+  // rank's step, averaged over the ranks.
+  step_ms.erase(step_ms.begin(), step_ms.end() - s.repeats);
+  bn_ms.erase(bn_ms.begin(), bn_ms.end() - s.repeats);
+  std::vector<double> share;
+  for (int r = 0; r < s.repeats; ++r) share.push_back(bn_ms[r] / step_ms[r]);
+  share = mean_over_ranks(mpi.world(), share);
+  const std::vector<double> bn = mean_over_ranks(mpi.world(), bn_ms),
+                            whole = mean_over_ranks(mpi.world(), step_ms);
   const std::string on = plural(ranks, "rank") + ", global batch " + std::to_string(args.batch);
   Row share_row{"bn collectives, share of the CNN step (" + plural(ranks, "rank") + ")", "",
                 "ours = ms per step inside the bn layers' ReplicaSum calls (blocking all-reduce "

@@ -53,19 +53,30 @@ def runs(bench):
             ("cnn_torch_ddp", lambda: bench.torch("ddp", 2, **torch))]
 
 
+def same_network(repeats):
+    """A note saying whether both sides trained as many parameters."""
+    runs = (("cnn_dp_1r", "cnn_torch_eager"), ("cnn_dp_2r", "cnn_torch_ddp"))
+    counts = {(rep[dp].get("params"), rep[t].get("params")) for rep in repeats for dp, t in runs}
+    ours, theirs = next(iter(counts))
+    if len(counts) == 1 and ours is not None and ours == theirs:
+        return f"{ours:,} parameters on both sides"
+    return f"PARAMETER COUNTS DIFFER (dptrain, torch): {sorted(counts, key=str)}"
+
+
 def rows(repeats, ratio_row):
     s = lambda rep, k: rep[k]["samples_per_s"]
+    same = same_network(repeats)
     return [
         ratio_row(repeats, ONE_RANK, TARGETS[ONE_RANK], "cnn_dp_1r",
                   lambda sps: sps("cnn_torch_eager"),
                   lambda rep: s(rep, "cnn_dp_1r") / s(rep, "cnn_torch_eager"),
                   "dptrain 1 rank", "torch eager 1 thread",
-                  "the CNN job; ratio = ours / torch samples/s"),
+                  f"the CNN job, {same}; ratio = ours / torch samples/s"),
         ratio_row(repeats, DDP, TARGETS[DDP], "cnn_dp_2r", lambda sps: sps("cnn_torch_ddp"),
                   lambda rep: s(rep, "cnn_dp_2r") / s(rep, "cnn_torch_ddp"),
                   "dptrain mpiexec -n 2", "torch DDP gloo 2 procs",
-                  "the CNN job; dptrain's bn sums over the global batch, torch's bn is each "
-                  "process's own (SyncBatchNorm needs CUDA); ratio = ours / torch samples/s"),
+                  f"the CNN job, {same}; dptrain's bn sums over the global batch, torch's bn is "
+                  "each process's own (SyncBatchNorm needs CUDA); ratio = ours / torch samples/s"),
     ]
 
 
