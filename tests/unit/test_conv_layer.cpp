@@ -3,7 +3,8 @@
 // reference (spatial_reference.hpp) within the float error bound, over odd
 // sizes and stride/padding combinations, 2-D and 3-D, rows 1 and 3; the
 // reference's own backward against central finite differences; no new
-// oneDNN object once a row count is warm; init.
+// oneDNN object once a row count is warm; conversions reused across the
+// passes of a step only; init.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -178,6 +179,63 @@ TEST_F(ConvLayerTest, AWarmRowCountCreatesNothing) {
   }
   EXPECT_EQ(plan->objects_created(), warm);
   EXPECT_THROW(plan->forward(x.data(), w.data(), b.data(), y.data(), 5), Error);
+}
+
+// In step order a plan reuses forward's blocked x in backward_weights and
+// backward_weights' blocked dy in backward_data; new values at the same
+// addresses (the next step), or a pass on its own, must still be converted.
+TEST_F(ConvLayerTest, ReusedConversionsNeverOutliveTheirStep) {
+  ConvGeometry g;
+  g.in_channels = 8;  // blocked layouts
+  g.out_channels = 9;
+  g.input = {6, 5, 0};
+  g.output = {6, 5, 0};
+  g.kernel = {3, 3, 0};
+  g.stride = {1, 1, 0};
+  g.padding = {1, 1, 0};
+  g.max_rows = 3;
+  const int rows = 3;
+  const std::size_t xn = rows * 8 * 30, yn = rows * 9 * 30, wn = 9 * 8 * 9;
+  const auto w = distinct_floats(wn, 5), b = distinct_floats(9, 6);
+  std::vector<float> x(xn), dy(yn), y(yn), dx(xn), dw(wn), db(9);
+  struct Results {
+    std::vector<float> y, dx, dw, db;
+  };
+  auto fresh = [&] {  // each pass on a plan of its own: nothing to reuse
+    Results r{std::vector<float>(yn), std::vector<float>(xn), std::vector<float>(wn),
+              std::vector<float>(9)};
+    be_->spatial().conv_plan(g)->forward(x.data(), w.data(), b.data(), r.y.data(), rows);
+    be_->spatial().conv_plan(g)->backward_weights(x.data(), dy.data(), r.dw.data(), r.db.data(),
+                                                  rows);
+    be_->spatial().conv_plan(g)->backward_data(dy.data(), w.data(), r.dx.data(), rows);
+    return r;
+  };
+  auto refill = [](std::vector<float>& v, std::uint64_t seed) {  // in place: same address
+    const auto values = distinct_floats(v.size(), seed);
+    std::copy(values.begin(), values.end(), v.begin());
+  };
+  auto plan = be_->spatial().conv_plan(g);
+  for (std::uint64_t seed : {1, 2}) {  // two steps, new values at the same addresses
+    refill(x, 10 * seed);
+    refill(dy, 10 * seed + 1);
+    plan->forward(x.data(), w.data(), b.data(), y.data(), rows);
+    plan->backward_weights(x.data(), dy.data(), dw.data(), db.data(), rows);
+    plan->backward_data(dy.data(), w.data(), dx.data(), rows);
+    const Results want = fresh();
+    EXPECT_EQ(y, want.y) << "step " << seed;
+    EXPECT_EQ(dw, want.dw) << "step " << seed;
+    EXPECT_EQ(db, want.db) << "step " << seed;
+    EXPECT_EQ(dx, want.dx) << "step " << seed;
+  }
+  // Passes on their own after a step, with new values at the same addresses.
+  refill(x, 30);
+  refill(dy, 31);
+  plan->backward_data(dy.data(), w.data(), dx.data(), rows);
+  plan->backward_weights(x.data(), dy.data(), dw.data(), db.data(), rows);
+  const Results want = fresh();
+  EXPECT_EQ(dx, want.dx);
+  EXPECT_EQ(dw, want.dw);
+  EXPECT_EQ(db, want.db);
 }
 
 TEST_F(ConvLayerTest, InitIsHeOrGlorotWithZeroBiasAndItsOwnDraws) {

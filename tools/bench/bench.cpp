@@ -13,11 +13,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,11 +35,10 @@
 #include "h5.hpp"
 #include "shard_transfer.hpp"
 #include "train_step.hpp"
+#include "bench_rows.hpp"
 
 namespace dptrain::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
     "usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all> [--threads T] [--repeats N]\n"
@@ -96,134 +93,6 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string plural(long n, const char* word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
-
-// A duplicate of a communicator, so our traffic never matches anyone else's.
-class DupComm {
- public:
-  explicit DupComm(MPI_Comm parent) { DPT_MPI_CHECK(MPI_Comm_dup(parent, &comm_)); }
-  ~DupComm() { MPI_Comm_free(&comm_); }
-  DupComm(const DupComm&) = delete;
-  DupComm& operator=(const DupComm&) = delete;
-  MPI_Comm get() const { return comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-};
-
-// Waits for every rank of comm without spinning: Open MPI busy-polls in a
-// blocking barrier, which would take a core from the rank being timed.
-void idle_barrier(MPI_Comm comm) {
-  MPI_Request req = MPI_REQUEST_NULL;
-  DPT_MPI_CHECK(MPI_Ibarrier(comm, &req));
-  for (int done = 0;;) {
-    DPT_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
-
-// One side of a row: prepare (untimed, before the barrier) then run, which
-// returns this rank's milliseconds.
-struct Side {
-  std::function<void()> prepare;
-  std::function<double()> run;
-};
-
-struct Budget {
-  int warmup;          // untimed pairs first; their median time sizes the repeats
-  double seconds;      // what a row should take when --repeats is not given
-  int min_repeats, max_repeats;
-};
-
-struct Samples {
-  std::vector<double> ours, base;  // ms per repeat, max over ranks (rank 0 only)
-  int repeats = 0;
-};
-
-// Runs both sides in alternation, the one that goes first swapped every
-// repeat so that a drift in machine load falls on both: a barrier before
-// each run, the max over ranks after it.
-Samples alternate(MPI_Comm comm, const Args& args, const Budget& budget, const Side& ours,
-                  const Side& base) {
-  auto timed = [comm](const Side& side) {
-    if (side.prepare) side.prepare();
-    DPT_MPI_CHECK(MPI_Barrier(comm));
-    const double local = side.run();
-    double max = 0.0;
-    DPT_MPI_CHECK(MPI_Reduce(&local, &max, 1, MPI_DOUBLE, MPI_MAX, 0, comm));
-    return max;
-  };
-  std::vector<double> pair_ms;  // wall time of each warm-up pair, barriers included
-  for (int i = 0; i < budget.warmup; ++i) {
-    const auto t0 = Clock::now();
-    timed(ours);
-    timed(base);
-    pair_ms.push_back(ms_since(t0));
-  }
-  Samples s;
-  s.repeats = args.repeats;
-  if (s.repeats <= 0) {  // rank 0's estimate, so that every rank runs as many
-    const double pair = pair_ms.empty() ? 1.0 : median(pair_ms);
-    s.repeats = std::clamp(static_cast<int>(budget.seconds * 1e3 / std::max(pair, 1e-3)),
-                           budget.min_repeats, budget.max_repeats);
-    DPT_MPI_CHECK(MPI_Bcast(&s.repeats, 1, MPI_INT, 0, comm));
-  }
-  for (int r = 0; r < s.repeats; ++r) {
-    if (r % 2 == 0) {
-      s.ours.push_back(timed(ours));
-      s.base.push_back(timed(base));
-    } else {
-      s.base.push_back(timed(base));
-      s.ours.push_back(timed(ours));
-    }
-  }
-  return s;
-}
-
-struct Row {
-  std::string name, target, note, status;  // status: set when the row did not run
-  double ours = 0, baseline = 0, ratio = 0;
-};
-
-// ratio_of(ours_ms, base_ms) per repeat; the row reports medians of each.
-Row make_row(std::string name, const Samples& s, double (*ratio_of)(double, double),
-             std::string target, std::string note) {
-  std::vector<double> ratios;
-  for (std::size_t i = 0; i < s.ours.size(); ++i) ratios.push_back(ratio_of(s.ours[i], s.base[i]));
-  return {std::move(name), std::move(target),
-          std::move(note) + "; medians of " + plural(s.repeats, "repeat") + " after warm-up",
-          "", median(s.ours), median(s.base), median(ratios)};
-}
-
-void print_row(const Row& r) {
-  using nlohmann::json;
-  const std::string name = json(r.name).dump(), note = json(r.note).dump();
-  if (!r.status.empty()) {
-    std::printf("{\"row\":%s,\"status\":%s,\"note\":%s}\n", name.c_str(), json(r.status).dump().c_str(),
-                note.c_str());
-  } else {
-    std::printf("{\"row\":%s,\"ours\":%.6g,\"baseline\":%.6g,\"unit\":\"ms\",\"ratio\":%.4g,"
-                "\"target\":%s,\"note\":%s}\n",
-                name.c_str(), r.ours, r.baseline, r.ratio, json(r.target).dump().c_str(), note.c_str());
-  }
-  std::fflush(stdout);
-}
-
-double ours_over_base(double ours, double base) { return ours / base; }
-double base_over_ours(double ours, double base) { return base / ours; }
 
 // --- gemm: one training step against the GEMMs inside it ----------------------
 Row bench_gemm(const MpiSession& mpi, const Args& args) {
@@ -317,7 +186,7 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
                     be->synchronize();
                     return ms_since(t0);
                   }};
-  const Samples s = alternate(MPI_COMM_SELF, args, {20, 3.0, 20, 5000}, ours, base);
+  const Samples s = alternate(MPI_COMM_SELF, args.repeats, {20, 3.0, 20, 5000}, ours, base);
   idle_barrier(mpi.world());
   return make_row(name, s, ours_over_base, "<= 1.2",
                   "ours = train_step (forward, xent, backward, Adam over " +
@@ -371,7 +240,7 @@ Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
                                                 MPI_FLOAT, MPI_SUM, raw.get()));
                     return ms_since(t0);
                   }};
-  const Samples s = alternate(mpi.world(), args, {20, 3.0, 20, 20000}, ours, base);
+  const Samples s = alternate(mpi.world(), args.repeats, {20, 3.0, 20, 20000}, ours, base);
   char mib[32];
   std::snprintf(mib, sizeof mib, "%.3g MiB", double(n) * sizeof(float) / 1048576.0);
   return make_row("gradient exchange, " + std::to_string(layers) + " layers (" + mib + "), " +
@@ -458,7 +327,7 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
                   }};
   // The warm-up pair reads the file once on each side: both then read from
   // the page cache.
-  const Samples s = alternate(mpi.world(), args, {1, 4.0, 3, 50}, ours, base);
+  const Samples s = alternate(mpi.world(), args.repeats, {1, 4.0, 3, 50}, ours, base);
   char mib[32];
   std::snprintf(mib, sizeof mib, "%.3g MiB", double(shape.feature_bytes) / 1048576.0);
   return make_row(name, s, base_over_ours, ">= 0.8",

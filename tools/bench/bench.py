@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-# Implements: the bench driver: dptrain against the PyTorch CPU baseline
-# (tools/bench/torch_mlp.py), repeated and interleaved, plus the rows of the
-# dptrain_bench micro-benchmark; writes results.md, results.json, results.png.
+# Implements: the bench driver: dptrain against the PyTorch CPU baselines
+# (tools/bench/torch_mlp.py; the CNN job's rows in cnn_rows.py with
+# torch_cnn.py), repeated and interleaved, plus the rows of the dptrain_bench
+# and dptrain_cnn_bench micro-benchmarks; writes results.md, results.json,
+# results.png (bench_report.py).
 """Benchmark dptrain against PyTorch on CPU.
 
 Rows (median over --repeats; ratio = median of the per-repeat ratios):
@@ -9,8 +11,10 @@ Rows (median over --repeats; ratio = median of the per-repeat ratios):
   2 ranks DDP        mpiexec -n 2 dptrain --threads 1 vs torch DDP gloo, 2 x 1 thread
   weak scaling       dptrain 2 ranks batch 2B         vs 2 x dptrain 1 rank batch B
   data wait          ms.data / (sum of ms) of the 2-rank runs' train events (no baseline)
+  CNN 1 rank / 2 ranks DDP  the same two for the job of --cnn-job, a fixed --cnn-steps
 plus every JSON line {"row":..} that BUILD_DIR/tools/bench/dptrain_bench
-(or --micro BIN) prints, as-is.
+(or --micro BIN) and dptrain_cnn_bench (conv layers vs bare oneDNN, bn's
+collectives) print, as-is.
 
 dptrain's samples/s is the median of the samples_per_s of its train events
 after the first one: the first interval holds the start-up (rank 0 filling its
@@ -30,11 +34,14 @@ import sys
 import tempfile
 import time
 
+import cnn_rows
+from bench_report import write_md, write_png
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DATA_WAIT = "data wait, fraction of step time (2 ranks)"
 TARGETS = {"1 rank, 1 thread": ">= 2.0", "2 ranks DDP": ">= 5", "weak scaling": ">= 0.9",
-           DATA_WAIT: "< 0.05"}
+           DATA_WAIT: "< 0.05", **cnn_rows.TARGETS}
 # One thread per process everywhere, whatever the caller's environment says.
 ENV_ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                   "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -63,6 +70,16 @@ def run(cmd, timeout, extra_env=None):
     return p.stdout, time.perf_counter() - t0
 
 
+def ratio_row(repeats, name, target, ours, base, ratio, ours_label, base_label, note):
+    """A row of the end-to-end runs: median samples/s of run `ours`, base(sps)
+    for the baseline, and the median of ratio(repeat) over the repeats."""
+    sps = lambda k: statistics.median(rep[k]["samples_per_s"] for rep in repeats)
+    ratios = [ratio(rep) for rep in repeats]
+    return {"row": name, "ours": sps(ours), "baseline": base(sps), "unit": "samples/s",
+            "ratio": statistics.median(ratios), "ratios": ratios, "target": target,
+            "ours_is": ours_label, "baseline_is": base_label, "note": note}
+
+
 class Bench:
     def __init__(self, args):
         self.a = args
@@ -71,28 +88,34 @@ class Bench:
     def mpiexec(self, ranks):
         return [self.a.mpiexec, "-n", str(ranks), "--oversubscribe", *shlex.split(self.a.mpiexec_args)]
 
-    def ours(self, ranks, batch):
+    def ours(self, ranks, batch=None, job=None, steps=None, log_every=None):
+        """dptrain train: the default job (the MLP) at `batch`, or the job file `job`."""
         with tempfile.TemporaryDirectory() as tmp:
             metrics = os.path.join(tmp, "metrics.jsonl")
-            cmd = self.mpiexec(ranks) + [
-                self.dptrain, "train", "--data", self.a.data, "--device", "cpu", "--threads", "1",
-                "--batch-size", str(batch), "--steps", str(self.a.dptrain_steps),
-                "--log-every", str(self.a.log_every), "--val-set", "", "--metrics", metrics]
-            _, wall = run(cmd, self.a.timeout)
+            cmd = self.mpiexec(ranks) + [self.dptrain, "train"] + (["--config", job] if job else []) + [
+                "--data", self.a.data, "--device", "cpu", "--threads", "1",
+                *(["--batch-size", str(batch)] if batch else []),
+                "--steps", str(steps or self.a.dptrain_steps),
+                "--log-every", str(log_every or self.a.log_every), "--val-set", "", "--metrics", metrics]
+            out, wall = run(cmd, self.a.timeout)
             events = [json.loads(line) for line in open(metrics)]
+        params = re.search(r"\((\d+) parameters\)", out)  # the start-up summary's model line
         train = [e["samples_per_s"] for e in events if e["event"] == "train"]
         train_ms = [e["ms"] for e in events if e["event"] == "train" and "ms" in e]
         summary = [e for e in events if e["event"] == "summary"]
         if len(train) < 2:
             raise RuntimeError("dptrain wrote fewer than 2 train events: raise --dptrain-steps")
         return {"cmd": shlex.join(cmd), "wall_s": wall, "samples_per_s": statistics.median(train[1:]),
+                "params": int(params.group(1)) if params else None,
                 "train_events_sps": train, "train_events_ms": train_ms,
                 "summary": summary[-1] if summary else None}
 
-    def torch(self, mode, ranks):
-        cmd = [self.a.python, os.path.join(HERE, "torch_mlp.py"), "--data", self.a.data,
-               "--mode", mode, "--ranks", str(ranks), "--threads", "1", "--batch", str(self.a.batch),
-               "--warmup", str(self.a.torch_warmup), "--steps", str(self.a.torch_steps)]
+    def torch(self, mode, ranks, script="torch_mlp.py", extra=None, warmup=None, steps=None):
+        """A PyTorch baseline: the MLP at --batch, or `script` with its own `extra` arguments."""
+        extra = ["--batch", str(self.a.batch)] if extra is None else extra
+        cmd = [self.a.python, os.path.join(HERE, script), "--data", self.a.data, *extra,
+               "--mode", mode, "--ranks", str(ranks), "--threads", "1",
+               "--warmup", str(warmup or self.a.torch_warmup), "--steps", str(steps or self.a.torch_steps)]
         out, wall = run(cmd, self.a.timeout, BASELINE_ENV)
         result = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
         return {"cmd": shlex.join(cmd), "wall_s": wall, **result}
@@ -102,9 +125,11 @@ class Bench:
         order reversed every other repeat so a drift in machine load falls on
         both sides."""
         b = self.a.batch
-        pairs = [("dp_1r", lambda: self.ours(1, b)), ("torch_eager", lambda: self.torch("eager", 1)),
-                 ("dp_2r", lambda: self.ours(2, b)), ("torch_ddp", lambda: self.torch("ddp", 2)),
-                 ("dp_2r_weak", lambda: self.ours(2, 2 * b))]
+        pairs = [] if self.a.skip_mlp else [
+            ("dp_1r", lambda: self.ours(1, b)), ("torch_eager", lambda: self.torch("eager", 1)),
+            ("dp_2r", lambda: self.ours(2, b)), ("torch_ddp", lambda: self.torch("ddp", 2)),
+            ("dp_2r_weak", lambda: self.ours(2, 2 * b))]
+        pairs += [] if self.a.skip_cnn else cnn_rows.runs(self)
         repeats = []
         for r in range(self.a.repeats):
             order = pairs if r % 2 == 0 else pairs[::-1]
@@ -115,15 +140,9 @@ class Bench:
                     f"({rep[name]['wall_s']:.1f} s)")
             repeats.append(rep)
 
-        def row(name, ours, base, ratio, ours_label, base_label, note):
-            sps = lambda k: statistics.median(rep[k]["samples_per_s"] for rep in repeats)
-            ratios = [ratio(rep) for rep in repeats]
-            return {"row": name, "ours": sps(ours), "baseline": base(sps), "unit": "samples/s",
-                    "ratio": statistics.median(ratios), "ratios": ratios, "target": TARGETS[name],
-                    "ours_is": ours_label, "baseline_is": base_label, "note": note}
-
+        row = lambda name, *rest: ratio_row(repeats, name, TARGETS[name], *rest)
         s = lambda rep, k: rep[k]["samples_per_s"]
-        rows = [
+        rows = [] if self.a.skip_mlp else [
             row("1 rank, 1 thread", "dp_1r", lambda sps: sps("torch_eager"),
                 lambda rep: s(rep, "dp_1r") / s(rep, "torch_eager"),
                 "dptrain 1 rank", "torch eager 1 thread", "ratio = ours / torch samples/s"),
@@ -136,6 +155,7 @@ class Bench:
                 "efficiency = sps(2 ranks) / (2 sps(1 rank))"),
             self.data_wait(repeats),
         ]
+        rows += [] if self.a.skip_cnn else cnn_rows.rows(repeats, ratio_row)
         return rows, repeats
 
     @staticmethod
@@ -159,20 +179,21 @@ class Bench:
                         f"{len(per_run)} 2-rank runs ({', '.join(runs)}) of ms.data / sum of ms; "
                         "range = per-run medians"}
 
-    def micro(self):
-        binary = self.a.micro or os.path.join(self.a.build_dir, "tools", "bench", "dptrain_bench")
+    def micro(self, tool="dptrain_bench", binary=None, specs=()):
+        """The rows every RANKS:ARGS run of the micro-benchmark binary prints."""
+        binary = binary or os.path.join(self.a.build_dir, "tools", "bench", tool)
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-            return [{"row": "micro-benchmarks (dptrain_bench)", "status": "not built",
+            return [{"row": f"micro-benchmarks ({tool})", "status": "not built",
                      "note": f"{os.path.relpath(binary, ROOT)} not found"}], []
         rows, raw = [], []
-        for spec in self.a.micro_run:
+        for spec in specs:
             ranks, _, sub = spec.partition(":")
             cmd = self.mpiexec(int(ranks)) + [binary, *shlex.split(sub or "all")]
             try:
                 out, wall = run(cmd, self.a.micro_timeout)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 log(f"micro-benchmark failed: {e}")
-                rows.append({"row": f"dptrain_bench ({spec})", "status": "failed", "note": str(e)[:200]})
+                rows.append({"row": f"{tool} ({spec})", "status": "failed", "note": str(e)[:200]})
                 continue
             raw.append({"cmd": shlex.join(cmd), "wall_s": wall, "stdout": out})
             for line in out.splitlines():
@@ -181,7 +202,7 @@ class Bench:
                 except ValueError:
                     continue
                 if isinstance(obj, dict) and "row" in obj:
-                    if len(self.a.micro_run) > 1:  # tell the runs' rows apart
+                    if len(specs) > 1:  # tell the runs' rows apart
                         obj["row"] = f"{obj['row']} [{ranks} rank{'s' if ranks != '1' else ''}]"
                     rows.append(obj)
         return rows, raw
@@ -230,17 +251,6 @@ def gemm_table(args):
                                                for kern, r in base.items()}}}]
 
 
-def verdict(ratio, target):
-    """'yes, by 12%' / 'no, short by 8%' for targets like '>= 1.5' or '<= 1.25'."""
-    m = re.fullmatch(r"\s*(>=|<=|>|<)\s*([0-9.eE+-]+)\s*x?\s*", str(target or ""))
-    if ratio is None or not m:
-        return "–"
-    op, t = m.group(1), float(m.group(2))
-    ok = ratio >= t if op.startswith(">") else ratio <= t
-    margin = abs(ratio - t) / t * 100
-    return f"yes, by {margin:.0f}%" if ok else f"**no**, short by {margin:.0f}%"
-
-
 def machine(args):
     def sh(cmd):
         try:
@@ -273,69 +283,6 @@ def machine(args):
             "loadavg_start": open("/proc/loadavg").read().split()[:3]}
 
 
-def fmt(v, unit):
-    if not isinstance(v, (int, float)):
-        return str(v)
-    return f"{v:,.0f} {unit}" if abs(v) >= 100 else f"{v:.3g} {unit}"
-
-
-def write_md(path, info, args, rows):
-    lines = [
-        "# dptrain vs PyTorch (CPU)", "",
-        f"- machine: {info['cpu']}, {info['cores']} cores ({info['host']})",
-        f"- date: {info['date']}; load average at start: {' '.join(info['loadavg_start'])}",
-        f"- dptrain commit {info['dptrain_commit']}; torch {info['torch']}; {info['openmpi']}",
-        f"- GEMMs: dptrain {info['dptrain_gemm']}; torch BLAS {info['torch_blas']}",
-        f"- data: {os.path.relpath(args.data, ROOT)}; MLP 784-256-256-10, Adam, global batch {args.batch}; "
-        f"{args.repeats} repeats, medians; 1 thread per process (OMP/OPENBLAS_NUM_THREADS=1)", "",
-        "| row | ours | baseline | ratio (median) | target | met? |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        if "status" in r:
-            lines.append(f"| {r['row']} | {r['status']} | – | – | – | – |")
-            continue
-        ratio = r.get("ratio")
-        spread = ""
-        if r.get("ratios") and len(r["ratios"]) > 1:
-            spread = f" ({min(r['ratios']):.2f}–{max(r['ratios']):.2f})"
-        ours = fmt(r.get("ours"), r.get("unit", ""))
-        base = fmt(r.get("baseline"), r.get("unit", ""))
-        if "ours_is" in r:
-            ours, base = f"{ours} ({r['ours_is']})", f"{base} ({r['baseline_is']})"
-        rtxt = f"{ratio:.2f}{spread}" if isinstance(ratio, (int, float)) else "–"
-        lines.append(f"| {r['row']} | {ours} | {base} | {rtxt} | {r.get('target', '–')} | "
-                     f"{verdict(ratio, r.get('target'))} |")
-    notes = [f"- {r['row']}: {r['note']}" for r in rows if r.get("note")]
-    if notes:
-        lines += ["", "In parentheses after a ratio: its range across the repeats.", "", *notes]
-    open(path, "w").write("\n".join(lines) + "\n")
-
-
-def write_png(path, rows):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    shown = [r for r in rows if isinstance(r.get("ratio"), (int, float))]
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(shown) + 2), 4.5))
-    for i, r in enumerate(shown):
-        ok = verdict(r["ratio"], r.get("target")).startswith("yes")
-        ax.bar(i, r["ratio"], color="tab:green" if ok else "tab:red", width=0.6)
-        if r.get("ratios"):
-            ax.plot([i] * len(r["ratios"]), r["ratios"], "k.", ms=4)
-        ax.annotate(f"{r['ratio']:.2f}", (i, r["ratio"]), ha="center", va="bottom",
-                    xytext=(0, 3), textcoords="offset points")
-        m = re.search(r"[0-9.]+", str(r.get("target", "")))
-        if m:
-            ax.hlines(float(m.group()), i - 0.4, i + 0.4, colors="k", linestyles="--")
-            ax.annotate(str(r["target"]), (i + 0.4, float(m.group())), fontsize=8, va="bottom", ha="right")
-    ax.set_xticks(range(len(shown)), [r["row"] for r in shown], rotation=15, ha="right")
-    ax.set_ylabel("ratio (median; dots = repeats)")
-    ax.set_title("dptrain vs PyTorch CPU: ratio against target (dashed)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="HDF5 data file with /train")
@@ -356,6 +303,17 @@ def main():
                     help="one run of the micro binary (repeatable; default 2:all --data DATA)")
     ap.add_argument("--micro-timeout", type=float, default=600)
     ap.add_argument("--skip-e2e", action="store_true", help="only the micro-benchmark rows")
+    ap.add_argument("--skip-mlp", action="store_true",
+                    help="no MLP rows (end-to-end, dptrain_bench, GEMM): the CNN rows alone")
+    ap.add_argument("--skip-cnn", action="store_true", help="no CNN rows")
+    ap.add_argument("--cnn-job", default=os.path.join(ROOT, "jobs", "fashion_mnist_cnn.ini"),
+                    help="the CNN rows' job file (network, batch, optimizer)")
+    ap.add_argument("--cnn-steps", type=int, default=120, help="dptrain steps per CNN run")
+    ap.add_argument("--cnn-log-every", type=int, default=20)
+    ap.add_argument("--cnn-torch-warmup", type=int, default=10)
+    ap.add_argument("--cnn-torch-steps", type=int, default=60)
+    ap.add_argument("--cnn-micro-run", metavar="RANKS:ARGS",
+                    help="the dptrain_cnn_bench run (default 2:all with the job's model and batch)")
     ap.add_argument("--gemm-rate", help="dptrain_gemm_rate of this build "
                     "(default BUILD_DIR/tools/bench/dptrain_gemm_rate)")
     ap.add_argument("--openblas-gemm-rate", help="dptrain_gemm_rate of a -DDPTRAIN_CPU_GEMM=openblas "
@@ -363,19 +321,31 @@ def main():
     args = ap.parse_args()
     args.micro_run = args.micro_run or [f"2:all --data {shlex.quote(args.data)}"]
     args.data = os.path.abspath(args.data)
+    args.cnn_job = os.path.abspath(args.cnn_job)
+    if not args.skip_cnn:
+        args.cnn_micro_run = args.cnn_micro_run or cnn_rows.micro_spec(args)
     args.build_dir = os.path.abspath(args.build_dir)
     if not os.access(os.path.join(args.build_dir, "dptrain"), os.X_OK):
         sys.exit(f"bench: {args.build_dir}/dptrain not built")
     os.makedirs(args.out, exist_ok=True)
 
     info = machine(args)
+    if not args.skip_cnn:
+        info["cnn"] = cnn_rows.describe(args)
     b = Bench(args)
     rows, repeats = ([], []) if args.skip_e2e else b.end_to_end()
-    micro_rows, micro_raw = b.micro()
-    rows += micro_rows
-    gemm_rows, gemm_raw = gemm_table(args)
-    rows += gemm_rows
-    micro_raw += gemm_raw
+    micro_raw = []
+    if not args.skip_mlp:
+        micro_rows, micro_raw = b.micro(binary=args.micro, specs=args.micro_run)
+        rows += micro_rows
+    if not args.skip_cnn:
+        cnn_micro_rows, cnn_raw = b.micro("dptrain_cnn_bench", specs=[args.cnn_micro_run])
+        rows += cnn_micro_rows
+        micro_raw += cnn_raw
+    if not args.skip_mlp:
+        gemm_rows, gemm_raw = gemm_table(args)
+        rows += gemm_rows
+        micro_raw += gemm_raw
     info["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
 
     md, js, png = (os.path.join(args.out, f"results.{e}") for e in ("md", "json", "png"))

@@ -15,7 +15,7 @@ build=${BUILD_DIR:-build-bench}
 out=${OUT:-bench-results}
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF >/dev/null
-cmake --build "$build" -j "${JOBS:-2}" --target dptrain dptrain_bench dptrain_gemm_rate >/dev/null
+cmake --build "$build" -j "${JOBS:-2}" --target dptrain dptrain_bench dptrain_cnn_bench dptrain_gemm_rate >/dev/null
 # The GEMM rows' baseline: the same rate tool built on OpenBLAS.
 openblas_build=${build}-openblas
 cmake -S . -B "$openblas_build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF \

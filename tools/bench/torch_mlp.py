@@ -65,11 +65,23 @@ def shard(idx, rank, ranks):
     return idx[begin:begin + base + (1 if rank < extra else 0)]
 
 
-def train(args, rank, ranks, model):
-    x, y = load(args.data, args.set)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+def make_optimizer(args, model):
+    """Adam at --lr, or what a job's optimizer keys say (torch_cnn.py --config)."""
+    kind = getattr(args, "optimizer", "adam")
+    if kind == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=args.lr, momentum=getattr(args, "momentum", 0.0))
+    if kind not in ("adam", "adamw"):
+        sys.exit(f"{sys.argv[0]}: optimizer '{kind}' not supported by this baseline")
+    adam = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
+    return adam(model.parameters(), lr=args.lr, weight_decay=getattr(args, "weight_decay", 0.0))
+
+
+def train(args, rank, ranks, model, x, y):
+    """Warm-up steps, then --steps timed ones; returns (samples, seconds)."""
+    opt = make_optimizer(args, model)
     loss_fn = nn.CrossEntropyLoss()
     it = batches(len(x), args.batch, args.seed)
+    model.train()
 
     def step(idx):
         mine = shard(idx, rank, ranks)
@@ -92,25 +104,30 @@ def train(args, rank, ranks, model):
     return samples, time.perf_counter() - t0
 
 
-def report(args, ranks, samples, seconds):
+def report(args, ranks, samples, seconds, model):
     print(json.dumps({"mode": args.mode, "ranks": ranks, "threads": torch.get_num_threads(),
                       "batch": args.batch, "steps": args.steps,
+                      "params": sum(p.numel() for p in model.parameters()),
                       "samples_per_s": samples / seconds, "seconds": seconds,
                       "torch": torch.__version__}), flush=True)
 
 
-def ddp_worker(rank, args, port):
+def build_mlp(args):
+    """(model, x, y): the MLP for the data's sample width, and the whole set."""
+    x, y = load(args.data, args.set)
+    return make_model(x.shape[1], args.classes), x, y
+
+
+def ddp_worker(rank, args, port, build):
     torch.set_num_threads(args.threads)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     torch.manual_seed(args.seed)  # same init everywhere; DDP broadcasts rank 0's anyway
-    with h5py.File(args.data, "r") as f:
-        inputs = int(np.prod(f[f"{args.set}/features"].shape[1:]))
-    model = nn.parallel.DistributedDataParallel(make_model(inputs, args.classes))
-    samples, seconds = train(args, rank, args.ranks, model)
+    model, x, y = build(args)
+    samples, seconds = train(args, rank, args.ranks, nn.parallel.DistributedDataParallel(model), x, y)
     if rank == 0:
-        report(args, args.ranks, samples, seconds)
+        report(args, args.ranks, samples, seconds, model)
     dist.destroy_process_group()
 
 
@@ -120,30 +137,39 @@ def free_port():
         return s.getsockname()[1]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_args(ap, batch=128, lr=1e-3, warmup=100, steps=1000):
+    """The options every baseline of tools/bench takes."""
     ap.add_argument("--data", required=True, help="dptrain HDF5 data file")
     ap.add_argument("--set", default="train", help="group in --data (default train)")
     ap.add_argument("--mode", choices=("eager", "ddp"), default="eager")
     ap.add_argument("--ranks", type=int, default=2, help="ddp: processes (default 2)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
-    ap.add_argument("--batch", type=int, default=128, help="GLOBAL batch (default 128)")
+    ap.add_argument("--batch", type=int, default=batch, help=f"GLOBAL batch (default {batch})")
     ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=100, help="untimed steps first (default 100)")
-    ap.add_argument("--steps", type=int, default=1000, help="timed steps (default 1000)")
+    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--warmup", type=int, default=warmup,
+                    help=f"untimed steps first (default {warmup})")
+    ap.add_argument("--steps", type=int, default=steps, help=f"timed steps (default {steps})")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
 
+
+def run(args, build):
+    """Eager in this process, or DDP over --ranks spawned ones; build(args)
+    gives (model, x, y) and must be a module-level function (spawn pickles it)."""
     if args.mode == "eager":
         torch.set_num_threads(args.threads)
         torch.manual_seed(args.seed)
-        with h5py.File(args.data, "r") as f:
-            inputs = int(np.prod(f[f"{args.set}/features"].shape[1:]))
-        samples, seconds = train(args, 0, 1, make_model(inputs, args.classes))
-        report(args, 1, samples, seconds)
+        model, x, y = build(args)
+        samples, seconds = train(args, 0, 1, model, x, y)
+        report(args, 1, samples, seconds, model)
     else:
-        mp.spawn(ddp_worker, args=(args, free_port()), nprocs=args.ranks, join=True)
+        mp.spawn(ddp_worker, args=(args, free_port(), build), nprocs=args.ranks, join=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_args(ap)
+    run(ap.parse_args(), build_mlp)
 
 
 if __name__ == "__main__":

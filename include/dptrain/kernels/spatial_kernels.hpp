@@ -40,6 +40,11 @@ struct PoolGeometry {
 // Tensors are dense row-major in the device memory of the owning backend:
 // activations [rows, C, (D,) H, W], the weight [out, in, k, k(, k)] as
 // torch.nn.Conv2d/Conv3d store it, the bias [out]. 1 <= rows <= max_rows.
+// In a step's order — forward, backward_weights, backward_data, as a layer
+// runs them — a pass right after another over the same input (address and
+// rows: x after forward, dy after backward_weights) may reuse what that
+// pass made of it (the CPU plan's conversion to its blocked layout), so
+// that input must not change in between.
 class ConvPlan {
  public:
   virtual ~ConvPlan() = default;

@@ -55,6 +55,11 @@ void bind(Operand& o, const void* data, const AlignedBytes& buffer) {
   if (!o.output) execute(o.convert, o.convert_args);
 }
 
+void bind_converted(Operand& o, const void* data, const AlignedBytes& buffer) {
+  o.plain.set_data_handle(const_cast<void*>(data));
+  if (o.reordered) o.inner.set_data_handle(buffer.data());
+}
+
 void store(Operand& o) {
   if (o.reordered && o.output) execute(o.convert, o.convert_args);
 }

@@ -90,6 +90,9 @@ Operand make_operand(const dnnl::memory::desc& plain, const dnnl::memory::desc& 
 // Before the primitive: points the operand at the caller's data (and its
 // buffer), and for a reordered input converts the data into the buffer.
 void bind(Operand& o, const void* data, const AlignedBytes& buffer);
+// The same for an input whose buffer holds its conversion already (an
+// earlier pass made it from the same data): no reorder.
+void bind_converted(Operand& o, const void* data, const AlignedBytes& buffer);
 // After the primitive: a reordered output goes back to the caller's data.
 void store(Operand& o);
 
