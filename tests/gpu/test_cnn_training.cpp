@@ -15,14 +15,15 @@
 #include "dptrain/model.hpp"
 #include "dptrain/optimizer.hpp"
 #include "gpu_env.hpp"
+#include "training_support.hpp"
 
 namespace {
 
 using namespace dptrain;
 using gpu_test::all_close;
 using gpu_test::download;
+using gpu_test::random_labels;
 using gpu_test::random_vector;
-using gpu_test::upload;
 
 constexpr int kRows = 30, kClasses = 10, kSteps = 8;
 
@@ -40,7 +41,6 @@ Trained train(Backend& be, const Network& net, const OptimizerConfig& cfg, float
   Model model(be, parse_model_spec(net.spec), net.input, kRows);
   model.init(1234);
   Optimizer opt(be, cfg, model.num_params());
-  DeviceBuffer<float> stats(be, 2);
   Trained out;
   const std::size_t sample = net.input.size();
   for (int step = 0; step < kSteps; ++step) {
@@ -49,19 +49,8 @@ Trained train(Backend& be, const Network& net, const OptimizerConfig& cfg, float
     info.epoch = static_cast<std::uint64_t>(step);
     model.set_step(info);
     const auto x = random_vector(kRows * sample, 900 + step);
-    std::mt19937 gen(950 + step);
-    std::vector<std::int32_t> y(kRows);
-    for (auto& l : y) l = static_cast<std::int32_t>(gen() % kClasses);
-    auto dx = upload(be, x);
-    auto dy = upload(be, y);
-    be.fill(stats.get(), 0.0f, 2);
-    const float* logits = model.forward(dx.get(), kRows);
-    be.losses().softmax_xent(logits, dy.get(), kRows, kClasses, 1.0f / kRows,
-                             model.output_grad(), stats.get());
-    model.backward(dx.get(), model.output_grad(), kRows);
-    EXPECT_EQ(be.count_nonfinite(model.grads(), model.num_params()), 0u);
-    opt.step(model.params(), model.grads(), lr);
-    out.losses.push_back(download(be, stats.get(), 1)[0]);
+    out.losses.push_back(
+        gpu_test::train_step(be, model, opt, x, random_labels(kRows, kClasses, 950 + step), lr));
   }
   out.params = download(be, model.params(), model.num_params());
   out.buffers = download(be, model.buffers(), model.num_buffers());

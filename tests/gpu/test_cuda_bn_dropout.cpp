@@ -14,12 +14,14 @@
 #include "dptrain/model.hpp"
 #include "dptrain/optimizer.hpp"
 #include "gpu_env.hpp"
+#include "training_support.hpp"
 
 namespace {
 
 using namespace dptrain;
 using gpu_test::all_close;
 using gpu_test::download;
+using gpu_test::random_labels;
 using gpu_test::random_vector;
 using gpu_test::upload;
 
@@ -37,7 +39,6 @@ Trained train(Backend& be) {
   cfg.kind = OptimizerKind::kSgd;
   cfg.momentum = 0.9f;
   Optimizer opt(be, cfg, model.num_params());
-  DeviceBuffer<float> stats(be, 2);
   Trained out;
   for (int step = 0; step < kSteps; ++step) {
     StepInfo info;
@@ -46,18 +47,8 @@ Trained train(Backend& be) {
     info.first_row = static_cast<std::uint64_t>(step) * kRows;
     model.set_step(info);
     const auto x = random_vector(static_cast<std::size_t>(kRows) * kInput, 700 + step, -2.0f, 3.0f);
-    std::mt19937 gen(800 + step);
-    std::vector<std::int32_t> y(kRows);
-    for (auto& l : y) l = static_cast<std::int32_t>(gen() % kClasses);
-    auto dx = upload(be, x);
-    auto dy = upload(be, y);
-    be.fill(stats.get(), 0.0f, 2);
-    const float* logits = model.forward(dx.get(), kRows);
-    be.losses().softmax_xent(logits, dy.get(), kRows, kClasses, 1.0f / kRows, model.output_grad(),
-                             stats.get());
-    model.backward(dx.get(), model.output_grad(), kRows);
-    opt.step(model.params(), model.grads(), 0.05f);
-    out.losses.push_back(download(be, stats.get(), 1)[0]);
+    out.losses.push_back(
+        gpu_test::train_step(be, model, opt, x, random_labels(kRows, kClasses, 800 + step), 0.05f));
   }
   auto x = upload(be, random_vector(static_cast<std::size_t>(kRows) * kInput, 900));
   const float* logits = model.forward(x.get(), kRows, nullptr, Mode::kEval);

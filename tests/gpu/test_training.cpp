@@ -11,14 +11,15 @@
 #include "dptrain/model.hpp"
 #include "dptrain/optimizer.hpp"
 #include "gpu_env.hpp"
+#include "training_support.hpp"
 
 namespace {
 
 using namespace dptrain;
 using gpu_test::all_close;
 using gpu_test::download;
+using gpu_test::random_labels;
 using gpu_test::random_vector;
-using gpu_test::upload;
 
 constexpr int kRows = 128, kInput = 40, kClasses = 10, kSteps = 5;
 constexpr char kSpec[] = "dense:64,relu,dense:32,gelu,dense:24,tanh,dense:16,sigmoid,dense:10";
@@ -29,22 +30,10 @@ std::vector<float> train(Backend& be, const OptimizerConfig& cfg, float lr,
   Model model(be, parse_model_spec(kSpec), kInput, kRows);
   model.init(1234);
   Optimizer opt(be, cfg, model.num_params());
-  DeviceBuffer<float> stats(be, 2);
   for (int step = 0; step < kSteps; ++step) {
     const auto x = random_vector(static_cast<std::size_t>(kRows) * kInput, 500 + step);
-    std::mt19937 gen(600 + step);
-    std::vector<std::int32_t> y(kRows);
-    for (auto& l : y) l = static_cast<std::int32_t>(gen() % kClasses);
-    auto dx = upload(be, x);
-    auto dy = upload(be, y);
-    be.fill(stats.get(), 0.0f, 2);
-    const float* out = model.forward(dx.get(), kRows);
-    be.losses().softmax_xent(out, dy.get(), kRows, kClasses, 1.0f / kRows, model.output_grad(),
-                             stats.get());
-    model.backward(dx.get(), model.output_grad(), kRows);
-    EXPECT_EQ(be.count_nonfinite(model.grads(), model.num_params()), 0u);
-    opt.step(model.params(), model.grads(), lr);
-    losses->push_back(download(be, stats.get(), 1)[0]);
+    losses->push_back(
+        gpu_test::train_step(be, model, opt, x, random_labels(kRows, kClasses, 600 + step), lr));
   }
   return download(be, model.params(), model.num_params());
 }
