@@ -13,6 +13,7 @@ packages=(
   libdnnl-dev            # oneDNN: the CPU backend (GEMMs, and the layers' primitives)
   libopenblas-dev        # GEMMs where oneDNN has no fast path (cmake -DDPTRAIN_CPU_GEMM=openblas)
   libgtest-dev
+  libboost-context-dev   # the emulated_gpu test: CUDA kernels on host fibers
   nlohmann-json3-dev
   python3 python3-numpy python3-h5py
   clang libclang-rt-dev  # the fuzz_readers test (tools/fuzz.sh): libFuzzer

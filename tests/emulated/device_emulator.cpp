@@ -1,0 +1,307 @@
+// Implements: the emulator of device_emulator.hpp — the launch checks, the
+// block scheduler (one Boost.Context fiber per thread of a block, resumed in
+// thread order until each waits at a barrier, in a shuffle, or ends), the
+// warp exchange, and the registry of emulated device memory.
+#include "device_emulator.hpp"
+
+#include <boost/context/fiber.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace dptrain_emu {
+namespace {
+
+constexpr std::size_t kStackBytes = 128 * 1024;
+constexpr int kWarpSize = 32;
+constexpr std::size_t kDeviceAlignment = 256;  // cudaMalloc's guarantee
+
+enum class State { kRunnable, kAtBarrier, kInShuffle, kDone };
+
+namespace bctx = boost::context;
+
+struct Fiber {
+  bctx::fiber thread;     // the suspended thread, while the scheduler runs
+  bctx::fiber scheduler;  // the suspended scheduler, while the thread runs
+  State state = State::kRunnable;
+  uint3 index;
+  std::uint64_t barriers = 0;  // __syncthreads reached: those released together must agree
+  const char* file = nullptr;  // the source line of the __syncthreads it waits at
+  int line = 0;
+  std::uint64_t shuffles = 0;  // shuffle waits reached: the lanes of a warp must agree
+  std::uint64_t value = 0;     // this lane's value in the current shuffle
+};
+
+struct Block {
+  std::vector<Fiber> fibers;
+  int current = -1;
+  const ThreadBody* body = nullptr;
+  bool failed = false;
+};
+
+thread_local Block* t_block = nullptr;
+thread_local std::vector<std::unique_ptr<char[]>> t_stacks;
+
+// Hands out the stacks of t_stacks: a block's fibers reuse them launch after launch.
+class PooledStack {
+ public:
+  explicit PooledStack(char* base) : base_(base) {}
+  bctx::stack_context allocate() {
+    bctx::stack_context sc;
+    sc.size = kStackBytes;
+    sc.sp = base_ + kStackBytes;  // stacks grow down
+    return sc;
+  }
+  void deallocate(bctx::stack_context&) noexcept {}
+
+ private:
+  char* base_;
+};
+
+std::mutex g_mutex;  // the error and the allocations (the kernels run on one host thread)
+cudaError_t g_error = cudaSuccess;
+std::string g_detail = "no error";
+std::map<std::uintptr_t, std::size_t> g_allocations;
+std::size_t g_launches = 0;
+
+void fail_block(const std::string& why) {
+  set_error(cudaErrorLaunchFailure, why);
+  t_block->failed = true;
+}
+
+// The running thread gives the host thread back to the scheduler until it
+// is released.
+void wait_as(State s) {
+  if (!t_block) {
+    std::fprintf(stderr, "device emulator: a barrier or shuffle outside a kernel\n");
+    std::abort();
+  }
+  Block& b = *t_block;
+  Fiber& f = b.fibers[static_cast<std::size_t>(b.current)];
+  f.state = s;
+  if (s == State::kAtBarrier) ++f.barriers;
+  if (s == State::kInShuffle) ++f.shuffles;
+  f.scheduler = std::move(f.scheduler).resume();
+}
+
+bctx::fiber start_thread(std::size_t i) {
+  return bctx::fiber(std::allocator_arg, PooledStack(t_stacks[i].get()),
+                     [i](bctx::fiber&& scheduler) {
+                       Block& b = *t_block;
+                       b.fibers[i].scheduler = std::move(scheduler);
+                       (*b.body)();
+                       b.fibers[i].state = State::kDone;
+                       return std::move(b.fibers[i].scheduler);
+                     });
+}
+
+std::string thread_name(const Fiber& f) {
+  return "thread (" + std::to_string(f.index.x) + "," + std::to_string(f.index.y) + "," +
+         std::to_string(f.index.z) + ")";
+}
+
+// After a pass, every thread waits or has ended. Releases the block barrier
+// when all live threads wait there, and each warp whose lanes all wait in a
+// shuffle; false (with the error recorded) when the block cannot go on.
+bool release_waiters(Block& b, bool& all_done) {
+  std::size_t live = 0, at_barrier = 0;
+  for (const Fiber& f : b.fibers) {
+    live += f.state != State::kDone;
+    at_barrier += f.state == State::kAtBarrier;
+  }
+  all_done = live == 0;
+  if (all_done) return true;
+  if (at_barrier == live) {
+    const Fiber* first = nullptr;
+    for (Fiber& f : b.fibers) {
+      if (f.state != State::kAtBarrier) continue;
+      if (first && (f.barriers != first->barriers || f.line != first->line ||
+                    std::strcmp(f.file, first->file) != 0)) {
+        fail_block(thread_name(f) + " and " + thread_name(*first) +
+                   " wait at different __syncthreads (a barrier in divergent code)");
+        return false;
+      }
+      first = first ? first : &f;
+      f.state = State::kRunnable;
+    }
+    return true;
+  }
+  bool released = false;
+  for (std::size_t w = 0; w < b.fibers.size(); w += kWarpSize) {
+    const std::size_t end = std::min(b.fibers.size(), w + kWarpSize);
+    std::size_t in_shuffle = 0;
+    for (std::size_t i = w; i < end; ++i) in_shuffle += b.fibers[i].state == State::kInShuffle;
+    if (in_shuffle == 0) continue;
+    for (std::size_t i = w; i < end; ++i) {
+      const Fiber& f = b.fibers[i];
+      if (f.state != State::kInShuffle || f.shuffles != b.fibers[w].shuffles) {
+        fail_block("a full-mask shuffle of warp " + std::to_string(w / kWarpSize) + " where " +
+                   thread_name(f) +
+                   (f.state == State::kDone ? " has ended" : " is not in the same shuffle"));
+        return false;
+      }
+    }
+    for (std::size_t i = w; i < end; ++i) b.fibers[i].state = State::kRunnable;
+    released = true;
+  }
+  if (!released) fail_block("deadlock: no thread of the block can go on");
+  return released;
+}
+
+bool run_block(Block& b, dim3 block) {
+  const std::size_t n = b.fibers.size();
+  while (t_stacks.size() < n) t_stacks.push_back(std::make_unique<char[]>(kStackBytes));
+  for (std::size_t i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[i];
+    f.state = State::kRunnable;
+    f.barriers = f.shuffles = 0;
+    f.index = {static_cast<unsigned>(i % block.x), static_cast<unsigned>(i / block.x % block.y),
+               static_cast<unsigned>(i / (block.x * block.y))};
+    f.thread = start_thread(i);
+  }
+  for (;;) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (b.fibers[i].state != State::kRunnable) continue;
+      b.current = static_cast<int>(i);
+      threadIdx = b.fibers[i].index;
+      b.fibers[i].thread = std::move(b.fibers[i].thread).resume();
+      if (b.failed) return false;
+    }
+    bool all_done = false;
+    if (!release_waiters(b, all_done)) return false;
+    if (all_done) return true;
+  }
+}
+
+std::string dims(dim3 d) {
+  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+bool configuration_is_valid(dim3 grid, dim3 block, const char* kernel) {
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  const bool block_ok = threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 &&
+                        block.z <= 64;
+  const bool grid_ok = grid.x >= 1 && grid.x <= 0x7fffffffu && grid.y >= 1 && grid.y <= 65535 &&
+                       grid.z >= 1 && grid.z <= 65535;
+  if (block_ok && grid_ok) return true;
+  set_error(cudaErrorInvalidConfiguration, std::string(kernel) + ": grid " + dims(grid) +
+                                               " of blocks " + dims(block) +
+                                               " is not a valid launch configuration");
+  return false;
+}
+
+}  // namespace
+
+void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body) {
+  if (!configuration_is_valid(grid, block, kernel)) return;
+  Block b;
+  b.body = &body;
+  b.fibers.resize(static_cast<std::size_t>(block.x) * block.y * block.z);
+  Block* outer = std::exchange(t_block, &b);
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = {x, y, z};
+        if (!run_block(b, block)) {
+          const std::lock_guard lock(g_mutex);
+          g_detail = std::string(kernel) + ", block " + dims(dim3(x, y, z)) + ": " + g_detail;
+          t_block = outer;
+          return;
+        }
+      }
+  t_block = outer;
+  const std::lock_guard lock(g_mutex);
+  ++g_launches;
+}
+
+void set_error(cudaError_t err, const std::string& detail) {
+  const std::lock_guard lock(g_mutex);
+  if (g_error != cudaSuccess) return;  // the first error is the one to read
+  g_error = err;
+  g_detail = detail;
+}
+
+cudaError_t take_error() {
+  const std::lock_guard lock(g_mutex);
+  return std::exchange(g_error, cudaSuccess);
+}
+
+const char* error_detail() {
+  const std::lock_guard lock(g_mutex);
+  return g_detail.c_str();
+}
+
+bool is_device_pointer(const void* p) {
+  if (!p) return true;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::lock_guard lock(g_mutex);
+  auto it = g_allocations.upper_bound(a);
+  if (it == g_allocations.begin()) return false;
+  --it;
+  return a <= it->first + it->second;
+}
+
+void* device_allocate(std::size_t bytes) {
+  void* p = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t(kDeviceAlignment),
+                           std::nothrow);
+  if (!p) return nullptr;
+  std::memset(p, 0xff, bytes);  // float NaN: reading unwritten scratch shows
+  const std::lock_guard lock(g_mutex);
+  g_allocations[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  return p;
+}
+
+void device_free(void* p) {
+  if (!p) return;
+  {
+    const std::lock_guard lock(g_mutex);
+    g_allocations.erase(reinterpret_cast<std::uintptr_t>(p));
+  }
+  ::operator delete(p, std::align_val_t(kDeviceAlignment));
+}
+
+std::size_t launches() {
+  const std::lock_guard lock(g_mutex);
+  return g_launches;
+}
+
+void sync_block(const char* file, int line) {
+  if (t_block) {
+    Fiber& f = t_block->fibers[static_cast<std::size_t>(t_block->current)];
+    f.file = file;
+    f.line = line;
+  }
+  wait_as(State::kAtBarrier);
+}
+
+std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg, int width),
+                               int arg, int width) {
+  Block& b = *t_block;
+  const auto me = static_cast<std::size_t>(b.current);
+  b.fibers[me].value = v;
+  wait_as(State::kInShuffle);  // every lane has stored its value
+  const int lane = static_cast<int>(me % kWarpSize);
+  const int src = source(lane, arg, width);
+  std::uint64_t result = v;
+  if (src >= 0) {
+    const std::size_t from = me - static_cast<std::size_t>(lane) + static_cast<std::size_t>(src);
+    if (from >= b.fibers.size()) {
+      fail_block(thread_name(b.fibers[me]) + " shuffles from lane " + std::to_string(src) +
+                 ", which this block does not have");
+      wait_as(State::kDone);
+    }
+    result = b.fibers[from].value;
+  }
+  wait_as(State::kInShuffle);  // every lane has read before anyone stores again
+  return result;
+}
+
+}  // namespace dptrain_emu

@@ -1,0 +1,294 @@
+// Implements: a host emulation of CUDA's execution model, so that the CUDA
+// kernels of src/cuda/ (this project's own code, unlike cuBLAS, cuDNN or
+// NCCL) run and are tested on a machine without a GPU. The .cu files are
+// compiled as C++ against the headers of include/ after
+// translate_launches.py has turned each kernel<<<grid, block, 0, s>>>(args)
+// into dptrain_emu::Launcher("kernel", grid, block, 0, s)(kernel, args).
+//
+// The model. A launch checks its configuration as CUDA does (at most 1024
+// threads a block, grid.y and grid.z at most 65535, no empty dimension) and
+// that every pointer argument is null or points into memory from
+// cudaMalloc; a bad launch runs nothing and is reported by
+// cudaGetLastError. Then the blocks run one after another; the threads of a
+// block are fibers on one host thread, each run until it reaches a
+// __syncthreads, a warp shuffle or its end, in thread order. So a block
+// barrier lets nobody on before every live thread of the block has arrived,
+// and a missing barrier shows as the worst ordering: thread 0 runs ahead of
+// everyone. A shuffle exchanges values among the 32 lanes of a warp; it is
+// an error when a lane of the warp has ended or waits elsewhere (the
+// full-mask shuffles of src/cuda/ need all 32), or reads a lane that does
+// not exist. A block whose threads can no longer move is a deadlock. Each
+// such kernel error abandons the launch and is reported by
+// cudaGetLastError, naming what happened. __shared__ variables are statics:
+// shared by the threads of the block and kept from block to block, so a
+// kernel must write them before it reads them, as on the GPU.
+//
+// Device memory from cudaMalloc starts as all-ones bytes (float NaN), so a
+// kernel that reads scratch it never wrote gives NaN rather than zeros.
+// Explicitly rounded intrinsics (__fmul_rn, __dadd_rn, ...) are one IEEE
+// operation each; the emulated sources are built with -ffp-contract=off, so
+// no other a*b+c is fused either. Math functions (expf, erff, tanhf) are
+// the host's, which are within CUDA's documented ulp bounds of the exact
+// value but not CUDA's bits.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// --- qualifiers ------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+// Set by the emulator before it resumes a thread of a block.
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
+
+// --- runtime types and error codes ------------------------------------------
+typedef struct CUstreamEmulated* cudaStream_t;
+typedef struct CUeventEmulated* cudaEvent_t;
+typedef enum {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorLaunchFailure = 719,
+} cudaError_t;
+typedef enum {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+} cudaMemcpyKind;
+constexpr unsigned cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2;
+
+namespace dptrain_emu {
+
+// The launch's thread body: the kernel called with its own copy of the
+// arguments.
+using ThreadBody = std::function<void()>;
+
+// Runs body for every thread of the grid (or records why it cannot) and
+// returns when all have finished; kernel names a launch in error messages.
+void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body);
+// Records err with its detail as the launch error cudaGetLastError returns.
+void set_error(cudaError_t err, const std::string& detail);
+cudaError_t take_error();
+const char* error_detail();
+// Whether p is null or within (or one past) a live cudaMalloc block.
+bool is_device_pointer(const void* p);
+void* device_allocate(std::size_t bytes);
+void device_free(void* p);
+// Kernel launches that ran since the start (tests of the emulator itself).
+std::size_t launches();
+
+// The block barrier of the thread now running, at a __syncthreads of the
+// source (threads released together must wait at the same one).
+void sync_block(const char* file, int line);
+// Stores v as this lane's value, waits for the warp, and returns lane
+// src's value (src from source(lane)), or v where source says so (-1).
+std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg, int width),
+                               int arg, int width);
+
+template <typename T>
+std::uint64_t to_bits(T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof v);
+  return bits;
+}
+template <typename T>
+T from_bits(std::uint64_t bits) {
+  T v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+// CUDA converts each argument to its parameter's type; a pointer argument
+// must be device memory.
+class Launcher {
+ public:
+  Launcher(const char* name, dim3 grid, dim3 block, std::size_t shared_bytes = 0,
+           cudaStream_t stream = nullptr)
+      : name_(name), grid_(grid), block_(block), shared_bytes_(shared_bytes) {
+    (void)stream;  // every stream is synchronous here
+  }
+
+  template <typename... P, typename... A>
+  void operator()(void (*kernel)(P...), A&&... args) const {
+    static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
+    std::tuple<std::decay_t<P>...> params(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
+    if (shared_bytes_ != 0) {
+      set_error(cudaErrorInvalidValue, std::string(name_) + ": dynamic shared memory is not emulated");
+      return;
+    }
+    if (!pointers_are_device(params, std::index_sequence_for<P...>{})) return;
+    run_grid(grid_, block_, name_, [&params, kernel] {
+      std::tuple<std::decay_t<P>...> own = params;  // each thread's copy
+      std::apply(kernel, own);
+    });
+  }
+
+ private:
+  template <typename Tuple, std::size_t... I>
+  bool pointers_are_device(const Tuple& t, std::index_sequence<I...>) const {
+    bool ok = true;
+    ((ok = ok && pointer_is_device(std::get<I>(t), I)), ...);
+    return ok;
+  }
+  template <typename T>
+  bool pointer_is_device(const T& v, std::size_t index) const {
+    if constexpr (std::is_pointer_v<T>) {
+      if (!is_device_pointer(v)) {
+        set_error(cudaErrorInvalidValue, std::string(name_) + ": argument " + std::to_string(index) +
+                                             " is a pointer to host memory, not to device memory");
+        return false;
+      }
+    }
+    return true;
+  }
+
+  const char* name_;
+  dim3 grid_, block_;
+  std::size_t shared_bytes_;
+};
+
+}  // namespace dptrain_emu
+
+// --- device intrinsics -------------------------------------------------------
+// A macro, so that the barrier knows its source line, which compilers do not
+// duplicate the way they may duplicate a call.
+#define __syncthreads() ::dptrain_emu::sync_block(__FILE__, __LINE__)
+
+namespace dptrain_emu {
+inline int down_source(int lane, int delta, int width) {
+  return (lane % width) + delta < width ? lane + delta : -1;
+}
+inline int xor_source(int lane, int mask, int width) {
+  const int src = lane ^ mask;
+  return src / width == lane / width ? src : -1;
+}
+}  // namespace dptrain_emu
+
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  if (mask != 0xffffffffu) dptrain_emu::set_error(cudaErrorLaunchFailure, "partial shuffle masks are not emulated");
+  return dptrain_emu::from_bits<T>(dptrain_emu::exchange_in_warp(
+      dptrain_emu::to_bits(v), dptrain_emu::down_source, static_cast<int>(delta), width));
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  if (mask != 0xffffffffu) dptrain_emu::set_error(cudaErrorLaunchFailure, "partial shuffle masks are not emulated");
+  return dptrain_emu::from_bits<T>(dptrain_emu::exchange_in_warp(
+      dptrain_emu::to_bits(v), dptrain_emu::xor_source, lane_mask, width));
+}
+// Fibers of one host thread never run at the same time: a plain add is atomic.
+template <typename T>
+T atomicAdd(T* address, T v) {
+  const T old = *address;
+  *address = old + v;
+  return old;
+}
+
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// --- runtime API: memory, streams, events, errors ------------------------------
+inline cudaError_t cudaGetLastError() { return dptrain_emu::take_error(); }
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    default: return "cudaErrorLaunchFailure";
+  }
+}
+inline const char* cudaGetErrorString(cudaError_t) { return dptrain_emu::error_detail(); }
+
+inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  *p = dptrain_emu::device_allocate(bytes);
+  return *p || bytes == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+template <typename T>
+cudaError_t cudaMalloc(T** p, std::size_t bytes) {
+  void* v = nullptr;
+  const cudaError_t e = cudaMalloc(&v, bytes);
+  *p = static_cast<T*>(v);
+  return e;
+}
+inline cudaError_t cudaFree(void* p) {
+  dptrain_emu::device_free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMallocHost(void** p, std::size_t bytes) {
+  *p = ::operator new(bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaFreeHost(void* p) {
+  ::operator delete(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind,
+                                   cudaStream_t = nullptr) {
+  if (bytes) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k) {
+  return cudaMemcpyAsync(dst, src, bytes, k);
+}
+inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t = nullptr) {
+  if (!dptrain_emu::is_device_pointer(p)) return cudaErrorInvalidValue;
+  if (bytes) std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  static char token;
+  *s = reinterpret_cast<cudaStream_t>(&token);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  static char token;
+  *e = reinterpret_cast<cudaEvent_t>(&token);
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  *ms = 0.0f;
+  return cudaSuccess;
+}

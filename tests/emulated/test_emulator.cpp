@@ -1,0 +1,182 @@
+// Implements: tests of the CUDA host emulation itself (device_emulator.hpp),
+// so that what the emulated kernel tests pass on means something: every
+// thread of a 3-D grid runs once with its own indices; a block barrier
+// holds everyone until all arrive, and a reduction without it comes out
+// wrong; shared memory is shared by a block; shuffles exchange the lanes'
+// values; and the faults a GPU would hang on, fault on or refuse — a
+// barrier or shuffle in divergent code, a bad launch configuration, a host
+// pointer as argument — are launch errors that name what happened.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+namespace {
+
+using dptrain_emu::Launcher;
+
+constexpr int kBlock = 128;
+
+template <typename T>
+struct DeviceArray {
+  explicit DeviceArray(std::size_t n) : n(n) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess); }
+  ~DeviceArray() { cudaFree(p); }
+  std::vector<T> host() const { return std::vector<T>(p, p + n); }
+  T* p = nullptr;
+  std::size_t n;
+};
+
+__global__ void write_global_ids(unsigned* out) {
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned id = block * (blockDim.x * blockDim.y * blockDim.z) + thread;
+  out[id] += id + 1;  // += : a thread run twice shows
+}
+
+template <bool kWithBarriers>
+__global__ void tree_sum(const int* x, int* out) {
+  __shared__ int s[kBlock];
+  const int t = threadIdx.x;
+  s[t] = x[blockIdx.x * kBlock + t];
+  if (kWithBarriers) __syncthreads();
+  for (int half = kBlock / 2; half > 0; half >>= 1) {
+    if (t < half) s[t] += s[t + half];
+    if (kWithBarriers) __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = s[0];
+}
+
+__global__ void butterfly_sum(const double* x, double* out) {
+  double v = x[threadIdx.x];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  out[threadIdx.x] = v;
+}
+
+__global__ void shift_down(const int* x, int* out, int delta) {
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, x[threadIdx.x], static_cast<unsigned>(delta));
+}
+
+__global__ void divergent_shuffle(int* out) {
+  if (threadIdx.x < 16) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+}
+
+// Both halves reach one barrier each, but not the same one.
+__global__ void divergent_barrier(int* out) {
+  if (threadIdx.x < 64) {
+    out[threadIdx.x] = 1;
+    __syncthreads();
+  } else {
+    __syncthreads();
+    out[threadIdx.x] = 2;
+  }
+}
+
+__global__ void early_exit_then_barrier(const int* x, int* out, int n) {
+  __shared__ int s[kBlock];
+  const int t = threadIdx.x;
+  if (t >= n) return;  // exited threads do not hold a barrier back
+  s[t] = x[t];
+  __syncthreads();
+  out[t] = s[n - 1 - t];
+}
+
+__global__ void touch(float* x) { x[threadIdx.x] = 1.0f; }
+
+std::string take_detail() {
+  const cudaError_t e = cudaGetLastError();
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+TEST(DeviceEmulator, EveryThreadOfA3dGridRunsOnceWithItsIndices) {
+  const dim3 grid(3, 2, 2), block(8, 4, 2);
+  const std::size_t n = 3 * 2 * 2 * 8 * 4 * 2;
+  DeviceArray<unsigned> out(n);
+  cudaMemsetAsync(out.p, 0, n * sizeof(unsigned));
+  const std::size_t before = dptrain_emu::launches();
+  Launcher("write_global_ids", grid, block)(write_global_ids, out.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(dptrain_emu::launches(), before + 1);
+  const auto got = out.host();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], i + 1) << "thread " << i;
+}
+
+TEST(DeviceEmulator, BarriersMakeATreeReductionRightAndItsAbsenceShows) {
+  constexpr int kBlocks = 3;
+  DeviceArray<int> x(kBlocks * kBlock), with(kBlocks), without(kBlocks);
+  std::vector<int> want(kBlocks, 0);
+  for (int i = 0; i < kBlocks * kBlock; ++i) {
+    x.p[i] = (i * 37) % 101 - 50;
+    want[static_cast<std::size_t>(i / kBlock)] += x.p[i];
+  }
+  Launcher("tree_sum<true>", kBlocks, kBlock)(tree_sum<true>, x.p, with.p);
+  Launcher("tree_sum<false>", kBlocks, kBlock)(tree_sum<false>, x.p, without.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(with.host(), want);
+  // Without barriers thread 0 runs the whole tree before the others have
+  // stored their values: the race a GPU may or may not show, always lost.
+  EXPECT_NE(without.host(), want);
+}
+
+TEST(DeviceEmulator, ShufflesExchangeTheLanesValues) {
+  DeviceArray<double> x(32), sums(32);
+  double total = 0.0;
+  for (int i = 0; i < 32; ++i) total += x.p[i] = 0.5 * i - 3.0;
+  Launcher("butterfly_sum", 1, 32)(butterfly_sum, x.p, sums.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  for (double s : sums.host()) EXPECT_EQ(s, total);
+
+  DeviceArray<int> in(64), out(64);
+  for (int i = 0; i < 64; ++i) in.p[i] = 1000 + i;
+  Launcher("shift_down", 1, 64)(shift_down, in.p, out.p, 5);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  for (int i = 0; i < 64; ++i)  // lanes past the warp's end keep their own value
+    EXPECT_EQ(out.p[i], (i % 32) + 5 < 32 ? 1000 + i + 5 : 1000 + i) << "thread " << i;
+}
+
+TEST(DeviceEmulator, ThreadsThatExitDoNotHoldABarrierBack) {
+  DeviceArray<int> x(kBlock), out(kBlock);
+  for (int i = 0; i < kBlock; ++i) x.p[i] = i;
+  Launcher("early_exit_then_barrier", 1, kBlock)(early_exit_then_barrier, x.p, out.p, 100);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(out.p[i], 99 - i);
+}
+
+TEST(DeviceEmulator, DivergentShuffleAndBarrierAreLaunchErrors) {
+  DeviceArray<int> out(kBlock);
+  Launcher("divergent_shuffle", 1, 32)(divergent_shuffle, out.p);
+  std::string e = take_detail();
+  EXPECT_NE(e.find("cudaErrorLaunchFailure"), std::string::npos) << e;
+  EXPECT_NE(e.find("divergent_shuffle"), std::string::npos) << e;
+  EXPECT_NE(e.find("has ended"), std::string::npos) << e;
+
+  Launcher("divergent_barrier", 1, kBlock)(divergent_barrier, out.p);
+  e = take_detail();
+  EXPECT_NE(e.find("divergent code"), std::string::npos) << e;
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the error is reported once";
+}
+
+TEST(DeviceEmulator, BadConfigurationsAndHostPointersRunNothing) {
+  DeviceArray<float> x(1024);
+  const std::size_t before = dptrain_emu::launches();
+  Launcher("touch", 1, 2048)(touch, x.p);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  Launcher("touch", 0, 32)(touch, x.p);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  Launcher("touch", dim3(1, 70000), 32)(touch, x.p);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  std::vector<float> host(32);
+  Launcher("touch", 1, 32)(touch, host.data());
+  const std::string e = take_detail();
+  EXPECT_NE(e.find("argument 0 is a pointer to host memory"), std::string::npos) << e;
+  EXPECT_EQ(dptrain_emu::launches(), before);
+  EXPECT_TRUE(std::isnan(x.p[0])) << "device memory starts as NaN and nothing ran";
+  Launcher("touch", 1, 32)(touch, x.p + 992);  // inside the allocation
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(x.p[1023], 1.0f);
+}
+
+}  // namespace
