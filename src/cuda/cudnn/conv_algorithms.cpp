@@ -63,8 +63,12 @@ std::vector<Candidate> rank_results(ConvPass pass, const std::vector<Perf>& resu
     const Perf& r = results[static_cast<std::size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC) continue;
     if (r.memory > kMaxWorkspace) continue;
+    // ALLOW_CONVERSION may round fp32 operands to fp16 (|x| > 65504 -> inf):
+    // never. Under fp32 only results for FMA math qualify (a result's
+    // status and determinism are those of its math type), run FMA-only.
+    if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (a == ConvArithmetic::kFma && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
     const int algo = static_cast<int>(r.algo);
-    // Under fp32 the descriptor stays FMA-only whatever the result says.
     const cudnnMathType_t math = a == ConvArithmetic::kFma ? CUDNN_FMA_MATH : r.mathType;
     const bool fma_under_tf32 = a == ConvArithmetic::kTf32 && math == CUDNN_FMA_MATH;
     out.push_back({algo, math, (transforms(pass, algo) ? 2 : 0) + (fma_under_tf32 ? 1 : 0)});

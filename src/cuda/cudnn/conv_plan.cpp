@@ -10,6 +10,7 @@
 // stay fp32. Where cuDNN has no bf16 algorithm the row count runs in TF32.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,7 +88,7 @@ class CudnnConvPlan final : public ConvPlan {
                int rows) override {
     const RowPlan& p = row_plan(rows);
     const void* xs = operand(p, x, in_elements(rows), 0);
-    const void* ws = operand(p, weight, weight_elements(), 1);
+    const void* ws = weight_operand(p, weight);
     void* out = p.bf16() ? c_.bf16(2).get() : y;
     DPT_CUDNN_CHECK(
         cudnnConvolutionForward(c_.handle(), &kOne, p.x.get(), xs, p.w.get(), ws, p.conv[0].get(),
@@ -100,7 +101,7 @@ class CudnnConvPlan final : public ConvPlan {
   void backward_data(const float* dy, const float* weight, float* dx, int rows) override {
     const RowPlan& p = row_plan(rows);
     const void* dys = operand(p, dy, out_elements(rows), 0);
-    const void* ws = operand(p, weight, weight_elements(), 1);
+    const void* ws = weight_operand(p, weight);
     void* out = p.bf16() ? c_.bf16(2).get() : dx;
     DPT_CUDNN_CHECK(cudnnConvolutionBackwardData(
         c_.handle(), &kOne, p.w.get(), ws, p.y.get(), dys, p.conv[1].get(),
@@ -114,12 +115,16 @@ class CudnnConvPlan final : public ConvPlan {
     const RowPlan& p = row_plan(rows);
     const void* xs = operand(p, x, in_elements(rows), 0);
     const void* dys = operand(p, dy, out_elements(rows), 1);
-    void* out = p.bf16() ? c_.bf16(2).get() : dweight;
+    const bool staged = !p.bf16() && !aligned(dweight);
+    void* out = p.bf16() ? c_.bf16(2).get() : staged ? c_.aligned_weight().get() : dweight;
     DPT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         c_.handle(), &kOne, p.x.get(), xs, p.y.get(), dys, p.conv[2].get(),
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo[2].algo), c_.workspace().get(),
         p.algo[2].workspace, &kZero, p.w.get(), out));
     if (p.bf16()) from_bf16(c_.launch(), out, dweight, weight_elements());
+    if (staged)
+      DPT_CUDA_CHECK(cudaMemcpyAsync(dweight, out, weight_elements() * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, c_.launch().stream));
     DPT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c_.handle(), &kOne, p.fp32_y(), dy, &kZero,
                                                  bias_.get(), dbias));
   }
@@ -141,6 +146,22 @@ class CudnnConvPlan final : public ConvPlan {
     if (!p.bf16()) return src;
     void* copy = c_.bf16(slot).get();
     to_bf16(c_.launch(), src, copy, n);
+    return copy;
+  }
+
+  // Activations are buffers of their own (cudaMalloc: 256-byte aligned);
+  // a weight is a slice of the parameter arena at whatever offset the
+  // layers before it leave, and tensor-core kernels read 16 bytes at a time.
+  static bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+  // The weight as a pass reads it: its bf16 copy, the weight itself, or an
+  // aligned copy of it.
+  const void* weight_operand(const RowPlan& p, const float* weight) {
+    if (p.bf16()) return operand(p, weight, weight_elements(), 1);
+    if (aligned(weight)) return weight;
+    void* copy = c_.aligned_weight().get();
+    DPT_CUDA_CHECK(cudaMemcpyAsync(copy, weight, weight_elements() * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, c_.launch().stream));
     return copy;
   }
 
@@ -184,6 +205,7 @@ std::unique_ptr<RowPlan> CudnnConvPlan::create(int rows) {
   std::size_t workspace = 0;
   for (const AlgorithmChoice& a : p->algo) workspace = std::max(workspace, a.workspace);
   c_.workspace().reserve(workspace, c_.launch().stream);
+  c_.aligned_weight().reserve(weight_elements() * sizeof(float), c_.launch().stream);
   if (p->bf16()) {
     const std::size_t most =
         std::max({in_elements(rows), out_elements(rows), weight_elements()}) * kBf16Bytes;

@@ -2,9 +2,14 @@
 // the descriptor helpers.
 #include "cuda/cudnn/cudnn_context.hpp"
 
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include "dptrain/error.hpp"
 
 namespace dptrain::cuda {
 
@@ -42,9 +47,26 @@ void note_once(const std::string& text) {
 TensorDescriptor activation_descriptor(int rows, int channels, int dims, const SpatialExtent& e,
                                        cudnnDataType_t type) {
   std::vector<int> shape{rows, channels};
-  for (int d = 0; d < dims; ++d) shape.push_back(e[static_cast<std::size_t>(d)]);
+  std::string extent;
+  for (int d = 0; d < dims; ++d) {
+    shape.push_back(e[static_cast<std::size_t>(d)]);
+    if (d) extent += 'x';
+    extent += std::to_string(shape.back());
+  }
+  // cuDNN's descriptors take int sizes and strides: a tensor holds at most
+  // 2^31 - 1 values (in 64 bits here, so the check cannot overflow itself).
   std::vector<int> strides(shape.size(), 1);
-  for (std::size_t i = shape.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * shape[i + 1];
+  std::int64_t values = shape.back();
+  for (std::size_t i = shape.size() - 1; i-- > 0;) {
+    strides[i] = static_cast<int>(values);
+    values *= shape[i];
+    if (values > std::numeric_limits<int>::max())
+      throw Error(ExitCode::kUsage,
+                  "a convolution or pooling tensor of " + std::to_string(rows) + " rows x " +
+                      std::to_string(channels) + " channels x " + extent +
+                      " has more than 2^31 - 1 values, the most a cuDNN tensor holds; use "
+                      "fewer rows per GPU (--batch) or smaller inputs");
+  }
   TensorDescriptor t = TensorDescriptor::create();
   DPT_CUDNN_CHECK(cudnnSetTensorNdDescriptor(t.get(), type, static_cast<int>(shape.size()),
                                              shape.data(), strides.data()));

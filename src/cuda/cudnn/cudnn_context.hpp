@@ -2,7 +2,8 @@
 // src/cuda/cudnn/): the cuDNN handle on the backend's compute stream, made
 // when the first plan is asked for (an MLP never pays for it), the
 // precision, and the device buffers every pass borrows — the algorithms'
-// workspace and the bf16 copies of the operands. Passes run one at a time
+// workspace, the bf16 copies of the operands and the aligned fp32 copy of
+// a weight or its gradient. Passes run one at a time
 // on that one stream, so one set of buffers serves all plans; a buffer only
 // grows, when a plan is made for a larger geometry or row count, never in a
 // warmed-up step. Plus the descriptor helpers.
@@ -46,6 +47,9 @@ class CudnnContext {
   // inputs and its output, in that order).
   GrowingBuffer& workspace() noexcept { return workspace_; }
   GrowingBuffer& bf16(int slot) { return bf16_.at(static_cast<std::size_t>(slot)); }
+  // A weight (or its gradient) of the parameter arena, where its offset
+  // leaves it less aligned than tensor-core kernels read (conv_plan.cpp).
+  GrowingBuffer& aligned_weight() noexcept { return aligned_weight_; }
 
  private:
   Launch launch_;
@@ -53,6 +57,7 @@ class CudnnContext {
   CudnnHandle handle_;
   GrowingBuffer workspace_;
   std::array<GrowingBuffer, 3> bf16_;
+  GrowingBuffer aligned_weight_;
 };
 
 // [rows, channels, (D,) H, W], dense row-major (cuDNN's packed NCHW / NCDHW).

@@ -82,8 +82,20 @@ class CudnnPoolPlan final : public PoolPlan {
       slot->x = activation_descriptor(rows, g_.channels, g_.dims, g_.input, CUDNN_DATA_FLOAT);
       slot->y = activation_descriptor(rows, g_.channels, g_.dims, g_.output, CUDNN_DATA_FLOAT);
       created_ += 2;
+      check_output(slot->x.get(), rows);
     }
     return *slot;
+  }
+
+  // cuDNN floors (in - window) / stride + 1 as the layer does; a mismatch
+  // would be a bug here, caught before anything runs.
+  void check_output(cudnnTensorDescriptor_t x, int rows) const {
+    std::array<int, 5> got{};
+    DPT_CUDNN_CHECK(cudnnGetPoolingNdForwardOutputDim(pool_.get(), x, g_.dims + 2, got.data()));
+    const std::array<int, 5> want{rows, g_.channels, g_.output[0], g_.output[1], g_.output[2]};
+    for (int i = 0; i < g_.dims + 2; ++i)
+      DPT_REQUIRE(got[std::size_t(i)] == want[std::size_t(i)], ExitCode::kOther,
+                  "cuDNN's pooling output shape differs from the layer's");
   }
 
   CudnnContext& c_;
