@@ -138,7 +138,8 @@ class Launcher {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
     std::tuple<std::decay_t<P>...> params(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
     if (shared_bytes_ != 0) {
-      set_error(cudaErrorInvalidValue, std::string(name_) + ": dynamic shared memory is not emulated");
+      set_error(cudaErrorInvalidValue,
+                std::string(name_) + ": dynamic shared memory is not emulated");
       return;
     }
     if (!pointers_are_device(params, std::index_sequence_for<P...>{})) return;
@@ -159,7 +160,8 @@ class Launcher {
   bool pointer_is_device(const T& v, std::size_t index) const {
     if constexpr (std::is_pointer_v<T>) {
       if (!is_device_pointer(v)) {
-        set_error(cudaErrorInvalidValue, std::string(name_) + ": argument " + std::to_string(index) +
+        set_error(cudaErrorInvalidValue, std::string(name_) + ": argument " +
+                                             std::to_string(index) +
                                              " is a pointer to host memory, not to device memory");
         return false;
       }
@@ -187,17 +189,22 @@ inline int xor_source(int lane, int mask, int width) {
   const int src = lane ^ mask;
   return src / width == lane / width ? src : -1;
 }
+// The shuffles of src/cuda/: every lane of the warp, over the whole warp.
+inline void check_shuffle(unsigned mask, int width) {
+  if (mask != 0xffffffffu || width != 32)
+    set_error(cudaErrorLaunchFailure, "only full-warp, full-mask shuffles are emulated");
+}
 }  // namespace dptrain_emu
 
 template <typename T>
 T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
-  if (mask != 0xffffffffu) dptrain_emu::set_error(cudaErrorLaunchFailure, "partial shuffle masks are not emulated");
+  dptrain_emu::check_shuffle(mask, width);
   return dptrain_emu::from_bits<T>(dptrain_emu::exchange_in_warp(
       dptrain_emu::to_bits(v), dptrain_emu::down_source, static_cast<int>(delta), width));
 }
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
-  if (mask != 0xffffffffu) dptrain_emu::set_error(cudaErrorLaunchFailure, "partial shuffle masks are not emulated");
+  dptrain_emu::check_shuffle(mask, width);
   return dptrain_emu::from_bits<T>(dptrain_emu::exchange_in_warp(
       dptrain_emu::to_bits(v), dptrain_emu::xor_source, lane_mask, width));
 }
@@ -236,7 +243,9 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     default: return "cudaErrorLaunchFailure";
   }
 }
-inline const char* cudaGetErrorString(cudaError_t) { return dptrain_emu::error_detail(); }
+inline const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error" : dptrain_emu::error_detail();
+}
 
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   *p = dptrain_emu::device_allocate(bytes);

@@ -23,7 +23,9 @@ constexpr int kBlock = 128;
 
 template <typename T>
 struct DeviceArray {
-  explicit DeviceArray(std::size_t n) : n(n) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess); }
+  explicit DeviceArray(std::size_t n) : n(n) {
+    EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+  }
   ~DeviceArray() { cudaFree(p); }
   std::vector<T> host() const { return std::vector<T>(p, p + n); }
   T* p = nullptr;
