@@ -36,17 +36,19 @@
 #include "shard_transfer.hpp"
 #include "train_step.hpp"
 #include "bench_rows.hpp"
+#include "cnn_step_row.hpp"
 
 namespace dptrain::bench {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all> [--threads T] [--repeats N]\n"
+    "usage: mpiexec -n P dptrain_bench <gemm|cnn|exchange|input|all> [--threads T]\n"
+    "                                  [--repeats N]\n"
     "                                  [--data FILE]\n"
     "  --threads T   compute threads per rank (default 1)\n"
     "  --repeats N   timed repeats per row (default: as many as fit about 3 s)\n"
     "  --data FILE   HDF5 file with /train/features and /train/labels (input row)\n"
-    "  --device D    cpu (default) or cuda: the gemm row on the GPU (GEMMs through cuBLAS)\n"
+    "  --device D    cpu (default) or cuda: the gemm and cnn rows on the GPU (cuBLAS, cuDNN)\n"
     "  --precision P fp32 (default), tf32 or bf16 (cuda only)\n";
 
 struct Args {
@@ -84,8 +86,10 @@ Args parse_args(int argc, char** argv) {
     else throw Error(ExitCode::kUsage, "unexpected argument '" + arg + "'\n" + kUsage);
   }
   if (a.what == "help") return a;
-  DPT_REQUIRE(a.what == "gemm" || a.what == "exchange" || a.what == "input" || a.what == "all",
-              ExitCode::kUsage, "which benchmark: gemm, exchange, input or all\n" + std::string(kUsage));
+  DPT_REQUIRE(a.what == "gemm" || a.what == "cnn" || a.what == "exchange" || a.what == "input" ||
+                  a.what == "all",
+              ExitCode::kUsage,
+              "which benchmark: gemm, cnn, exchange, input or all\n" + std::string(kUsage));
   DPT_REQUIRE(a.what != "input" || !a.data.empty(), ExitCode::kUsage, "input needs --data FILE");
   DPT_REQUIRE(a.device == "cpu" || a.device == "cuda", ExitCode::kUsage, "--device: cpu or cuda");
   DPT_REQUIRE(a.precision == "fp32" || a.precision == "tf32" || a.precision == "bf16",
@@ -94,23 +98,30 @@ Args parse_args(int argc, char** argv) {
 }
 
 
-// --- gemm: one training step against the GEMMs inside it ----------------------
-Row bench_gemm(const MpiSession& mpi, const Args& args) {
-  const bool cuda = args.device == "cuda";
-  const std::string name =
-      cuda ? "step vs bare GEMMs (1 GPU, " + args.precision + ")"
-           : "step vs bare GEMMs (1 rank, " + plural(args.threads, "thread") + ")";
-  if (mpi.rank() != 0) {
-    idle_barrier(mpi.world());
-    return {};
-  }
-  constexpr int kBatch = 128, kInput = 784;
+BackendOptions backend_options(const Args& args) {
   BackendOptions bo;
   bo.threads = args.threads;
   bo.precision = args.precision == "tf32"   ? Precision::kTf32
                  : args.precision == "bf16" ? Precision::kBf16
                                             : Precision::kFp32;
-  auto be = make_backend(args.device, bo);
+  return bo;
+}
+
+std::string placement(const Args& args) {
+  return args.device == "cuda" ? "1 GPU, " + args.precision
+                               : "1 rank, " + plural(args.threads, "thread");
+}
+
+// --- gemm: one training step against the GEMMs inside it ----------------------
+Row bench_gemm(const MpiSession& mpi, const Args& args) {
+  const bool cuda = args.device == "cuda";
+  const std::string name = "step vs bare GEMMs (" + placement(args) + ")";
+  if (mpi.rank() != 0) {
+    idle_barrier(mpi.world());
+    return {};
+  }
+  constexpr int kBatch = 128, kInput = 784;
+  auto be = make_backend(args.device, backend_options(args));
   auto comm = make_mpi_communicator(MPI_COMM_SELF);
   Model model(*be, parse_model_spec("dense:256,relu,dense:256,relu,dense:10"), kInput, kBatch);
   model.init(1);
@@ -196,6 +207,17 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
                       (cuda ? " (cublasGemmEx through the backend, same shapes and precision)"
                             : " (" + cpu_gemm::describe() + ", same shapes)") +
                       " back to back; ratio = ours / baseline");
+}
+
+// --- cnn: the demo CNN's step against its library passes (cnn_step_row.cpp) ---
+Row bench_cnn(const MpiSession& mpi, const Args& args) {
+  Row r;
+  if (mpi.rank() == 0) {
+    auto be = make_backend(args.device, backend_options(args));
+    r = cnn_step_row(*be, args.repeats, placement(args), args.device == "cuda");
+  }
+  idle_barrier(mpi.world());
+  return r;
 }
 
 std::string format_mib(double mib) {
@@ -346,6 +368,7 @@ int run(const MpiSession& mpi, const Args& args) {
     if (mpi.rank() == 0) print_row(r);
   };
   if (args.what == "gemm" || args.what == "all") emit(bench_gemm(mpi, args));
+  if (args.what == "cnn") emit(bench_cnn(mpi, args));  // not in all: the GPU check runs it
   if (args.what == "exchange" || args.what == "all")
     for (int layers : {2, 10, 50}) emit(bench_exchange(mpi, args, layers));
   if (args.what == "input" || args.what == "all") {
