@@ -61,13 +61,35 @@ Trained train(Backend& be, const Network& net, const OptimizerConfig& cfg, float
 // each convolution in their own order (about 1e-6 relative a value), which
 // a few steps of training carry to about 1e-5; a wrong kernel, mask or
 // statistic moves the weights by a fraction of lr, far above 1e-4.
+// Every convolution of these networks feeds a bn, which removes its bias
+// again: that bias has an exactly zero gradient, so what training does to
+// it is the rounding noise of that zero, different in any two
+// implementations, and Adam turns noise into steps of up to lr (eps 1e-8;
+// eps 1e-4 keeps them below lr / 100, small enough for the running means
+// the biases shift). Those tensors are left out of the comparison.
+std::vector<float> without_conv_biases(const std::vector<float>& params, const Network& net) {
+  auto cpu = gpu_test::make_cpu();
+  const Model model(*cpu, parse_model_spec(net.spec), net.input, kRows);
+  std::vector<float> kept;
+  for (const ParamInfo& p : model.param_layout()) {
+    const std::string owner = p.layer.substr(p.layer.rfind('/') + 1);
+    if (p.name == "bias" && (owner.rfind("conv", 0) == 0 || owner == "proj")) continue;
+    kept.insert(kept.end(), params.begin() + static_cast<std::ptrdiff_t>(p.offset),
+                params.begin() + static_cast<std::ptrdiff_t>(p.offset + p.count));
+  }
+  return kept;
+}
+
 void expect_same_training(const Network& net, const OptimizerConfig& cfg, float lr) {
   auto gpu = gpu_test::make_gpu();
   auto cpu = gpu_test::make_cpu();
   const Trained on_gpu = train(*gpu, net, cfg, lr);
   const Trained on_cpu = train(*cpu, net, cfg, lr);
   EXPECT_TRUE(all_close(on_gpu.losses, on_cpu.losses, 1e-4, 0.0)) << net.spec;
-  EXPECT_TRUE(all_close(on_gpu.params, on_cpu.params, 1e-4, 1e-6)) << net.spec;
+  const std::vector<float> gpu_params = without_conv_biases(on_gpu.params, net);
+  EXPECT_LT(gpu_params.size(), on_gpu.params.size()) << "no conv bias found in " << net.spec;
+  EXPECT_TRUE(all_close(gpu_params, without_conv_biases(on_cpu.params, net), 1e-4, 1e-6))
+      << net.spec;
   EXPECT_TRUE(all_close(on_gpu.buffers, on_cpu.buffers, 1e-4, 1e-6)) << net.spec;
 }
 
@@ -84,9 +106,11 @@ OptimizerConfig sgd_momentum() {
   return cfg;
 }
 
+// eps 1e-4, as in the PyTorch CNN test: see without_conv_biases.
 OptimizerConfig adam() {
   OptimizerConfig cfg;
   cfg.kind = OptimizerKind::kAdam;
+  cfg.eps = 1e-4f;
   return cfg;
 }
 
