@@ -6,6 +6,10 @@
 
 #include <boost/context/fiber.hpp>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +40,7 @@ struct Fiber {
   int line = 0;
   std::uint64_t shuffles = 0;  // shuffle waits reached: the lanes of a warp must agree
   std::uint64_t value = 0;     // this lane's value in the current shuffle
+  void* fake_stack = nullptr;  // AddressSanitizer's, while the thread is switched out
 };
 
 struct Block {
@@ -47,6 +52,43 @@ struct Block {
 
 thread_local Block* t_block = nullptr;
 thread_local std::vector<std::unique_ptr<char[]>> t_stacks;
+
+// AddressSanitizer follows the stack in use and must be told of every switch
+// between the scheduler's stack and a thread's; without it these do nothing.
+#if defined(__SANITIZE_ADDRESS__)
+thread_local void* t_scheduler_fake_stack = nullptr;
+thread_local const void* t_scheduler_bottom = nullptr;
+thread_local std::size_t t_scheduler_size = 0;
+void switching_to_thread(const char* stack) {
+  __sanitizer_start_switch_fiber(&t_scheduler_fake_stack, stack, kStackBytes);
+}
+void back_in_scheduler() {
+  __sanitizer_finish_switch_fiber(t_scheduler_fake_stack, nullptr, nullptr);
+}
+void in_thread(void* fake_stack) {
+  __sanitizer_finish_switch_fiber(fake_stack, &t_scheduler_bottom, &t_scheduler_size);
+}
+void switching_to_scheduler(void** fake_stack) {  // nullptr: the thread has ended
+  __sanitizer_start_switch_fiber(fake_stack, t_scheduler_bottom, t_scheduler_size);
+}
+#else
+void switching_to_thread(const char*) {}
+void back_in_scheduler() {}
+void in_thread(void*) {}
+void switching_to_scheduler(void**) {}
+#endif
+
+// The threads of a failed block stay suspended for good, with their stacks:
+// unwinding them would run code that never expected to end there.
+void abandon(Block& b) {
+  struct Abandoned {
+    std::vector<Fiber> fibers;
+    std::vector<std::unique_ptr<char[]>> stacks;
+  };
+  static auto* abandoned = new std::vector<Abandoned>();  // never destroyed
+  abandoned->push_back({std::move(b.fibers), std::move(t_stacks)});
+  t_stacks.clear();
+}
 
 // Hands out the stacks of t_stacks: a block's fibers reuse them launch after launch.
 class PooledStack {
@@ -87,16 +129,20 @@ void wait_as(State s) {
   f.state = s;
   if (s == State::kAtBarrier) ++f.barriers;
   if (s == State::kInShuffle) ++f.shuffles;
+  switching_to_scheduler(&f.fake_stack);
   f.scheduler = std::move(f.scheduler).resume();
+  in_thread(f.fake_stack);
 }
 
 bctx::fiber start_thread(std::size_t i) {
   return bctx::fiber(std::allocator_arg, PooledStack(t_stacks[i].get()),
                      [i](bctx::fiber&& scheduler) {
+                       in_thread(nullptr);
                        Block& b = *t_block;
                        b.fibers[i].scheduler = std::move(scheduler);
                        (*b.body)();
                        b.fibers[i].state = State::kDone;
+                       switching_to_scheduler(nullptr);
                        return std::move(b.fibers[i].scheduler);
                      });
 }
@@ -170,7 +216,9 @@ bool run_block(Block& b, dim3 block) {
       if (b.fibers[i].state != State::kRunnable) continue;
       b.current = static_cast<int>(i);
       threadIdx = b.fibers[i].index;
+      switching_to_thread(t_stacks[i].get());
       b.fibers[i].thread = std::move(b.fibers[i].thread).resume();
+      back_in_scheduler();
       if (b.failed) return false;
     }
     bool all_done = false;
@@ -211,6 +259,7 @@ void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body)
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = {x, y, z};
         if (!run_block(b, block)) {
+          abandon(b);
           const std::lock_guard lock(g_mutex);
           g_detail = std::string(kernel) + ", block " + dims(dim3(x, y, z)) + ": " + g_detail;
           t_block = outer;
