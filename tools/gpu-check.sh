@@ -217,8 +217,10 @@ fi
 # cnn mode, where this build has one (it comes with the cuDNN layers).
 run_for 30 "$work/bench-help.txt" "${mpirun[@]}" -n 1 "$bench" --help
 if grep -qw cnn "$work/bench-help.txt"; then
-  if ((ngpu == 0)); then row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" skipped "no GPU"
-  else bench_rows cnn 90 cnn --device cuda; fi
+  for p in fp32 tf32 bf16; do
+    if ((ngpu == 0)); then row speed "$p CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" skipped "no GPU"
+    else bench_rows "cnn-$p" 60 cnn --device cuda --precision "$p"; fi
+  done
 else
   row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" "not built" "dptrain_bench has no cnn mode in this build"
 fi
