@@ -8,6 +8,7 @@
 // dptrain::cuda_emulated and never meet the real ones of a CUDA build.
 #include "emulated_backend.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,14 +20,20 @@
 namespace dptrain::cuda {
 namespace {
 
-// Few blocks, so that every grid-stride loop goes round several times.
-constexpr int kEmulatedMaxBlocks = 7;
+// Few blocks by default, so that every grid-stride loop goes round several
+// times; DPTRAIN_EMULATED_MAX_BLOCKS sets another cap (an H200's is
+// 132 SMs x 8 = 1056), for grids as wide as a GPU's.
+int emulated_max_blocks() {
+  const char* v = std::getenv("DPTRAIN_EMULATED_MAX_BLOCKS");
+  const int n = v ? std::atoi(v) : 0;
+  return n > 0 ? n : 7;
+}
 
 class EmulatedCudaBackend final : public Backend {
  public:
   explicit EmulatedCudaBackend(const BackendOptions& o)
       : cpu_(make_backend("cpu", BackendOptions{.threads = 1})),
-        launch_{nullptr, kEmulatedMaxBlocks},
+        launch_{nullptr, emulated_max_blocks()},
         counter_(sizeof(unsigned long long)),
         activations_(make_activation_kernels(launch_)),
         dense_(make_dense_kernels(launch_)),
