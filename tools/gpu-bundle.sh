@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Implements: the one carried path of the GPU check. Builds the GPU binaries
-# (dptrain, gpu_tests, dptrain_bench, dptrain_nccl_rate), gathers their
+# (dptrain, gpu_tests, dptrain_bench, dptrain_nccl_rate, dptrain_conv_layout), gathers their
 # runtime (tools/gpu-deps.sh: Open MPI, PMIx, HDF5, Boost, oneDNN, ...),
 # strips the binaries, adds the CUDA runtime (libcudart, 0.7 MB) and a
 # synthetic data set, and packs it all into one gzip tarball (gzip unpacks
@@ -24,9 +24,9 @@ build=${BUILD_DIR:-build-gpu}
 out=.gpu-bundle
 limit=$((64 << 20))
 note() { echo "gpu-bundle: $*"; }
-targets=(dptrain gpu_tests dptrain_bench dptrain_nccl_rate)
+targets=(dptrain gpu_tests dptrain_bench dptrain_nccl_rate dptrain_conv_layout)
 binaries=("$build/dptrain" "$build/tests/gpu_tests" "$build/tools/bench/dptrain_bench"
-  "$build/tools/bench/dptrain_nccl_rate")
+  "$build/tools/bench/dptrain_nccl_rate" "$build/tools/bench/dptrain_conv_layout")
 
 # What the GPU machine brings: glibc, the driver, the CUDA libraries.
 from_machine='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2'

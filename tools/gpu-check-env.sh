@@ -14,7 +14,7 @@ unpack_bundle() {
   fi
   B=$2
   dptrain=$B/bin/dptrain gpu_tests=$B/bin/gpu_tests
-  bench=$B/bin/dptrain_bench nccl_rate=$B/bin/dptrain_nccl_rate
+  bench=$B/bin/dptrain_bench nccl_rate=$B/bin/dptrain_nccl_rate conv_layout=$B/bin/dptrain_conv_layout
   root=$B/root
   row setup bundle ok "$(basename "$1"), $(du -sh "$1" | cut -f1); $(grep '^commit=' "$B/MANIFEST" | cut -d= -f2)"
 }

@@ -224,4 +224,28 @@ if grep -qw cnn "$work/bench-help.txt"; then
 else
   row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" "not built" "dptrain_bench has no cnn mode in this build"
 fi
+# Channels-last: the demo CNN's cuDNN convolutions in NCHW (what the layers
+# use) against NHWC, per pass, in tf32 and bf16 (dptrain_conv_layout). No
+# target: the rows decide whether converting at the layers' edges would pay.
+if ((ngpu == 0)); then
+  row speed "conv passes NCHW vs NHWC (tf32, bf16)" skipped "no GPU"
+elif [[ ! -x $conv_layout ]]; then
+  row speed "conv passes NCHW vs NHWC (tf32, bf16)" "not built" "no dptrain_conv_layout in the bundle"
+else
+  run_for 60 "$work/layout.txt" "$conv_layout"
+  rc=$?
+  if ((rc != 0)); then
+    row speed "conv passes NCHW vs NHWC (dptrain_conv_layout)" "$(outcome "$rc")" "$(tail -1 "$work/layout.txt")"
+  else
+    grep '^{' "$work/layout.txt" | while read -r line; do
+      name=$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line")
+      if grep -q '"status"' <<<"$line"; then
+        row speed "$name" "$(sed -n 's/.*"status":"\([^"]*\)".*/\1/p' <<<"$line")" "in $(sed -n 's/.*"note":"\([^"]*\)".*/\1/p' <<<"$line")"
+      else
+        row speed "$name" "$(field ratio <<<"$line")" \
+          "NCHW $(field ours <<<"$line") ms, NHWC $(field baseline <<<"$line") ms; above 1: channels-last is faster"
+      fi
+    done
+  fi
+fi
 finish
