@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -174,5 +175,8 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "dptrain_conv_layout: %s\n", e.what());
     return static_cast<int>(e.code());
+  } catch (const std::exception& e) {  // --device not a number, out of memory
+    std::fprintf(stderr, "dptrain_conv_layout: %s\n", e.what());
+    return 1;
   }
 }
