@@ -317,6 +317,12 @@ void device_free(void* p) {
   ::operator delete(p, std::align_val_t(kDeviceAlignment));
 }
 
+int multiprocessors() {
+  const char* v = std::getenv("DPTRAIN_EMULATED_SMS");
+  const int n = v ? std::atoi(v) : 0;
+  return n > 0 ? n : 1;
+}
+
 std::size_t launches() {
   const std::lock_guard lock(g_mutex);
   return g_launches;

@@ -297,7 +297,58 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+// Work is done when it is queued: every event has completed, no time passed.
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) {
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
   *ms = 0.0f;
+  return cudaSuccess;
+}
+constexpr unsigned cudaHostAllocDefault = 0;
+inline cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
+  return cudaMallocHost(p, bytes);
+}
+
+// --- the device: one emulated GPU (DPTRAIN_EMULATED_SMS multiprocessors, 1
+// by default: a grid-stride launch gets 8 blocks, as a GPU's 8 a multiprocessor).
+struct cudaUUID_t {
+  char bytes[16];
+};
+struct cudaDeviceProp {
+  char name[256];
+  cudaUUID_t uuid;
+  std::size_t totalGlobalMem;
+  int major, minor, multiProcessorCount;
+};
+typedef enum { cudaDevAttrMultiProcessorCount = 16 } cudaDeviceAttr;
+namespace dptrain_emu {
+int multiprocessors();
+}  // namespace dptrain_emu
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int device) {
+  *v = dptrain_emu::multiprocessors();
+  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device != 0) return cudaErrorInvalidValue;
+  *p = cudaDeviceProp{};
+  std::strncpy(p->name, "dptrain host emulation", sizeof p->name - 1);
+  for (int i = 0; i < 16; ++i) p->uuid.bytes[i] = static_cast<char>(0xe0 + i);
+  p->totalGlobalMem = std::size_t(16) << 30;
+  p->major = 9;
+  p->multiProcessorCount = dptrain_emu::multiprocessors();
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
+  *free_bytes = *total = std::size_t(16) << 30;
   return cudaSuccess;
 }

@@ -1,12 +1,12 @@
-// Implements: the main of emulated_gpu_tests — the GPU kernel tests of
-// tests/gpu/ (those of this project's own kernels) against the CPU
-// reference, with gpu_test::make_gpu giving the emulated CUDA backend, plus
-// the tests of the emulator itself. One process, one emulated device, no
-// GPU needed: it runs wherever the CPU tests run.
+// Implements: the main of emulated_gpu_tests — the GPU tests of tests/gpu/
+// that need no cuDNN, NCCL or device clock, against the CPU reference, on
+// the CUDA backend compiled for the host emulation, plus the tests of the
+// emulator itself. One process, one emulated device, no GPU needed: it runs
+// wherever the CPU tests run.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "emulated_backend.hpp"
+#include "dptrain/backend.hpp"
 #include "gpu_env.hpp"
 
 namespace gpu_test {
@@ -19,10 +19,12 @@ Env g_env{.rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .device_count 
 
 const Env& env() { return g_env; }
 
+// The CUDA backend itself, on the emulated device (emulated_libraries.cpp).
 std::unique_ptr<dptrain::Backend> make_gpu(dptrain::Precision p) {
   dptrain::BackendOptions o;
+  o.device_index = env().device;
   o.precision = p;
-  return emulated::make_emulated_cuda_backend(o);
+  return dptrain::make_backend("cuda", o);
 }
 
 }  // namespace gpu_test
