@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "dptrain/backend.hpp"
 #include "gpu_env.hpp"
 
 namespace gpu_test {
@@ -17,15 +16,9 @@ Env g_env{.rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .device_count 
 
 }  // namespace
 
+// gpu_test::make_gpu's make_backend("cuda") is the CUDA backend on the
+// emulated device here (emulated_libraries.cpp says how the link does it).
 const Env& env() { return g_env; }
-
-// The CUDA backend itself, on the emulated device (emulated_libraries.cpp).
-std::unique_ptr<dptrain::Backend> make_gpu(dptrain::Precision p) {
-  dptrain::BackendOptions o;
-  o.device_index = env().device;
-  o.precision = p;
-  return dptrain::make_backend("cuda", o);
-}
 
 }  // namespace gpu_test
 

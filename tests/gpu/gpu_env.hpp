@@ -29,10 +29,13 @@ struct Env {
 
 const Env& env();
 
-// The backend under test on this rank's GPU: the CUDA backend in gpu_tests
-// (gpu_main.cpp), its kernels on the host emulation of CUDA in
-// emulated_gpu_tests (tests/emulated/emulated_main.cpp).
-std::unique_ptr<dptrain::Backend> make_gpu(dptrain::Precision p = dptrain::Precision::kFp32);
+inline std::unique_ptr<dptrain::Backend> make_gpu(
+    dptrain::Precision p = dptrain::Precision::kFp32) {
+  dptrain::BackendOptions o;
+  o.device_index = env().device;
+  o.precision = p;
+  return dptrain::make_backend("cuda", o);
+}
 
 inline std::unique_ptr<dptrain::Backend> make_cpu() {
   dptrain::BackendOptions o;

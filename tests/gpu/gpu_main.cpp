@@ -41,13 +41,6 @@ bool gpus_distinct(MPI_Comm node, int local_size, int device) {
 
 const Env& env() { return g_env; }
 
-std::unique_ptr<dptrain::Backend> make_gpu(dptrain::Precision p) {
-  dptrain::BackendOptions o;
-  o.device_index = env().device;
-  o.precision = p;
-  return dptrain::make_backend("cuda", o);
-}
-
 }  // namespace gpu_test
 
 int main(int argc, char** argv) {
