@@ -64,6 +64,13 @@ dptrain_wait_srun() {
   done
 }
 
+# True when Slurm counts more restarts of this job than it had at this start.
+dptrain_was_requeued() {
+  local restarts
+  restarts=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n 's/^Restarts=//p')
+  [[ -n $restarts ]] && ((restarts > ${SLURM_RESTART_COUNT:-0}))
+}
+
 # After exit 75 on USR1 (the time limit nears, or `scancel --signal=USR1`):
 # requeue; the job starts again under the same id and resumes.
 dptrain_requeue() {
@@ -72,8 +79,13 @@ dptrain_requeue() {
     echo "dptrain-job: checkpoint written; not requeued (the job was submitted with --no-requeue); $how"
     return
   fi
+  # The requeue ends this batch step: Slurm sends SIGTERM to all of it,
+  # often before scontrol has reported its success. With TERM ignored,
+  # scontrol (which inherits that) finishes and reports; and a failure it
+  # reports is checked against the job's restart count.
+  trap '' TERM
   local msg
-  if msg=$(scontrol requeue "$SLURM_JOB_ID" 2>&1); then
+  if msg=$(scontrol requeue "$SLURM_JOB_ID" 2>&1) || dptrain_was_requeued; then
     echo "dptrain-job: checkpoint written; requeued job $SLURM_JOB_ID, it resumes from $run_dir/ckpt"
   else
     echo "dptrain-job: checkpoint written; scontrol requeue failed: $msg; $how" >&2
