@@ -9,7 +9,8 @@
 // threads a block, grid.y and grid.z at most 65535, no empty dimension) and
 // that every pointer argument is null or points into memory from
 // cudaMalloc; a bad launch runs nothing and is reported by
-// cudaGetLastError. Then the blocks run one after another; the threads of a
+// cudaGetLastError. Then, when its stream gets to the launch (streams.hpp),
+// the blocks run one after another; the threads of a
 // block are fibers on one host thread, each run until it reaches a
 // __syncthreads, a warp shuffle or its end, in thread order. So a block
 // barrier lets nobody on before every live thread of the block has arrived,
@@ -42,6 +43,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "streams.hpp"
+
 // --- qualifiers ------------------------------------------------------------
 #define __global__
 #define __device__
@@ -63,13 +66,12 @@ inline thread_local uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
 
 // --- runtime types and error codes ------------------------------------------
-typedef struct CUstreamEmulated* cudaStream_t;
-typedef struct CUeventEmulated* cudaEvent_t;
 typedef enum {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
 } cudaError_t;
 typedef enum {
@@ -129,9 +131,7 @@ class Launcher {
  public:
   Launcher(const char* name, dim3 grid, dim3 block, std::size_t shared_bytes = 0,
            cudaStream_t stream = nullptr)
-      : name_(name), grid_(grid), block_(block), shared_bytes_(shared_bytes) {
-    (void)stream;  // every stream is synchronous here
-  }
+      : name_(name), grid_(grid), block_(block), shared_bytes_(shared_bytes), stream_(stream) {}
 
   template <typename... P, typename... A>
   void operator()(void (*kernel)(P...), A&&... args) const {
@@ -143,9 +143,12 @@ class Launcher {
       return;
     }
     if (!pointers_are_device(params, std::index_sequence_for<P...>{})) return;
-    run_grid(grid_, block_, name_, [&params, kernel] {
-      std::tuple<std::decay_t<P>...> own = params;  // each thread's copy
-      std::apply(kernel, own);
+    // The grid runs when its stream gets to it, on the arguments as launched.
+    enqueue(stream_, [grid = grid_, block = block_, name = name_, params, kernel] {
+      run_grid(grid, block, name, [&params, kernel] {
+        std::tuple<std::decay_t<P>...> own = params;  // each thread's copy
+        std::apply(kernel, own);
+      });
     });
   }
 
@@ -172,6 +175,7 @@ class Launcher {
   const char* name_;
   dim3 grid_, block_;
   std::size_t shared_bytes_;
+  cudaStream_t stream_;
 };
 
 }  // namespace dptrain_emu
@@ -230,125 +234,4 @@ inline unsigned __float_as_uint(float f) {
   unsigned u;
   std::memcpy(&u, &f, sizeof u);
   return u;
-}
-
-// --- runtime API: memory, streams, events, errors ------------------------------
-inline cudaError_t cudaGetLastError() { return dptrain_emu::take_error(); }
-inline const char* cudaGetErrorName(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    default: return "cudaErrorLaunchFailure";
-  }
-}
-inline const char* cudaGetErrorString(cudaError_t e) {
-  return e == cudaSuccess ? "no error" : dptrain_emu::error_detail();
-}
-
-inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
-  *p = dptrain_emu::device_allocate(bytes);
-  return *p || bytes == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-template <typename T>
-cudaError_t cudaMalloc(T** p, std::size_t bytes) {
-  void* v = nullptr;
-  const cudaError_t e = cudaMalloc(&v, bytes);
-  *p = static_cast<T*>(v);
-  return e;
-}
-inline cudaError_t cudaFree(void* p) {
-  dptrain_emu::device_free(p);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMallocHost(void** p, std::size_t bytes) {
-  *p = ::operator new(bytes);
-  return cudaSuccess;
-}
-inline cudaError_t cudaFreeHost(void* p) {
-  ::operator delete(p);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind,
-                                   cudaStream_t = nullptr) {
-  if (bytes) std::memmove(dst, src, bytes);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k) {
-  return cudaMemcpyAsync(dst, src, bytes, k);
-}
-inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t = nullptr) {
-  if (!dptrain_emu::is_device_pointer(p)) return cudaErrorInvalidValue;
-  if (bytes) std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  static char token;
-  *s = reinterpret_cast<cudaStream_t>(&token);
-  return cudaSuccess;
-}
-inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  static char token;
-  *e = reinterpret_cast<cudaEvent_t>(&token);
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-// Work is done when it is queued: every event has completed, no time passed.
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) {
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
-  *ms = 0.0f;
-  return cudaSuccess;
-}
-constexpr unsigned cudaHostAllocDefault = 0;
-inline cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
-  return cudaMallocHost(p, bytes);
-}
-
-// --- the device: one emulated GPU (DPTRAIN_EMULATED_SMS multiprocessors, 1
-// by default: a grid-stride launch gets 8 blocks, as a GPU's 8 a multiprocessor).
-struct cudaUUID_t {
-  char bytes[16];
-};
-struct cudaDeviceProp {
-  char name[256];
-  cudaUUID_t uuid;
-  std::size_t totalGlobalMem;
-  int major, minor, multiProcessorCount;
-};
-typedef enum { cudaDevAttrMultiProcessorCount = 16 } cudaDeviceAttr;
-namespace dptrain_emu {
-int multiprocessors();
-}  // namespace dptrain_emu
-inline cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;
-  return cudaSuccess;
-}
-inline cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
-}
-inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int device) {
-  *v = dptrain_emu::multiprocessors();
-  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
-}
-inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
-  if (device != 0) return cudaErrorInvalidValue;
-  *p = cudaDeviceProp{};
-  std::strncpy(p->name, "dptrain host emulation", sizeof p->name - 1);
-  for (int i = 0; i < 16; ++i) p->uuid.bytes[i] = static_cast<char>(0xe0 + i);
-  p->totalGlobalMem = std::size_t(16) << 30;
-  p->major = 9;
-  p->multiProcessorCount = dptrain_emu::multiprocessors();
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
-  *free_bytes = *total = std::size_t(16) << 30;
-  return cudaSuccess;
 }

@@ -1,12 +1,18 @@
 // Implements: the main of emulated_gpu_tests — the GPU tests of tests/gpu/
-// that need no cuDNN, NCCL or device clock, against the CPU reference, on
-// the CUDA backend compiled for the host emulation, plus the tests of the
-// emulator itself. One process, one emulated device, no GPU needed: it runs
-// wherever the CPU tests run.
+// that need no cuDNN or device clock, against the CPU reference, on the
+// CUDA backend compiled for the host emulation, plus the tests of the
+// emulator itself. No GPU needed: it runs wherever the CPU tests run. Under
+// mpiexec every rank emulates a GPU of its own (so the NCCL tests, over MPI
+// here, run with one GPU per rank); rank 0 prints in full, other ranks
+// their failures only, and a failure on any rank fails every rank, as in
+// gpu_main.cpp.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
+
 #include "gpu_env.hpp"
+#include "rank_printer.hpp"
 
 namespace gpu_test {
 namespace {
@@ -22,18 +28,20 @@ const Env& env() { return g_env; }
 
 }  // namespace gpu_test
 
-#if defined(__SANITIZE_ADDRESS__)
-// AddressSanitizer's defaults for this binary: no leak report at exit, which
-// would be Open MPI's own allocations (what is checked is out-of-bounds use).
-extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
-#endif
-
 int main(int argc, char** argv) {
-  // The CPU reference may make communicators; one rank is enough here.
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  gpu_test::Env& e = gpu_test::g_env;
+  MPI_Comm_rank(MPI_COMM_WORLD, &e.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &e.size);
+  e.local_rank = e.rank;  // one emulated device per process, on any node
+  e.local_size = e.size;
   ::testing::InitGoogleTest(&argc, argv);
-  const int rc = RUN_ALL_TESTS();
+  dptrain::testing_support::install_rank_printer(e.rank);
+  const int local = RUN_ALL_TESTS() == 0 ? 0 : 1;
+  int failed = 0;
+  MPI_Allreduce(&local, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (e.rank == 0 && failed > 0) std::fprintf(stderr, "%d rank(s) had failures\n", failed);
   MPI_Finalize();
-  return rc;
+  return failed == 0 ? 0 : 1;
 }

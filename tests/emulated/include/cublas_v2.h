@@ -10,8 +10,9 @@
 //     CUBLAS_COMPUTE_32F_FAST_TF32 every operand rounded to TF32 (10
 //     mantissa bits, to nearest even) first; fp32 accumulation.
 //   cublasSaxpy: y += alpha x.
-// Both run at once (streams are synchronous in the emulation), alpha and
-// beta read from host memory (cuBLAS's default pointer mode).
+// Both are checked when called and run when the handle's stream gets to
+// them (streams.hpp); alpha and beta are read from host memory when called
+// (cuBLAS's default pointer mode).
 #pragma once
 
 #include <algorithm>
@@ -77,7 +78,43 @@ inline float gemm_operand(const void* p, cudaDataType_t type, std::size_t i, boo
 
 }  // namespace dptrain_emu
 
-inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t transa,
+namespace dptrain_emu {
+
+struct GemmOperands {
+  bool ta, tb, tf32;
+  int m, n, k, lda, ldb, ldc;
+  const void *A, *B;
+  cudaDataType_t atype, btype;
+  float alpha, beta;
+  float* C;
+};
+
+inline void run_gemm(const GemmOperands& g) {
+  const int m = g.m, n = g.n, k = g.k;
+  // op(A) by rows and op(B) by columns, each run over l contiguous.
+  std::vector<float> rows_a(std::size_t(m) * k), cols_b(std::size_t(n) * k);
+  for (int i = 0; i < m; ++i)
+    for (int l = 0; l < k; ++l)
+      rows_a[std::size_t(i) * k + l] = gemm_operand(
+          g.A, g.atype, g.ta ? l + std::size_t(i) * g.lda : i + std::size_t(l) * g.lda, g.tf32);
+  for (int j = 0; j < n; ++j)
+    for (int l = 0; l < k; ++l)
+      cols_b[std::size_t(j) * k + l] = gemm_operand(
+          g.B, g.btype, g.tb ? j + std::size_t(l) * g.ldb : l + std::size_t(j) * g.ldb, g.tf32);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      const float* ra = rows_a.data() + std::size_t(i) * k;
+      const float* cb = cols_b.data() + std::size_t(j) * k;
+      float sum = 0.0f;
+      for (int l = 0; l < k; ++l) sum += ra[l] * cb[l];
+      float& out = g.C[std::size_t(i) + std::size_t(j) * g.ldc];
+      out = g.beta == 0.0f ? g.alpha * sum : g.alpha * sum + g.beta * out;
+    }
+}
+
+}  // namespace dptrain_emu
+
+inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
                                    cublasOperation_t transb, int m, int n, int k,
                                    const void* alpha, const void* A, cudaDataType_t atype, int lda,
                                    const void* B, cudaDataType_t btype, int ldb, const void* beta,
@@ -89,35 +126,20 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t transa,
       atype != btype || !dptrain_emu::is_device_pointer(A) ||
       !dptrain_emu::is_device_pointer(B) || !dptrain_emu::is_device_pointer(C))
     return CUBLAS_STATUS_INVALID_VALUE;
-  const bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
-  // op(A) by rows and op(B) by columns, each run over l contiguous.
-  std::vector<float> rows_a(std::size_t(m) * k), cols_b(std::size_t(n) * k);
-  for (int i = 0; i < m; ++i)
-    for (int l = 0; l < k; ++l)
-      rows_a[std::size_t(i) * k + l] = dptrain_emu::gemm_operand(
-          A, atype, ta ? l + std::size_t(i) * lda : i + std::size_t(l) * lda, tf32);
-  for (int j = 0; j < n; ++j)
-    for (int l = 0; l < k; ++l)
-      cols_b[std::size_t(j) * k + l] = dptrain_emu::gemm_operand(
-          B, btype, tb ? j + std::size_t(l) * ldb : l + std::size_t(j) * ldb, tf32);
-  auto* c = static_cast<float*>(C);
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) {
-      const float* ra = rows_a.data() + std::size_t(i) * k;
-      const float* cb = cols_b.data() + std::size_t(j) * k;
-      float sum = 0.0f;
-      for (int l = 0; l < k; ++l) sum += ra[l] * cb[l];
-      float& out = c[std::size_t(i) + std::size_t(j) * ldc];
-      out = b == 0.0f ? a * sum : a * sum + b * out;
-    }
+  const dptrain_emu::GemmOperands g{ta, tb, compute == CUBLAS_COMPUTE_32F_FAST_TF32,
+                                    m, n, k, lda, ldb, ldc, A, B, atype, btype,
+                                    *static_cast<const float*>(alpha),
+                                    *static_cast<const float*>(beta), static_cast<float*>(C)};
+  dptrain_emu::enqueue(h->stream, [g] { dptrain_emu::run_gemm(g); });
   return CUBLAS_STATUS_SUCCESS;
 }
 
-inline cublasStatus_t cublasSaxpy(cublasHandle_t, int n, const float* alpha, const float* x,
+inline cublasStatus_t cublasSaxpy(cublasHandle_t h, int n, const float* alpha, const float* x,
                                   int incx, float* y, int incy) {
   if (n < 0 || !dptrain_emu::is_device_pointer(x) || !dptrain_emu::is_device_pointer(y))
     return CUBLAS_STATUS_INVALID_VALUE;
-  for (int i = 0; i < n; ++i) y[std::size_t(i) * incy] += *alpha * x[std::size_t(i) * incx];
+  dptrain_emu::enqueue(h->stream, [n, a = *alpha, x, incx, y, incy] {
+    for (int i = 0; i < n; ++i) y[std::size_t(i) * incy] += a * x[std::size_t(i) * incx];
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

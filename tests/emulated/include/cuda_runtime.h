@@ -1,8 +1,195 @@
-// Implements: the part of the CUDA runtime API that src/cuda/'s own kernels
-// and kernel tables use, for the host emulation of tests/emulated/ (see
-// device_emulator.hpp): device memory is host memory that the emulator
-// registers, streams and events are synchronous, and a kernel launch runs
-// the whole grid before it returns. Nothing here talks to a GPU.
+// Implements: the part of the CUDA runtime API that src/cuda/ uses, for the
+// host emulation of tests/emulated/: device memory is host memory that the
+// emulator registers (device_emulator.hpp), pinned memory is host memory
+// it knows as pinned, and streams and events defer work as streams.hpp
+// says. Nothing here talks to a GPU.
 #pragma once
 
+#include <unistd.h>
+
+#include <memory>
+#include <vector>
+
 #include "device_emulator.hpp"
+
+// --- runtime API: memory, streams, events, errors ------------------------------
+inline cudaError_t cudaGetLastError() { return dptrain_emu::take_error(); }
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    default: return "cudaErrorLaunchFailure";
+  }
+}
+inline const char* cudaGetErrorString(cudaError_t e) {
+  if (e == cudaErrorNotReady) return "device not ready";
+  return e == cudaSuccess ? "no error" : dptrain_emu::error_detail();
+}
+
+inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  *p = dptrain_emu::device_allocate(bytes);
+  return *p || bytes == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+template <typename T>
+cudaError_t cudaMalloc(T** p, std::size_t bytes) {
+  void* v = nullptr;
+  const cudaError_t e = cudaMalloc(&v, bytes);
+  *p = static_cast<T*>(v);
+  return e;
+}
+// cudaFree and cudaFreeHost wait for the device, as CUDA's do.
+inline cudaError_t cudaFree(void* p) {
+  dptrain_emu::run_device();
+  dptrain_emu::device_free(p);
+  return dptrain_emu::take_error();
+}
+inline cudaError_t cudaMallocHost(void** p, std::size_t bytes) {
+  *p = dptrain_emu::pinned_allocate(bytes);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+constexpr unsigned cudaHostAllocDefault = 0;
+inline cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
+  return cudaMallocHost(p, bytes);
+}
+inline cudaError_t cudaFreeHost(void* p) {
+  dptrain_emu::run_device();
+  dptrain_emu::pinned_free(p);
+  return dptrain_emu::take_error();
+}
+
+namespace dptrain_emu {
+// Whether each side of a copy is the memory its kind says.
+inline bool copy_sides_are_valid(void* dst, const void* src, cudaMemcpyKind k) {
+  const bool dst_device = dst && is_device_pointer(dst), src_device = src && is_device_pointer(src);
+  switch (k) {
+    case cudaMemcpyHostToDevice: return dst_device && !src_device;
+    case cudaMemcpyDeviceToHost: return src_device && !dst_device;
+    case cudaMemcpyDeviceToDevice: return dst_device && src_device;
+    default: return dst && src;
+  }
+}
+}  // namespace dptrain_emu
+
+// As CUDA does it: a copy from pageable host memory reads it when queued
+// (staging), one into pageable host memory returns when it has landed; any
+// other copy reads and writes when its stream gets to it.
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes,
+                                   cudaMemcpyKind k, cudaStream_t s = nullptr) {
+  if (!bytes) return cudaSuccess;
+  if (!dptrain_emu::copy_sides_are_valid(dst, src, k)) return cudaErrorInvalidValue;
+  const bool src_staged = !dptrain_emu::is_device_pointer(src) && !dptrain_emu::is_pinned(src);
+  const bool dst_pageable = !dptrain_emu::is_device_pointer(dst) && !dptrain_emu::is_pinned(dst);
+  if (src_staged) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    dptrain_emu::enqueue(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+  } else if (dst_pageable) {
+    dptrain_emu::enqueue_and_run(s, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  } else {
+    dptrain_emu::enqueue(s, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  }
+  return cudaSuccess;
+}
+// On the legacy stream: at once, without waiting for the (non-blocking)
+// streams of src/cuda/.
+inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k) {
+  return cudaMemcpyAsync(dst, src, bytes, k, nullptr);
+}
+inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s = nullptr) {
+  if (!dptrain_emu::is_device_pointer(p)) return cudaErrorInvalidValue;
+  if (bytes) dptrain_emu::enqueue(s, [p, value, bytes] { std::memset(p, value, bytes); });
+  return cudaSuccess;
+}
+
+// Synchronizing calls return an error found by work they ran (a failed
+// kernel), as CUDA's return errors of earlier asynchronous work.
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = dptrain_emu::create_stream();
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  dptrain_emu::destroy_stream(s);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  dptrain_emu::run_stream(s);
+  return dptrain_emu::take_error();
+}
+// Work left is run, not reported: code that polls must see progress.
+inline cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
+inline cudaError_t cudaDeviceSynchronize() {
+  dptrain_emu::run_device();
+  return dptrain_emu::take_error();
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  *e = dptrain_emu::create_event((flags & cudaEventDisableTiming) == 0);
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  dptrain_emu::destroy_event(e);
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+  dptrain_emu::record_event(e, s);
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  dptrain_emu::run_to_event(e);
+  return dptrain_emu::take_error();
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
+  dptrain_emu::wait_event(s, e);
+  return cudaSuccess;
+}
+// Host time between the runs of the two records.
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to) {
+  return dptrain_emu::elapsed_ms(from, to, ms) ? cudaSuccess : cudaErrorNotReady;
+}
+
+// --- the device: one emulated GPU a process (DPTRAIN_EMULATED_SMS multiprocessors, 1
+// by default: a grid-stride launch gets 8 blocks, as a GPU's 8 a multiprocessor).
+struct cudaUUID_t {
+  char bytes[16];
+};
+struct cudaDeviceProp {
+  char name[256];
+  cudaUUID_t uuid;
+  std::size_t totalGlobalMem;
+  int major, minor, multiProcessorCount;
+};
+typedef enum { cudaDevAttrMultiProcessorCount = 16 } cudaDeviceAttr;
+namespace dptrain_emu {
+int multiprocessors();
+}  // namespace dptrain_emu
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int device) {
+  *v = dptrain_emu::multiprocessors();
+  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device != 0) return cudaErrorInvalidValue;
+  *p = cudaDeviceProp{};
+  std::strncpy(p->name, "dptrain host emulation", sizeof p->name - 1);
+  // Every process emulates a GPU of its own: its UUID holds the process id.
+  const unsigned pid = static_cast<unsigned>(getpid());
+  for (int i = 0; i < 16; ++i) p->uuid.bytes[i] = static_cast<char>(0xe0 + i);
+  std::memcpy(p->uuid.bytes + 8, &pid, sizeof pid);
+  p->totalGlobalMem = std::size_t(16) << 30;
+  p->major = 9;
+  p->multiProcessorCount = dptrain_emu::multiprocessors();
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
+  *free_bytes = *total = std::size_t(16) << 30;
+  return cudaSuccess;
+}

@@ -1,0 +1,66 @@
+# Tests: `dptrain train --device cuda` end to end on 1 and 2 ranks, on the
+# CUDA host emulation (emulated_dptrain: the real backend and NCCL
+# communicator, deferred streams, NCCL over MPI), against the CPU backend:
+#  - an MLP and a CNN (convolution, global batch norm, pooling, dropout,
+#    augmentation) end with the CPU run's weights, on 1 and 2 ranks. On 2
+#    ranks this takes the input pipeline's uploads, the bucketed all-reduce
+#    and bn's all-reduced statistics in their real order, with every stream
+#    as late as its events allow: a missing wait leaves a rank with data of
+#    the wrong step, or unreduced gradients, and the towers far apart;
+#  - a run checkpointed half-way and resumed ends bitwise where the
+#    straight one does (the checkpoint reads and writes device memory).
+# Tolerance 1e-4, as test_rank_invariance.sh: fp32 rounding in a different
+# summation order is about 1e-6 relative over these few steps (measured up
+# to 3e-6); a lost reduction or a wrong step's data is over 1e-2.
+source "$DPTRAIN_SOURCE_DIR/tests/cli/lib.sh"
+: "${EMULATED_DPTRAIN:?run through ctest}"
+CPU_DPTRAIN=$DPTRAIN
+
+synthetic "$WORK/d.h5" --n 384 --val-n 64 --shape 8,8 --classes 4 --dtype uint8 --seed 3
+mlp=(train --data "$WORK/d.h5" --model dense:32,relu,dense:4 --batch-size 48 --optimizer adam
+     --lr 0.01 --seed 5 --threads 1 --log-every 4 --val-set "")
+# bn after relu: a conv bias feeding bn has a zero gradient, so its value
+# would be rounding noise of any size relative to itself.
+cnn=(train --data "$WORK/d.h5" --model conv:4:3,relu,bn,maxpool:2,dense:16,relu,dropout:0.25,dense:4
+     --augment crop:1,flip --batch-size 32 --optimizer sgd --momentum 0.9 --lr 0.05 --seed 6
+     --threads 1 --log-every 4 --val-set "")
+
+# on DEVICE NP NAME ARGS...: trains with that device's binary, saving NAME.h5.
+on() {
+  local device=$1 np=$2 name=$3
+  shift 3
+  if [[ $device == cuda ]]; then DPTRAIN=$EMULATED_DPTRAIN; else DPTRAIN=$CPU_DPTRAIN; fi
+  run "$np" 240 "$@" --device "$device" --save "$WORK/$name.h5"
+  expect_rc 0 "$name ($device on $np rank(s))"
+}
+
+# Both schedules of the emulated streams (streams.hpp): every stream as
+# late as its events allow, and every stream at once but collectives'
+# results late.
+for schedule in lazy eager; do
+  export DPTRAIN_EMULATED_STREAMS=$schedule
+  for np in 1 2; do
+    on cpu "$np" "mlp-cpu-$np" "${mlp[@]}" --steps 16
+    on cuda "$np" "mlp-cuda-$np" "${mlp[@]}" --steps 16
+    grep -q "device cuda" "$OUT" || fail "the emulated run did not report device cuda"
+    compare_models "$WORK/mlp-cuda-$np.h5" "$WORK/mlp-cpu-$np.h5" 1e-4 ||
+      fail "MLP on $np rank(s), $schedule streams: cuda vs cpu"
+    echo "ok: MLP, $np rank(s), $schedule streams: emulated cuda = cpu"
+  done
+
+  on cpu 2 cnn-cpu "${cnn[@]}" --steps 8
+  on cuda 2 cnn-cuda "${cnn[@]}" --steps 8
+  compare_models "$WORK/cnn-cuda.h5" "$WORK/cnn-cpu.h5" 1e-4 ||
+    fail "CNN on 2 ranks, $schedule streams: cuda vs cpu"
+  echo "ok: CNN, 2 ranks, $schedule streams: emulated cuda = cpu"
+
+  on cuda 2 straight "${mlp[@]}" --steps 16
+  on cuda 2 first-half "${mlp[@]}" --steps 16 --checkpoint-dir "$WORK/ck-$schedule" \
+    --checkpoint-every 8 --keep-checkpoints 0
+  [[ -f $WORK/ck-$schedule/ckpt-000000008.h5 ]] || fail "no checkpoint at step 8"
+  on cuda 2 resumed "${mlp[@]}" --steps 16 --resume "$WORK/ck-$schedule/ckpt-000000008.h5"
+  grep -q "resuming from .*ckpt-000000008.h5" "$OUT" || fail "did not resume from step 8"
+  compare_models "$WORK/resumed.h5" "$WORK/straight.h5" exact ||
+    fail "resumed emulated cuda run differs ($schedule streams)"
+  echo "ok: emulated cuda, 2 ranks, $schedule streams: checkpoint at 8 + resume = straight"
+done
