@@ -7,6 +7,8 @@
 #    and bn's all-reduced statistics in their real order, with every stream
 #    as late as its events allow: a missing wait leaves a rank with data of
 #    the wrong step, or unreduced gradients, and the towers far apart;
+#  - with --precision tf32 and bf16 the losses stay within the GPU check's
+#    bounds of the fp32 CPU run's;
 #  - a run checkpointed half-way and resumed ends bitwise where the
 #    straight one does (the checkpoint reads and writes device memory).
 # Tolerance 1e-4, as test_rank_invariance.sh: fp32 rounding in a different
@@ -18,7 +20,7 @@ CPU_DPTRAIN=$DPTRAIN
 
 synthetic "$WORK/d.h5" --n 384 --val-n 64 --shape 8,8 --classes 4 --dtype uint8 --seed 3
 mlp=(train --data "$WORK/d.h5" --model dense:32,relu,dense:4 --batch-size 48 --optimizer adam
-     --lr 0.01 --seed 5 --threads 1 --log-every 4 --val-set "")
+     --lr 0.01 --seed 5 --threads 1 --log-every 1 --val-set "")
 # bn after relu: a conv bias feeding bn has a zero gradient, so its value
 # would be rounding noise of any size relative to itself.
 cnn=(train --data "$WORK/d.h5" --model conv:4:3,relu,bn,maxpool:2,dense:16,relu,dropout:0.25,dense:4
@@ -46,6 +48,25 @@ for schedule in lazy eager; do
     compare_models "$WORK/mlp-cuda-$np.h5" "$WORK/mlp-cpu-$np.h5" 1e-4 ||
       fail "MLP on $np rank(s), $schedule streams: cuda vs cpu"
     echo "ok: MLP, $np rank(s), $schedule streams: emulated cuda = cpu"
+  done
+
+  # TF32 and bf16: the loss of each step within the GPU check's bounds of
+  # the fp32 CPU run's (1e-2, 3e-2), and more than 1e-5 off it (fp32 is
+  # about 1e-6 off), so the precision did reach the GEMMs.
+  on cpu 2 mlp-cpu-metrics "${mlp[@]}" --steps 16 --metrics "$WORK/cpu.jsonl"
+  for spec in tf32:1e-2 bf16:3e-2; do
+    p=${spec%%:*}
+    on cuda 2 "mlp-$p" "${mlp[@]}" --steps 16 --precision "$p" --metrics "$WORK/$p.jsonl"
+    "$PYTHON" - "$WORK/$p.jsonl" "$WORK/cpu.jsonl" "${spec#*:}" <<'PY' || fail "MLP $p, $schedule streams"
+import json, sys
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if '"event":"train"' in l]
+got, ref, bound = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+assert len(got) == len(ref) == 16, (len(got), len(ref))
+worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+assert 1e-5 < worst <= bound, f"worst relative loss difference {worst:.3g}, expected in (1e-5, {bound}]"
+PY
+    echo "ok: MLP $p, 2 ranks, $schedule streams: losses within ${spec#*:} of fp32 cpu"
   done
 
   on cpu 2 cnn-cpu "${cnn[@]}" --steps 8
