@@ -86,7 +86,9 @@ expect_requeued() {
   grep -q "dptrain: stopped by a signal after step .* with a checkpoint; exit 75" "$out" ||
     { show_job "$job"; fail "job $job: no stop line"; }
   grep -q "srun: error: .*Exited with exit code 75" "$out" || { show_job "$job"; fail "job $job: ranks did not exit 75"; }
-  grep -q "requeued job $job" "$out" || { show_job "$job"; fail "job $job: no requeue line"; }
+  # The job pends as soon as Slurm has requeued it, maybe before the batch
+  # script has written that it did.
+  wait_line "$out" "requeued job $job" 30
 }
 
 stopped_step() {
