@@ -7,6 +7,7 @@
 #    and bn's all-reduced statistics in their real order, with every stream
 #    as late as its events allow: a missing wait leaves a rank with data of
 #    the wrong step, or unreduced gradients, and the towers far apart;
+#  - --input-readers all trains bitwise as rank 0 reading for everyone;
 #  - with --precision tf32 and bf16 the losses stay within the GPU check's
 #    bounds of the fp32 CPU run's;
 #  - a run checkpointed half-way and resumed ends bitwise where the
@@ -49,6 +50,11 @@ for schedule in lazy eager; do
       fail "MLP on $np rank(s), $schedule streams: cuda vs cpu"
     echo "ok: MLP, $np rank(s), $schedule streams: emulated cuda = cpu"
   done
+  # Every rank reading its own rows gives the same global batches, bitwise.
+  on cuda 2 mlp-cuda-all "${mlp[@]}" --steps 16 --input-readers all
+  compare_models "$WORK/mlp-cuda-all.h5" "$WORK/mlp-cuda-2.h5" exact ||
+    fail "--input-readers all differs from rank0 ($schedule streams)"
+  echo "ok: MLP, 2 ranks, $schedule streams: --input-readers all = rank0, bitwise"
 
   # TF32 and bf16: the loss of each step within the GPU check's bounds of
   # the fp32 CPU run's (1e-2, 3e-2), and more than 1e-5 off it (fp32 is
