@@ -4,6 +4,8 @@
 // warp exchange, and the registry of emulated device memory.
 #include "device_emulator.hpp"
 
+#include "address_ranges.hpp"
+
 #include <boost/context/fiber.hpp>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -13,7 +15,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -116,7 +117,7 @@ class PooledStack {
 std::mutex g_mutex;  // the error and the allocations (the kernels run on one host thread)
 cudaError_t g_error = cudaSuccess;
 std::string g_detail = "no error";
-std::map<std::uintptr_t, std::size_t> g_allocations;
+AddressRanges g_allocations;
 std::size_t g_launches = 0;
 
 void fail_block(const std::string& why) {
@@ -297,12 +298,8 @@ const char* error_detail() {
 
 bool is_device_pointer(const void* p) {
   if (!p) return true;
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
   const std::lock_guard lock(g_mutex);
-  auto it = g_allocations.upper_bound(a);
-  if (it == g_allocations.begin()) return false;
-  --it;
-  return a <= it->first + it->second;
+  return g_allocations.contains(p, true);
 }
 
 void* device_allocate(std::size_t bytes) {
@@ -311,7 +308,7 @@ void* device_allocate(std::size_t bytes) {
   if (!p) return nullptr;
   std::memset(p, 0xff, bytes);  // float NaN: reading unwritten scratch shows
   const std::lock_guard lock(g_mutex);
-  g_allocations[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  g_allocations.add(p, bytes);
   return p;
 }
 
@@ -319,7 +316,7 @@ void device_free(void* p) {
   if (!p) return;
   {
     const std::lock_guard lock(g_mutex);
-    g_allocations.erase(reinterpret_cast<std::uintptr_t>(p));
+    g_allocations.remove(p);
   }
   ::operator delete(p, std::align_val_t(kDeviceAlignment));
 }

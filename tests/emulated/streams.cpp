@@ -7,14 +7,14 @@
 // streams' work.
 #include "streams.hpp"
 
+#include "address_ranges.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -58,7 +58,7 @@ namespace {
 
 std::recursive_mutex g_lock;
 std::set<cudaStream_t> g_streams;
-std::map<std::uintptr_t, std::size_t> g_pinned;
+AddressRanges g_pinned;  // zero-byte blocks hold one byte
 
 [[noreturn]] void fatal(const char* what) {
   std::fprintf(stderr, "CUDA emulation: %s\n", what);
@@ -219,24 +219,20 @@ void* pinned_allocate(std::size_t bytes) {
   void* p = ::operator new(bytes ? bytes : 1, std::nothrow);
   if (!p) return nullptr;
   const std::lock_guard lock(g_lock);
-  g_pinned[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  g_pinned.add(p, bytes ? bytes : 1);
   return p;
 }
 
 void pinned_free(void* p) {
   if (!p) return;
   const std::lock_guard lock(g_lock);
-  g_pinned.erase(reinterpret_cast<std::uintptr_t>(p));
+  g_pinned.remove(p);
   ::operator delete(p);
 }
 
 bool is_pinned(const void* p) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
   const std::lock_guard lock(g_lock);
-  auto it = g_pinned.upper_bound(a);
-  if (it == g_pinned.begin()) return false;
-  --it;
-  return a < it->first + std::max<std::size_t>(it->second, 1);
+  return g_pinned.contains(p, false);
 }
 
 }  // namespace dptrain_emu

@@ -1,0 +1,30 @@
+// Implements: the registry of host memory blocks that the CUDA host
+// emulation treats as device memory or as pinned memory (the caller locks).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+
+namespace dptrain_emu {
+
+class AddressRanges {
+ public:
+  void add(const void* p, std::size_t bytes) { blocks_[address(p)] = bytes; }
+  void remove(const void* p) { blocks_.erase(address(p)); }
+  // Whether p lies in a block; one past its end counts when end_counts
+  // (a pointer argument may be the end of a buffer).
+  bool contains(const void* p, bool end_counts) const {
+    const std::uintptr_t a = address(p);
+    auto it = blocks_.upper_bound(a);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return end_counts ? a <= it->first + it->second : a < it->first + it->second;
+  }
+
+ private:
+  static std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+  std::map<std::uintptr_t, std::size_t> blocks_;
+};
+
+}  // namespace dptrain_emu
