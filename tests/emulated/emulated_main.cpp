@@ -3,16 +3,13 @@
 // CUDA backend compiled for the host emulation, plus the tests of the
 // emulator itself. No GPU needed: it runs wherever the CPU tests run. Under
 // mpiexec every rank emulates a GPU of its own (so the NCCL tests, over MPI
-// here, run with one GPU per rank); rank 0 prints in full, other ranks
-// their failures only, and a failure on any rank fails every rank, as in
-// gpu_main.cpp.
+// here, run with one GPU per rank), and a failure on any rank fails every
+// rank (all_ranks_main.hpp).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cstdio>
-
+#include "all_ranks_main.hpp"
 #include "gpu_env.hpp"
-#include "rank_printer.hpp"
 
 namespace gpu_test {
 namespace {
@@ -37,11 +34,5 @@ int main(int argc, char** argv) {
   e.local_rank = e.rank;  // one emulated device per process, on any node
   e.local_size = e.size;
   ::testing::InitGoogleTest(&argc, argv);
-  dptrain::testing_support::install_rank_printer(e.rank);
-  const int local = RUN_ALL_TESTS() == 0 ? 0 : 1;
-  int failed = 0;
-  MPI_Allreduce(&local, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (e.rank == 0 && failed > 0) std::fprintf(stderr, "%d rank(s) had failures\n", failed);
-  MPI_Finalize();
-  return failed == 0 ? 0 : 1;
+  return dptrain::testing_support::run_tests_on_all_ranks(e.rank);
 }

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
+#include "all_ranks_main.hpp"
 #include "gpu_env.hpp"
-#include "rank_printer.hpp"
 
 namespace gpu_test {
 namespace {
@@ -82,11 +82,5 @@ int main(int argc, char** argv) {
     std::printf("GPU tests: %d rank(s), %d GPU(s) visible on rank 0, %s\n", e.size,
                 e.device_count, e.distinct ? "one GPU per rank" : "ranks share GPUs (NCCL tests skip)");
 
-  dptrain::testing_support::install_rank_printer(e.rank);
-  const int local = RUN_ALL_TESTS() == 0 ? 0 : 1;
-  int failed = 0;
-  MPI_Allreduce(&local, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (e.rank == 0 && failed > 0) std::fprintf(stderr, "%d rank(s) had failures\n", failed);
-  MPI_Finalize();
-  return failed == 0 ? 0 : 1;
+  return dptrain::testing_support::run_tests_on_all_ranks(e.rank);
 }
