@@ -21,6 +21,14 @@ class AddressRanges {
     --it;
     return end_counts ? a <= it->first + it->second : a < it->first + it->second;
   }
+  // Whether [p, p + bytes) lies inside one block.
+  bool contains_range(const void* p, std::size_t bytes) const {
+    const std::uintptr_t a = address(p);
+    auto it = blocks_.upper_bound(a);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return a + bytes <= it->first + it->second;
+  }
 
  private:
   static std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }

@@ -302,6 +302,11 @@ bool is_device_pointer(const void* p) {
   return g_allocations.contains(p, true);
 }
 
+bool is_device_range(const void* p, std::size_t bytes) {
+  const std::lock_guard lock(g_mutex);
+  return g_allocations.contains_range(p, bytes);
+}
+
 void* device_allocate(std::size_t bytes) {
   void* p = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t(kDeviceAlignment),
                            std::nothrow);

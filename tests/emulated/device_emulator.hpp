@@ -98,6 +98,8 @@ cudaError_t take_error();
 const char* error_detail();
 // Whether p is null or within (or one past) a live cudaMalloc block.
 bool is_device_pointer(const void* p);
+// Whether [p, p + bytes) lies inside one device allocation.
+bool is_device_range(const void* p, std::size_t bytes);
 void* device_allocate(std::size_t bytes);
 void device_free(void* p);
 // Kernel launches that ran since the start (tests of the emulator itself).

@@ -1,5 +1,5 @@
 // Implements: the main of emulated_gpu_tests — the GPU tests of tests/gpu/
-// that need no cuDNN or device clock, against the CPU reference, on the
+// (cuDNN's emulated too, include/cudnn.h), against the CPU reference, on the
 // CUDA backend compiled for the host emulation, plus the tests of the
 // emulator itself. No GPU needed: it runs wherever the CPU tests run. Under
 // mpiexec every rank emulates a GPU of its own (so the NCCL tests, over MPI
@@ -20,7 +20,7 @@ Env g_env{.rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .device_count 
 }  // namespace
 
 // gpu_test::make_gpu's make_backend("cuda") is the CUDA backend on the
-// emulated device here (emulated_libraries.cpp says how the link does it).
+// emulated device here (tests/emulated/CMakeLists.txt says how the link does it).
 const Env& env() { return g_env; }
 
 }  // namespace gpu_test

@@ -1,0 +1,220 @@
+// Implements: the part of cuDNN's legacy API that src/cuda/cudnn/ calls, for
+// the host emulation (tests/emulated/), written from cuDNN's definitions and
+// not from the plans' use of them, so that the plans' descriptors, operand
+// order, alpha/beta, workspace handling, algorithm choice and math types are
+// held to them. The types and enumerators are cuDNN 9's (same values); the
+// functions have C++ linkage, so they never meet a real libcudnn's. What
+// the emulation holds a call to, and how it computes, is said in
+// cudnn_emulated.hpp; the work of a call runs on the handle's stream
+// (streams.hpp), with the descriptors and alpha/beta as they were at the call.
+#pragma once
+
+#include <cstddef>
+
+#include "cuda_runtime.h"
+
+#define CUDNN_MAJOR 9
+#define CUDNN_MINOR 19
+#define CUDNN_PATCHLEVEL 0
+#define CUDNN_VERSION (CUDNN_MAJOR * 10000 + CUDNN_MINOR * 100 + CUDNN_PATCHLEVEL)
+#define CUDNN_DIM_MAX 8
+
+typedef struct cudnnContext* cudnnHandle_t;
+typedef struct cudnnTensorStruct* cudnnTensorDescriptor_t;
+typedef struct cudnnFilterStruct* cudnnFilterDescriptor_t;
+typedef struct cudnnConvolutionStruct* cudnnConvolutionDescriptor_t;
+typedef struct cudnnPoolingStruct* cudnnPoolingDescriptor_t;
+
+typedef enum {
+  CUDNN_STATUS_SUCCESS = 0,
+  CUDNN_STATUS_NOT_INITIALIZED = 1001,
+  CUDNN_STATUS_BAD_PARAM = 2000,
+  CUDNN_STATUS_BAD_PARAM_NULL_POINTER = 2002,
+  CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER = 2003,
+  CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED = 2004,
+  CUDNN_STATUS_BAD_PARAM_OUT_OF_BOUND = 2005,
+  CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT = 2006,
+  CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH = 2008,
+  CUDNN_STATUS_NOT_SUPPORTED = 3000,
+  CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE = 3003,
+  CUDNN_STATUS_INTERNAL_ERROR = 4000,
+} cudnnStatus_t;
+
+typedef enum { CUDNN_DATA_FLOAT = 0, CUDNN_DATA_DOUBLE = 1, CUDNN_DATA_HALF = 2, CUDNN_DATA_BFLOAT16 = 9 } cudnnDataType_t;
+typedef enum {
+  CUDNN_DEFAULT_MATH = 0,
+  CUDNN_TENSOR_OP_MATH = 1,
+  CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION = 2,
+  CUDNN_FMA_MATH = 3,
+} cudnnMathType_t;
+typedef enum { CUDNN_NOT_PROPAGATE_NAN = 0, CUDNN_PROPAGATE_NAN = 1 } cudnnNanPropagation_t;
+typedef enum { CUDNN_TENSOR_NCHW = 0, CUDNN_TENSOR_NHWC = 1, CUDNN_TENSOR_NCHW_VECT_C = 2 } cudnnTensorFormat_t;
+typedef enum { CUDNN_CONVOLUTION = 0, CUDNN_CROSS_CORRELATION = 1 } cudnnConvolutionMode_t;
+typedef enum { CUDNN_NON_DETERMINISTIC = 0, CUDNN_DETERMINISTIC = 1 } cudnnDeterminism_t;
+typedef enum {
+  CUDNN_POOLING_MAX = 0,
+  CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING = 1,
+  CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING = 2,
+  CUDNN_POOLING_MAX_DETERMINISTIC = 3,
+} cudnnPoolingMode_t;
+
+typedef enum {
+  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM = 0,
+  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM = 1,
+  CUDNN_CONVOLUTION_FWD_ALGO_GEMM = 2,
+  CUDNN_CONVOLUTION_FWD_ALGO_DIRECT = 3,
+  CUDNN_CONVOLUTION_FWD_ALGO_FFT = 4,
+  CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING = 5,
+  CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD = 6,
+  CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED = 7,
+  CUDNN_CONVOLUTION_FWD_ALGO_COUNT = 8
+} cudnnConvolutionFwdAlgo_t;
+typedef enum {
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 = 0,  // non-deterministic
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 = 1,
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT = 2,
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 = 3,  // non-deterministic
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD = 4,
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED = 5,
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING = 6,
+  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT = 7
+} cudnnConvolutionBwdFilterAlgo_t;
+typedef enum {
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 = 0,  // non-deterministic
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 = 1,
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT = 2,
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING = 3,
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD = 4,
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED = 5,
+  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT = 6
+} cudnnConvolutionBwdDataAlgo_t;
+
+template <typename Algo>
+struct cudnnAlgoPerfEmulated {
+  Algo algo;
+  cudnnStatus_t status;
+  float time;
+  std::size_t memory;
+  cudnnDeterminism_t determinism;
+  cudnnMathType_t mathType;
+  int reserved[3];
+};
+typedef cudnnAlgoPerfEmulated<cudnnConvolutionFwdAlgo_t> cudnnConvolutionFwdAlgoPerf_t;
+typedef cudnnAlgoPerfEmulated<cudnnConvolutionBwdDataAlgo_t> cudnnConvolutionBwdDataAlgoPerf_t;
+typedef cudnnAlgoPerfEmulated<cudnnConvolutionBwdFilterAlgo_t> cudnnConvolutionBwdFilterAlgoPerf_t;
+
+// --- library, handle, errors (cudnn_descriptors.cpp) ---------------------------
+std::size_t cudnnGetVersion();
+const char* cudnnGetErrorString(cudnnStatus_t status);
+void cudnnGetLastErrorString(char* message, std::size_t max_size);
+cudnnStatus_t cudnnCreate(cudnnHandle_t* handle);
+cudnnStatus_t cudnnDestroy(cudnnHandle_t handle);
+cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream);
+
+// --- descriptors (cudnn_descriptors.cpp) -----------------------------------------
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d);
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d);
+cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataType_t type,
+                                         int nbDims, const int dimA[], const int strideA[]);
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d);
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d);
+cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
+                                         cudnnTensorFormat_t format, int nbDims,
+                                         const int filterDimA[]);
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* d);
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d);
+cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t d, int arrayLength,
+                                              const int padA[], const int filterStrideA[],
+                                              const int dilationA[], cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t computeType);
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t math);
+cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t conv,
+                                                    const cudnnTensorDescriptor_t x,
+                                                    const cudnnFilterDescriptor_t w, int nbDims,
+                                                    int tensorOuputDimA[]);
+cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t* d);
+cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t d);
+cudnnStatus_t cudnnSetPoolingNdDescriptor(cudnnPoolingDescriptor_t d, const cudnnPoolingMode_t mode,
+                                          const cudnnNanPropagation_t nan, int nbDims,
+                                          const int windowDimA[], const int paddingA[],
+                                          const int strideA[]);
+cudnnStatus_t cudnnGetPoolingNdForwardOutputDim(const cudnnPoolingDescriptor_t pool,
+                                                const cudnnTensorDescriptor_t x, int nbDims,
+                                                int outputTensorDimA[]);
+
+// --- algorithms and workspaces (cudnn_algorithms.cpp) ----------------------------
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t h, int* count);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t h, int* count);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t h, int* count);
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y, const int requested,
+    int* returned, cudnnConvolutionFwdAlgoPerf_t* results);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx, const int requested,
+    int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, const int requested,
+    int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results);
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h,
+                                                      const cudnnTensorDescriptor_t x,
+                                                      const cudnnFilterDescriptor_t w,
+                                                      const cudnnConvolutionDescriptor_t conv,
+                                                      const cudnnTensorDescriptor_t y,
+                                                      cudnnConvolutionFwdAlgo_t algo,
+                                                      std::size_t* bytes);
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h,
+                                                           const cudnnFilterDescriptor_t w,
+                                                           const cudnnTensorDescriptor_t dy,
+                                                           const cudnnConvolutionDescriptor_t conv,
+                                                           const cudnnTensorDescriptor_t dx,
+                                                           cudnnConvolutionBwdDataAlgo_t algo,
+                                                           std::size_t* bytes);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw,
+    cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes);
+
+// --- convolution passes (cudnn_convolution.cpp) ----------------------------------
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
+                                      const cudnnTensorDescriptor_t xDesc, const void* x,
+                                      const cudnnFilterDescriptor_t wDesc, const void* w,
+                                      const cudnnConvolutionDescriptor_t conv,
+                                      cudnnConvolutionFwdAlgo_t algo, void* workSpace,
+                                      std::size_t workSpaceSizeInBytes, const void* beta,
+                                      const cudnnTensorDescriptor_t yDesc, void* y);
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
+                                           const cudnnFilterDescriptor_t wDesc, const void* w,
+                                           const cudnnTensorDescriptor_t dyDesc, const void* dy,
+                                           const cudnnConvolutionDescriptor_t conv,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void* workSpace,
+                                           std::size_t workSpaceSizeInBytes, const void* beta,
+                                           const cudnnTensorDescriptor_t dxDesc, void* dx);
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
+                                             const cudnnTensorDescriptor_t xDesc, const void* x,
+                                             const cudnnTensorDescriptor_t dyDesc, const void* dy,
+                                             const cudnnConvolutionDescriptor_t conv,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void* workSpace,
+                                             std::size_t workSpaceSizeInBytes, const void* beta,
+                                             const cudnnFilterDescriptor_t dwDesc, void* dw);
+
+// --- tensor operations and pooling (cudnn_tensor_ops.cpp) -------------------------
+cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void* alpha,
+                                           const cudnnTensorDescriptor_t dyDesc, const void* dy,
+                                           const void* beta, const cudnnTensorDescriptor_t dbDesc,
+                                           void* db);
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t aDesc,
+                             const void* A, const void* beta, const cudnnTensorDescriptor_t cDesc,
+                             void* C);
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolingDescriptor_t pool,
+                                  const void* alpha, const cudnnTensorDescriptor_t xDesc,
+                                  const void* x, const void* beta,
+                                  const cudnnTensorDescriptor_t yDesc, void* y);
+cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t h, const cudnnPoolingDescriptor_t pool,
+                                   const void* alpha, const cudnnTensorDescriptor_t yDesc,
+                                   const void* y, const cudnnTensorDescriptor_t dyDesc,
+                                   const void* dy, const cudnnTensorDescriptor_t xDesc,
+                                   const void* x, const void* beta,
+                                   const cudnnTensorDescriptor_t dxDesc, void* dx);
