@@ -100,6 +100,22 @@ class DeviceMemory {
     }
     return *this;
   }
+  // bytes of device memory, or none when the device has no room for them
+  // (that error cleared: CUDA also records it as the last error, which the
+  // next launch check would report); any other failure throws.
+  static DeviceMemory try_allocate(std::size_t bytes) {
+    DeviceMemory m;
+    if (!bytes) return m;
+    const cudaError_t rc = cudaMalloc(&m.p_, bytes);
+    if (rc == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      m.p_ = nullptr;
+      return m;
+    }
+    DPT_CUDA_CHECK(rc);
+    m.bytes_ = bytes;
+    return m;
+  }
   void* get() const noexcept { return p_; }
   std::size_t bytes() const noexcept { return bytes_; }
 

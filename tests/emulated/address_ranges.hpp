@@ -10,8 +10,17 @@ namespace dptrain_emu {
 
 class AddressRanges {
  public:
-  void add(const void* p, std::size_t bytes) { blocks_[address(p)] = bytes; }
-  void remove(const void* p) { blocks_.erase(address(p)); }
+  void add(const void* p, std::size_t bytes) {
+    blocks_[address(p)] = bytes;
+    total_ += bytes;
+  }
+  void remove(const void* p) {
+    auto it = blocks_.find(address(p));
+    if (it == blocks_.end()) return;
+    total_ -= it->second;
+    blocks_.erase(it);
+  }
+  std::size_t total() const { return total_; }  // bytes in all blocks
   // Whether p lies in a block; one past its end counts when end_counts
   // (a pointer argument may be the end of a buffer).
   bool contains(const void* p, bool end_counts) const {
@@ -33,6 +42,7 @@ class AddressRanges {
  private:
   static std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
   std::map<std::uintptr_t, std::size_t> blocks_;
+  std::size_t total_ = 0;
 };
 
 }  // namespace dptrain_emu

@@ -16,7 +16,11 @@
 //   - DIRECT and backward-filter WINOGRAD: never (not in cuDNN either).
 // Workspaces grow with the shape, and differ between math types, so a size
 // asked under one math type and used under another is caught.
+// DPTRAIN_EMULATED_CUDNN_BF16=2d offers bf16 algorithms for 2-D
+// convolutions only, as a cuDNN without bf16 kernels for some shapes does,
+// so that the plans' fallback to TF32 can be tested.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -58,8 +62,9 @@ const std::vector<Entry>& table(Pass pass) {
       {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, Kind::kGemmLike, true},
       {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING, Kind::kFft, true},
       {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD, Kind::kNever, true}};
-  return pass == Pass::kForward ? forward : pass == Pass::kBackwardData ? backward_data
-                                                                        : backward_filter;
+  return pass == Pass::kForward        ? forward
+         : pass == Pass::kBackwardData ? backward_data
+                                       : backward_filter;
 }
 
 std::size_t product(const Layout& l, int from) {
@@ -69,7 +74,7 @@ std::size_t product(const Layout& l, int from) {
 }
 
 bool transform_fits(const ConvShape& s, Kind kind) {
-  if (s.bf16() || s.x.dim[2] != 1) return false;  // FLOAT, 2-D
+  if (s.bf16() || s.spatial != 2) return false;  // FLOAT, 2-D
   for (std::size_t a = 1; a < 3; ++a) {
     if (s.stride[a] != 1 || s.dilation[a] != 1) return false;
     if (kind == Kind::kWinograd && s.w.dim[a + 2] != 3) return false;
@@ -77,7 +82,7 @@ bool transform_fits(const ConvShape& s, Kind kind) {
   return true;
 }
 
-std::size_t workspace_bytes(const Entry& e, const ConvShape& s, cudnnMathType_t math) {
+std::size_t workspace_bytes(Pass pass, const Entry& e, const ConvShape& s, cudnnMathType_t math) {
   const std::size_t n = std::size_t(s.x.dim[0]), c = std::size_t(s.x.dim[1]);
   const std::size_t k = std::size_t(s.w.dim[0]), taps = product(s.w, 2);
   const std::size_t in = product(s.x, 2), out = product(s.y, 2);
@@ -87,22 +92,32 @@ std::size_t workspace_bytes(const Entry& e, const ConvShape& s, cudnnMathType_t 
     case Kind::kWinograd: return 4 * 16 * (n * c + c * k + n * k) * out;
     default: break;
   }
-  if (e.algo == 0) return 0;  // IMPLICIT_GEMM, and backward ALGO_0
-  if (e.algo == 2) return 4 * c * taps * out * tensor_extra;  // forward GEMM: the im2col
-  return 4 * c * taps * k * tensor_extra;                     // precomputed indices, partials
+  if (pass == Pass::kForward) {
+    if (e.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM) return 0;
+    if (e.algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM)  // the im2col of every row
+      return 4 * n * c * taps * out * tensor_extra;
+    return 4 * taps * out * tensor_extra;  // precomputed: an index table
+  }
+  if (pass == Pass::kBackwardData) return 0;  // ALGO_0, ALGO_1
+  return e.algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? 0 : 4 * k * c * taps * tensor_extra;
 }
 
-Algorithm answer(const Entry& e, const ConvShape& s, cudnnMathType_t math) {
+bool bf16_offered(const ConvShape& s) {
+  const char* only = std::getenv("DPTRAIN_EMULATED_CUDNN_BF16");
+  return !(only && std::string(only) == "2d" && s.spatial != 2);
+}
+
+Algorithm answer(Pass pass, const Entry& e, const ConvShape& s, cudnnMathType_t math) {
   Algorithm a;
   a.algo = e.algo;
   a.math = math;
   a.determinism = e.deterministic ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
   const bool gemm = e.kind == Kind::kGemmLike;
   const bool runs = e.kind != Kind::kNever &&
-                    (gemm ? !s.bf16() || math == CUDNN_TENSOR_OP_MATH
+                    (gemm ? !s.bf16() || (math == CUDNN_TENSOR_OP_MATH && bf16_offered(s))
                           : transform_fits(s, e.kind) && math == CUDNN_FMA_MATH);
   a.status = runs ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED;
-  a.memory = runs ? workspace_bytes(e, s, math) : 0;
+  a.memory = runs ? workspace_bytes(pass, e, s, math) : 0;
   return a;
 }
 
@@ -112,12 +127,12 @@ std::vector<Algorithm> heuristics(Pass pass, const ConvShape& s) {
   std::vector<Algorithm> out;
   for (const Entry& e : table(pass)) {
     if (!s.tensor_ops()) {
-      out.push_back(answer(e, s, CUDNN_FMA_MATH));
+      out.push_back(answer(pass, e, s, CUDNN_FMA_MATH));
       continue;
     }
     // The math types that can run it: FMA (FLOAT only) first, then tensor ops.
-    if (!s.bf16() || e.kind != Kind::kGemmLike) out.push_back(answer(e, s, CUDNN_FMA_MATH));
-    if (e.kind == Kind::kGemmLike) out.push_back(answer(e, s, CUDNN_TENSOR_OP_MATH));
+    if (!s.bf16() || e.kind != Kind::kGemmLike) out.push_back(answer(pass, e, s, CUDNN_FMA_MATH));
+    if (e.kind == Kind::kGemmLike) out.push_back(answer(pass, e, s, CUDNN_TENSOR_OP_MATH));
   }
   return out;
 }
@@ -137,8 +152,7 @@ cudnnStatus_t runnable(Pass pass, const ConvShape& s, int algo, Algorithm* out) 
   static const char* names[] = {"forward", "backward data", "backward filter"};
   return refuse(CUDNN_STATUS_NOT_SUPPORTED,
                 std::string(names[int(pass)]) + " algorithm " + std::to_string(algo) +
-                    " cannot run these descriptors under math type " +
-                    std::to_string(int(s.math)));
+                    " cannot run these descriptors under math type " + std::to_string(int(s.math)));
 }
 
 bool transforms(Pass pass, int algo) {
@@ -214,10 +228,12 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t, 
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
-    cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
-    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y, const int requested,
-    int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, const cudnnTensorDescriptor_t x,
+                                                     const cudnnFilterDescriptor_t w,
+                                                     const cudnnConvolutionDescriptor_t conv,
+                                                     const cudnnTensorDescriptor_t y,
+                                                     const int requested, int* returned,
+                                                     cudnnConvolutionFwdAlgoPerf_t* results) {
   ConvShape s;
   const cudnnStatus_t rc = pass_shape(x, w, conv, y, &s);
   return rc != CUDNN_STATUS_SUCCESS ? rc : fill(Pass::kForward, s, requested, returned, results);
@@ -241,22 +257,16 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                                     : fill(Pass::kBackwardFilter, s, requested, returned, results);
 }
 
-cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t,
-                                                      const cudnnTensorDescriptor_t x,
-                                                      const cudnnFilterDescriptor_t w,
-                                                      const cudnnConvolutionDescriptor_t conv,
-                                                      const cudnnTensorDescriptor_t y,
-                                                      cudnnConvolutionFwdAlgo_t algo,
-                                                      std::size_t* bytes) {
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
+    cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y,
+    cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
   return workspace(Pass::kForward, x, w, conv, y, algo, bytes);
 }
-cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t,
-                                                           const cudnnFilterDescriptor_t w,
-                                                           const cudnnTensorDescriptor_t dy,
-                                                           const cudnnConvolutionDescriptor_t conv,
-                                                           const cudnnTensorDescriptor_t dx,
-                                                           cudnnConvolutionBwdDataAlgo_t algo,
-                                                           std::size_t* bytes) {
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
+    cudnnHandle_t, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx,
+    cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
   return workspace(Pass::kBackwardData, dx, w, conv, dy, algo, bytes);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(

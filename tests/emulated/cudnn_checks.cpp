@@ -46,8 +46,17 @@ std::size_t Layout::span_bytes() const {
   return static_cast<std::size_t>(last + 1) * element_bytes(type);
 }
 
+void write_out(void* out, const Layout& l, const std::vector<float>& r, float alpha, float beta) {
+  each(l, [&](std::size_t i, int n, int c, int d, int h, int w) {
+    const std::ptrdiff_t at = l.at(n, c, d, h, w);
+    const float old = beta == 0.0f ? 0.0f : beta * load(out, l.type, at);
+    store(out, l.type, at, alpha * r[i] + old);
+  });
+}
+
 cudnnStatus_t layout_of(const cudnnTensorStruct* t, const char* name, Layout* out) {
-  if (!t || !t->set) return refuse(CUDNN_STATUS_BAD_PARAM, std::string(name) + ": descriptor not set");
+  if (!t || !t->set)
+    return refuse(CUDNN_STATUS_BAD_PARAM, std::string(name) + ": descriptor not set");
   Layout l;
   l.type = t->type;
   const int skip = t->rank == 4 ? 1 : 0;  // [N, C, H, W] has no D
@@ -62,7 +71,8 @@ cudnnStatus_t layout_of(const cudnnTensorStruct* t, const char* name, Layout* ou
 }
 
 cudnnStatus_t layout_of(const cudnnFilterStruct* f, const char* name, Layout* out) {
-  if (!f || !f->set) return refuse(CUDNN_STATUS_BAD_PARAM, std::string(name) + ": descriptor not set");
+  if (!f || !f->set)
+    return refuse(CUDNN_STATUS_BAD_PARAM, std::string(name) + ": descriptor not set");
   Layout l;
   l.type = f->type;
   const int skip = f->rank == 4 ? 1 : 0;
@@ -101,8 +111,8 @@ cudnnStatus_t check_apart(const char* out_name, const void* out, const Layout& l
                           const char* in_name, const void* in, const Layout& li) {
   const auto o = reinterpret_cast<std::uintptr_t>(out), i = reinterpret_cast<std::uintptr_t>(in);
   if (o < i + li.span_bytes() && i < o + lo.span_bytes())
-    return refuse(CUDNN_STATUS_BAD_PARAM, std::string(out_name) + " overlaps " + in_name +
-                                              " (the pass is not in place)");
+    return refuse(CUDNN_STATUS_BAD_PARAM,
+                  std::string(out_name) + " overlaps " + in_name + " (the pass is not in place)");
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -115,9 +125,8 @@ cudnnStatus_t conv_shape(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
   if (!conv || !conv->set) return refuse(CUDNN_STATUS_BAD_PARAM, "convolution descriptor not set");
   if (x->rank != w->rank || conv->spatial != x->rank - 2)
     return refuse(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH,
-                  "x has " + std::to_string(x->rank) + " dimensions, w " +
-                      std::to_string(w->rank) + ", the convolution " +
-                      std::to_string(conv->spatial) + " spatial ones");
+                  "x has " + std::to_string(x->rank) + " dimensions, w " + std::to_string(w->rank) +
+                      ", the convolution " + std::to_string(conv->spatial) + " spatial ones");
   if (s.x.dim[1] != s.w.dim[1])
     return refuse(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH,
                   "x has " + std::to_string(s.x.dim[1]) + " channels, w " +
@@ -146,6 +155,7 @@ cudnnStatus_t conv_shape(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
     s.y.stride[std::size_t(i)] = stride;
     stride *= s.y.dim[std::size_t(i)];
   }
+  s.spatial = conv->spatial;
   s.flip = conv->mode == CUDNN_CONVOLUTION;
   s.math = conv->math;
   *out = s;
@@ -163,4 +173,3 @@ cudnnStatus_t match_output(const ConvShape& s, const cudnnTensorStruct* y, const
 }
 
 }  // namespace dptrain_emu::cudnn
-

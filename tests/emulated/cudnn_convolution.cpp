@@ -59,17 +59,6 @@ int output_at(const ConvShape& s, std::size_t a, int i, int t) {
   return o < s.y.dim[a + 2] ? o : -1;
 }
 
-// Calls f(value index, n, c, d, h, w) over a layout's elements, W fastest.
-template <typename F>
-void each(const Layout& l, F f) {
-  std::size_t i = 0;
-  for (int n = 0; n < l.dim[0]; ++n)
-    for (int c = 0; c < l.dim[1]; ++c)
-      for (int d = 0; d < l.dim[2]; ++d)
-        for (int h = 0; h < l.dim[3]; ++h)
-          for (int w = 0; w < l.dim[4]; ++w) f(i++, n, c, d, h, w);
-}
-
 // Calls f(t0, t1, t2) over the filter taps.
 template <typename F>
 void each_tap(const ConvShape& s, F f) {
@@ -154,11 +143,7 @@ void run(const PassWork& p) {
       r[i] += (((i * 2654435761u) >> 7) & 1 ? 1.0f : -1.0f) * std::ldexp(largest, -14);
   }
   if (p.algo.memory) std::memset(p.workspace, 0xff, p.algo.memory);
-  each(p.out, [&](std::size_t i, int n, int c, int d, int h, int w) {
-    const std::ptrdiff_t at = p.out.at(n, c, d, h, w);
-    const float old = p.beta == 0.0f ? 0.0f : p.beta * load(p.pout, p.out.type, at);
-    store(p.pout, p.out.type, at, p.alpha * r[i] + old);
-  });
+  write_out(p.pout, p.out, r, p.alpha, p.beta);
 }
 
 // The checks of a pass's call (cudnn_emulated.hpp) and its queueing.

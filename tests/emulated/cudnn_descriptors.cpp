@@ -33,15 +33,13 @@ bool emulated_type(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT || t == CUD
 // 4 or 5 dimensions, each >= 1, at most 2^31 - 1 values; what.
 cudnnStatus_t check_dims(const char* what, int rank, const int dims[]) {
   if (rank < 4 || rank > 5)
-    return refuse(CUDNN_STATUS_NOT_SUPPORTED, std::string(what) + " of " +
-                                                  std::to_string(rank) +
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, std::string(what) + " of " + std::to_string(rank) +
                                                   " dimensions (the emulation takes 4 or 5)");
   std::int64_t values = 1;
   for (int i = 0; i < rank; ++i) {
     if (dims[i] < 1)
-      return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + ": dimension " +
-                                                std::to_string(i) + " is " +
-                                                std::to_string(dims[i]));
+      return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + ": dimension " + std::to_string(i) +
+                                                " is " + std::to_string(dims[i]));
     values *= dims[i];
     if (values > std::numeric_limits<int>::max())
       return refuse(CUDNN_STATUS_NOT_SUPPORTED,
@@ -55,8 +53,8 @@ cudnnStatus_t check_dims(const char* what, int rank, const int dims[]) {
 cudnnStatus_t check_spatial(const char* what, int spatial, const int values[], int least) {
   for (int i = 0; i < spatial; ++i)
     if (values[i] < least)
-      return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + "[" + std::to_string(i) +
-                                                "] is " + std::to_string(values[i]));
+      return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + "[" + std::to_string(i) + "] is " +
+                                                std::to_string(values[i]));
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -105,8 +103,8 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) { return create(d); }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) { return destroy(d); }
-cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataType_t type,
-                                         int rank, const int dims[], const int strides[]) {
+cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataType_t type, int rank,
+                                         const int dims[], const int strides[]) {
   if (!d || !dims || !strides) return refuse(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "tensor: null");
   if (!emulated_type(type)) return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "tensor: type");
   cudnnStatus_t rc = check_dims("tensor", rank, dims);
@@ -196,8 +194,7 @@ cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t* d) { return
 cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t d) { return destroy(d); }
 cudnnStatus_t cudnnSetPoolingNdDescriptor(cudnnPoolingDescriptor_t d, const cudnnPoolingMode_t mode,
                                           const cudnnNanPropagation_t nan, int spatial,
-                                          const int window[], const int pad[],
-                                          const int stride[]) {
+                                          const int window[], const int pad[], const int stride[]) {
   if (!d || !window || !pad || !stride)
     return refuse(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "pooling: null");
   if (spatial < 2 || spatial > 3)

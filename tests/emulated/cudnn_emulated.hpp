@@ -100,6 +100,21 @@ struct Layout {
   bool same_shape(const Layout& o) const { return dim == o.dim; }
 };
 
+// Calls f(value index, n, c, d, h, w) over a layout's elements, W fastest.
+template <typename F>
+void each(const Layout& l, F f) {
+  std::size_t i = 0;
+  for (int n = 0; n < l.dim[0]; ++n)
+    for (int c = 0; c < l.dim[1]; ++c)
+      for (int d = 0; d < l.dim[2]; ++d)
+        for (int h = 0; h < l.dim[3]; ++h)
+          for (int w = 0; w < l.dim[4]; ++w) f(i++, n, c, d, h, w);
+}
+
+// out = alpha r + beta out over out's elements (r in value order); out is
+// not read when beta is 0.
+void write_out(void* out, const Layout& l, const std::vector<float>& r, float alpha, float beta);
+
 // The layout of a set descriptor, or a refusal naming it.
 cudnnStatus_t layout_of(const cudnnTensorStruct* t, const char* name, Layout* out);
 cudnnStatus_t layout_of(const cudnnFilterStruct* f, const char* name, Layout* out);
@@ -114,6 +129,7 @@ cudnnStatus_t check_apart(const char* out_name, const void* out, const Layout& l
 // y the output shape cuDNN computes (packed; the passes' own output
 // descriptor must match it).
 struct ConvShape {
+  int spatial = 2;  // 2-D or 3-D
   Layout x, w, y;
   std::array<int, 3> pad{}, stride{1, 1, 1}, dilation{1, 1, 1};  // D, H, W
   bool flip = false;  // CUDNN_CONVOLUTION mirrors the filter
@@ -128,7 +144,6 @@ cudnnStatus_t conv_shape(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
 // The pass's descriptor of y (or dy) against the computed output shape.
 cudnnStatus_t match_output(const ConvShape& s, const cudnnTensorStruct* y, const char* name,
                            Layout* out);
-
 
 // --- algorithms (cudnn_algorithms.cpp) ---------------------------------------
 enum class Pass { kForward, kBackwardData, kBackwardFilter };

@@ -32,19 +32,6 @@ using namespace dptrain_emu::cudnn;
 
 std::atomic<unsigned> g_pool_calls{0};
 
-void write_out(void* out, const Layout& l, const std::vector<float>& r, float alpha, float beta) {
-  std::size_t i = 0;
-  for (int n = 0; n < l.dim[0]; ++n)
-    for (int c = 0; c < l.dim[1]; ++c)
-      for (int d = 0; d < l.dim[2]; ++d)
-        for (int h = 0; h < l.dim[3]; ++h)
-          for (int w = 0; w < l.dim[4]; ++w) {
-            const std::ptrdiff_t at = l.at(n, c, d, h, w);
-            const float old = beta == 0.0f ? 0.0f : beta * load(out, l.type, at);
-            store(out, l.type, at, alpha * r[i++] + old);
-          }
-}
-
 struct PoolShape {
   Layout x, y;  // y: the output shape of the pooling (packed)
   std::array<int, 3> window{1, 1, 1}, pad{}, stride{1, 1, 1};
@@ -98,8 +85,7 @@ int each_in_window(const PoolShape& s, int n, int c, const std::array<int, 3>& o
       for (int t2 = 0; t2 < s.window[2]; ++t2) {
         const int i0 = o[0] * s.stride[0] - s.pad[0] + t0, i1 = o[1] * s.stride[1] - s.pad[1] + t1,
                   i2 = o[2] * s.stride[2] - s.pad[2] + t2;
-        if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= s.x.dim[2] || i1 >= s.x.dim[3] ||
-            i2 >= s.x.dim[4])
+        if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= s.x.dim[2] || i1 >= s.x.dim[3] || i2 >= s.x.dim[4])
           continue;
         ++inside;
         f(s.x.at(n, c, i0, i1, i2));
@@ -112,12 +98,9 @@ int each_in_window(const PoolShape& s, int n, int c, const std::array<int, 3>& o
 // Calls f(value index, n, c, o) over the outputs, W fastest.
 template <typename F>
 void each_output(const PoolShape& s, F f) {
-  std::size_t i = 0;
-  for (int n = 0; n < s.y.dim[0]; ++n)
-    for (int c = 0; c < s.y.dim[1]; ++c)
-      for (int d = 0; d < s.y.dim[2]; ++d)
-        for (int h = 0; h < s.y.dim[3]; ++h)
-          for (int w = 0; w < s.y.dim[4]; ++w) f(i++, n, c, std::array<int, 3>{d, h, w});
+  each(s.y, [&](std::size_t i, int n, int c, int d, int h, int w) {
+    f(i, n, c, std::array<int, 3>{d, h, w});
+  });
 }
 
 std::vector<float> pool_forward(const PoolShape& s, const float* x) {
@@ -163,13 +146,10 @@ std::vector<float> pool_backward(const PoolShape& s, const Layout& ly, const flo
     const auto& [at, g] = shares[reorder ? shares.size() - 1 - j : j];
     by_offset[std::size_t(at)] += g;
   }
-  std::vector<float> dx;
-  dx.reserve(s.x.values());
-  for (int n = 0; n < s.x.dim[0]; ++n)
-    for (int c = 0; c < s.x.dim[1]; ++c)
-      for (int d = 0; d < s.x.dim[2]; ++d)
-        for (int h = 0; h < s.x.dim[3]; ++h)
-          for (int w = 0; w < s.x.dim[4]; ++w) dx.push_back(by_offset[std::size_t(s.x.at(n, c, d, h, w))]);
+  std::vector<float> dx(s.x.values());
+  each(s.x, [&](std::size_t i, int n, int c, int d, int h, int w) {
+    dx[i] = by_offset[std::size_t(s.x.at(n, c, d, h, w))];
+  });
   return dx;
 }
 
@@ -188,9 +168,9 @@ float scalar(const void* p) { return *static_cast<const float*>(p); }
 
 }  // namespace
 
-cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t aDesc,
-                             const void* A, const void* beta, const cudnnTensorDescriptor_t cDesc,
-                             void* C) {
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha,
+                             const cudnnTensorDescriptor_t aDesc, const void* A, const void* beta,
+                             const cudnnTensorDescriptor_t cDesc, void* C) {
   Layout la, lc;
   cudnnStatus_t rc = layout_of(aDesc, "A", &la);
   if (rc == CUDNN_STATUS_SUCCESS) rc = layout_of(cDesc, "C", &lc);
@@ -208,16 +188,11 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha, const cudnnTens
   if (rc != CUDNN_STATUS_SUCCESS) return rc;
   dptrain_emu::enqueue(h->stream, [la, lc, a = static_cast<const float*>(A), C,
                                    alpha = scalar(alpha), beta = scalar(beta)] {
-    std::vector<float> r;
-    r.reserve(lc.values());
-    for (int n = 0; n < lc.dim[0]; ++n)
-      for (int c = 0; c < lc.dim[1]; ++c)
-        for (int d = 0; d < lc.dim[2]; ++d)
-          for (int y = 0; y < lc.dim[3]; ++y)
-            for (int x = 0; x < lc.dim[4]; ++x) {
-              const auto at = [&](std::size_t i, int v) { return la.dim[i] == 1 ? 0 : v; };
-              r.push_back(a[la.at(at(0, n), at(1, c), at(2, d), at(3, y), at(4, x))]);
-            }
+    const auto along = [&](std::size_t axis, int v) { return la.dim[axis] == 1 ? 0 : v; };
+    std::vector<float> r(lc.values());
+    each(lc, [&](std::size_t i, int n, int c, int d, int h, int w) {
+      r[i] = a[la.at(along(0, n), along(1, c), along(2, d), along(3, h), along(4, w))];
+    });
     write_out(C, lc, r, alpha, beta);
   });
   return CUDNN_STATUS_SUCCESS;
@@ -235,7 +210,8 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void* alpha,
   const std::array<int, 5> want{1, ldy.dim[1], 1, 1, 1};
   if (ldb.dim != want || dyDesc->rank != dbDesc->rank || ldy.type != CUDNN_DATA_FLOAT ||
       ldb.type != CUDNN_DATA_FLOAT)
-    return refuse(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH, "db is not [1, K, 1, 1(, 1)] of dy, FLOAT");
+    return refuse(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH,
+                  "db is not [1, K, 1, 1(, 1)] of dy, FLOAT");
   rc = check_pointer("dy", dy, ldy, false);
   if (rc == CUDNN_STATUS_SUCCESS) rc = check_pointer("db", db, ldb, false);
   if (rc == CUDNN_STATUS_SUCCESS) rc = check_apart("db", db, ldb, "dy", dy, ldy);
@@ -243,11 +219,9 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void* alpha,
   dptrain_emu::enqueue(h->stream, [ldy, ldb, g = static_cast<const float*>(dy), db,
                                    alpha = scalar(alpha), beta = scalar(beta)] {
     std::vector<float> r(std::size_t(ldy.dim[1]), 0.0f);
-    for (int n = 0; n < ldy.dim[0]; ++n)
-      for (int k = 0; k < ldy.dim[1]; ++k)
-        for (int d = 0; d < ldy.dim[2]; ++d)
-          for (int y = 0; y < ldy.dim[3]; ++y)
-            for (int x = 0; x < ldy.dim[4]; ++x) r[std::size_t(k)] += g[ldy.at(n, k, d, y, x)];
+    each(ldy, [&](std::size_t, int n, int k, int d, int h, int w) {
+      r[std::size_t(k)] += g[ldy.at(n, k, d, h, w)];
+    });
     write_out(db, ldb, r, alpha, beta);
   });
   return CUDNN_STATUS_SUCCESS;
@@ -279,10 +253,9 @@ cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolingDescriptor_
   if (rc == CUDNN_STATUS_SUCCESS) rc = check_pointer("y", y, ly, false);
   if (rc == CUDNN_STATUS_SUCCESS) rc = check_apart("y", y, ly, "x", x, s.x);
   if (rc != CUDNN_STATUS_SUCCESS) return rc;
-  dptrain_emu::enqueue(h->stream, [s, ly, x = static_cast<const float*>(x), y,
-                                   alpha = scalar(alpha), beta = scalar(beta)] {
-    write_out(y, ly, pool_forward(s, x), alpha, beta);
-  });
+  dptrain_emu::enqueue(
+      h->stream, [s, ly, x = static_cast<const float*>(x), y, alpha = scalar(alpha),
+                  beta = scalar(beta)] { write_out(y, ly, pool_forward(s, x), alpha, beta); });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -304,15 +277,15 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t h, const cudnnPoolingDescriptor
   if (rc == CUDNN_STATUS_SUCCESS) rc = check_pointer("dy", dy, ldy, false);
   if (rc == CUDNN_STATUS_SUCCESS) rc = check_pointer("x", x, s.x, false);
   if (rc == CUDNN_STATUS_SUCCESS) rc = check_pointer("dx", dx, ldx, false);
-  for (const auto& [name, p, l] : {std::tuple{"y", y, ly}, std::tuple{"dy", dy, ldy},
-                                   std::tuple{"x", x, s.x}})
+  for (const auto& [name, p, l] :
+       {std::tuple{"y", y, ly}, std::tuple{"dy", dy, ldy}, std::tuple{"x", x, s.x}})
     if (rc == CUDNN_STATUS_SUCCESS) rc = check_apart("dx", dx, ldx, name, p, l);
   if (rc != CUDNN_STATUS_SUCCESS) return rc;
-  dptrain_emu::enqueue(h->stream, [s, ly, ldy, ldx, y = static_cast<const float*>(y),
-                                   dy = static_cast<const float*>(dy),
-                                   x = static_cast<const float*>(x), dx, alpha = scalar(alpha),
-                                   beta = scalar(beta), call = g_pool_calls++] {
-    write_out(dx, ldx, pool_backward(s, ly, y, ldy, dy, x, call), alpha, beta);
-  });
+  dptrain_emu::enqueue(h->stream,
+                       [s, ly, ldy, ldx, y = static_cast<const float*>(y),
+                        dy = static_cast<const float*>(dy), x = static_cast<const float*>(x), dx,
+                        alpha = scalar(alpha), beta = scalar(beta), call = g_pool_calls++] {
+                         write_out(dx, ldx, pool_backward(s, ly, y, ldy, dy, x, call), alpha, beta);
+                       });
   return CUDNN_STATUS_SUCCESS;
 }

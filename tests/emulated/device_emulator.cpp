@@ -241,8 +241,8 @@ std::string dims(dim3 d) {
 
 bool configuration_is_valid(dim3 grid, dim3 block, const char* kernel) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
-  const bool block_ok = threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 &&
-                        block.z <= 64;
+  const bool block_ok =
+      threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 && block.z <= 64;
   const bool grid_ok = grid.x >= 1 && grid.x <= 0x7fffffffu && grid.y >= 1 && grid.y <= 65535 &&
                        grid.z >= 1 && grid.z <= 65535;
   if (block_ok && grid_ok) return true;
@@ -307,12 +307,25 @@ bool is_device_range(const void* p, std::size_t bytes) {
   return g_allocations.contains_range(p, bytes);
 }
 
+std::size_t device_capacity() {
+  const char* v = std::getenv("DPTRAIN_EMULATED_DEVICE_BYTES");
+  const long long n = v ? std::atoll(v) : 0;
+  return n > 0 ? static_cast<std::size_t>(n) : std::size_t(16) << 30;
+}
+
+std::size_t device_bytes_in_use() {
+  const std::lock_guard lock(g_mutex);
+  return g_allocations.total();
+}
+
 void* device_allocate(std::size_t bytes) {
+  const std::size_t capacity = device_capacity();
+  const std::lock_guard lock(g_mutex);
+  if (bytes > capacity - std::min(capacity, g_allocations.total())) return nullptr;
   void* p = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t(kDeviceAlignment),
                            std::nothrow);
   if (!p) return nullptr;
   std::memset(p, 0xff, bytes);  // float NaN: reading unwritten scratch shows
-  const std::lock_guard lock(g_mutex);
   g_allocations.add(p, bytes);
   return p;
 }

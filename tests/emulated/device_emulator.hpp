@@ -100,7 +100,11 @@ const char* error_detail();
 bool is_device_pointer(const void* p);
 // Whether [p, p + bytes) lies inside one device allocation.
 bool is_device_range(const void* p, std::size_t bytes);
+// nullptr when the emulated device has no room: its memory is
+// DPTRAIN_EMULATED_DEVICE_BYTES (16 GiB unless set), read at every call.
 void* device_allocate(std::size_t bytes);
+std::size_t device_capacity();
+std::size_t device_bytes_in_use();
 void device_free(void* p);
 // Kernel launches that ran since the start (tests of the emulator itself).
 std::size_t launches();

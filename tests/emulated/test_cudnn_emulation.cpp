@@ -69,9 +69,9 @@ struct Conv {
     EXPECT_EQ(cudnnSetTensorNdDescriptor(x, CUDNN_DATA_FLOAT, rank, x_dims.data(),
                                          packed_strides(x_dims).data()),
               CUDNN_STATUS_SUCCESS);
-    EXPECT_EQ(cudnnSetFilterNdDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, rank,
-                                         w_dims.data()),
-              CUDNN_STATUS_SUCCESS);
+    EXPECT_EQ(
+        cudnnSetFilterNdDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, rank, w_dims.data()),
+        CUDNN_STATUS_SUCCESS);
     EXPECT_EQ(cudnnSetConvolutionNdDescriptor(conv, rank - 2, pad.data(), stride.data(),
                                               dilation.data(), mode, CUDNN_DATA_FLOAT),
               CUDNN_STATUS_SUCCESS);
@@ -110,13 +110,14 @@ TEST(EmulatedCudnn, ForwardIsTheDefinitionOnACaseWorkedByHand) {
   const std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 8, 9}, w{1, 0, 0, -1};
   Device dx(x), dw(w);
   {  // y[i][j] = x[i][j] - x[i+1][j+1] = -4; convolution mirrors the filter: +4
-    for (auto [mode, want] : {std::pair{CUDNN_CROSS_CORRELATION, -4.0f}, {CUDNN_CONVOLUTION, 4.0f}}) {
+    for (auto [mode, want] :
+         {std::pair{CUDNN_CROSS_CORRELATION, -4.0f}, {CUDNN_CONVOLUTION, 4.0f}}) {
       Conv c({1, 1, 3, 3}, {1, 1, 2, 2}, {0, 0}, {1, 1}, {1, 1}, mode);
       ASSERT_EQ(c.y_dims, (std::vector<int>{1, 1, 2, 2}));
       Device dy(std::vector<float>(4, NAN));  // beta 0: y is not read
       const float two = 2.0f;
-      ASSERT_EQ(cudnnConvolutionForward(c.h, &two, c.x, dx.p, c.w, dw.p, c.conv, kImplicit,
-                                        nullptr, 0, &kZero, c.y, dy.p),
+      ASSERT_EQ(cudnnConvolutionForward(c.h, &two, c.x, dx.p, c.w, dw.p, c.conv, kImplicit, nullptr,
+                                        0, &kZero, c.y, dy.p),
                 CUDNN_STATUS_SUCCESS);
       EXPECT_EQ(dy.host(), std::vector<float>(4, 2 * want));
       ASSERT_EQ(cudnnConvolutionForward(c.h, &kOne, c.x, dx.p, c.w, dw.p, c.conv, kImplicit,
@@ -129,8 +130,8 @@ TEST(EmulatedCudnn, ForwardIsTheDefinitionOnACaseWorkedByHand) {
   Conv c({1, 1, 3, 3}, {1, 1, 2, 2}, {1, 1}, {2, 2}, {1, 1});
   ASSERT_EQ(c.y_dims, (std::vector<int>{1, 1, 2, 2}));
   Device dy(std::vector<float>(4, 0.0f));
-  ASSERT_EQ(cudnnConvolutionForward(c.h, &kOne, c.x, dx.p, c.w, dw.p, c.conv, kImplicit, nullptr,
-                                    0, &kZero, c.y, dy.p),
+  ASSERT_EQ(cudnnConvolutionForward(c.h, &kOne, c.x, dx.p, c.w, dw.p, c.conv, kImplicit, nullptr, 0,
+                                    &kZero, c.y, dy.p),
             CUDNN_STATUS_SUCCESS);
   EXPECT_EQ(dy.host(), (std::vector<float>{-1, -3, -7, -4}));
 }
@@ -148,8 +149,8 @@ TEST(EmulatedCudnn, TheBackwardPassesAreTheForwardsAdjoints) {
   const std::vector<float> w = random_values(count({4, 3, 3, 2, 3}), 2);
   const std::vector<float> g = random_values(count(c.y_dims), 3);
   Device dx(x), dw(w), dg(g), y(std::vector<float>(g.size())), gx(x), gw(w);
-  ASSERT_EQ(cudnnConvolutionForward(c.h, &kOne, c.x, dx.p, c.w, dw.p, c.conv, kImplicit, nullptr,
-                                    0, &kZero, c.y, y.p),
+  ASSERT_EQ(cudnnConvolutionForward(c.h, &kOne, c.x, dx.p, c.w, dw.p, c.conv, kImplicit, nullptr, 0,
+                                    &kZero, c.y, y.p),
             CUDNN_STATUS_SUCCESS);
   std::size_t ws = 0;
   ASSERT_EQ(cudnnGetConvolutionBackwardDataWorkspaceSize(c.h, c.w, c.y, c.conv, c.x,
@@ -197,10 +198,10 @@ TEST(EmulatedCudnn, RefusesWhatCudnnWouldAndSaysWhy) {
                                     &kZero, c.y, y.p),
             CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT);
   EXPECT_NE(last_error().find("needs a workspace of " + std::to_string(ws)), std::string::npos);
-  EXPECT_EQ(cudnnConvolutionForward(c.h, &kOne, c.x, x.p, c.w, w.p, c.conv,
-                                    CUDNN_CONVOLUTION_FWD_ALGO_DIRECT, nullptr, 0, &kZero, c.y,
-                                    y.p),
-            CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(
+      cudnnConvolutionForward(c.h, &kOne, c.x, x.p, c.w, w.p, c.conv,
+                              CUDNN_CONVOLUTION_FWD_ALGO_DIRECT, nullptr, 0, &kZero, c.y, y.p),
+      CUDNN_STATUS_NOT_SUPPORTED);
   std::vector<float> host(2 * 3 * 36);
   EXPECT_EQ(cudnnConvolutionForward(c.h, &kOne, c.x, host.data(), c.w, w.p, c.conv, kImplicit,
                                     nullptr, 0, &kZero, c.y, y.p),

@@ -69,7 +69,7 @@ Setup make_setup(cudnnHandle_t h, const Layer& l, cudnnTensorFormat_t format, Co
     DPT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(s.conv[p].get(), 1, 1, 1, 1, 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     s.algo[p] = choose_algorithm(h, kPassKinds[p], {s.x.get(), s.y.get(), s.w.get()},
-                                 s.conv[p].get(), a);
+                                 s.conv[p].get(), a, kMaxConvWorkspace);
     if (s.algo[p]) workspace = std::max(workspace, s.algo[p]->workspace);
   }
   const std::size_t x_n = std::size_t(kRows) * l.in * l.size * l.size;

@@ -10,9 +10,6 @@
 namespace dptrain::cuda {
 namespace {
 
-// A pass that would need more is better served by another algorithm.
-constexpr std::size_t kMaxWorkspace = std::size_t(1) << 30;
-
 // fp32 is restricted to FMA kernels (cuDNN's default would allow TF32 on
 // Ampere and later); TF32 is cuDNN's default for fp32 tensors there; bf16
 // tensors need tensor-op math (fp32 accumulation: the descriptor's compute
@@ -57,12 +54,12 @@ struct Candidate {
 // The qualifying results of one heuristics query, best first.
 template <typename Perf>
 std::vector<Candidate> rank_results(ConvPass pass, const std::vector<Perf>& results, int n,
-                                    ConvArithmetic a) {
+                                    ConvArithmetic a, std::size_t max_workspace) {
   std::vector<Candidate> out;
   for (int i = 0; i < n; ++i) {
     const Perf& r = results[static_cast<std::size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS || r.determinism != CUDNN_DETERMINISTIC) continue;
-    if (r.memory > kMaxWorkspace) continue;
+    if (r.memory > max_workspace) continue;
     // ALLOW_CONVERSION may round fp32 operands to fp16 (|x| > 65504 -> inf):
     // never. Under fp32 only results for FMA math qualify (a result's
     // status and determinism are those of its math type), run FMA-only.
@@ -82,34 +79,39 @@ std::vector<Candidate> rank_results(ConvPass pass, const std::vector<Perf>& resu
 // that cuDNN refuses outright means no algorithm for bf16 (the caller falls
 // back); for fp32 tensors it is a fault.
 template <typename Perf, typename Query>
-std::vector<Candidate> ask(ConvPass pass, int max_count, ConvArithmetic a, Query query) {
+std::vector<Candidate> ask(ConvPass pass, int max_count, ConvArithmetic a,
+                           std::size_t max_workspace, Query query) {
   std::vector<Perf> results(static_cast<std::size_t>(std::max(1, max_count)));
   int n = 0;
   const cudnnStatus_t rc = query(static_cast<int>(results.size()), &n, results.data());
   if (rc != CUDNN_STATUS_SUCCESS && a == ConvArithmetic::kBf16) return {};
   DPT_CUDNN_CHECK(rc);
-  return rank_results(pass, results, std::min(n, static_cast<int>(results.size())), a);
+  return rank_results(pass, results, std::min(n, static_cast<int>(results.size())), a,
+                      max_workspace);
 }
 
 std::vector<Candidate> candidates(cudnnHandle_t h, ConvPass pass, const ConvOperands& o,
-                                  cudnnConvolutionDescriptor_t conv, ConvArithmetic a) {
+                                  cudnnConvolutionDescriptor_t conv, ConvArithmetic a,
+                                  std::size_t most) {
   int count = 0;
   switch (pass) {
     case ConvPass::kForward:
       DPT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
-      return ask<cudnnConvolutionFwdAlgoPerf_t>(pass, count, a, [&](int m, int* n, auto* r) {
+      return ask<cudnnConvolutionFwdAlgoPerf_t>(pass, count, a, most, [&](int m, int* n, auto* r) {
         return cudnnGetConvolutionForwardAlgorithm_v7(h, o.x, o.w, conv, o.y, m, n, r);
       });
     case ConvPass::kBackwardData:
       DPT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count));
-      return ask<cudnnConvolutionBwdDataAlgoPerf_t>(pass, count, a, [&](int m, int* n, auto* r) {
-        return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, o.w, o.y, conv, o.x, m, n, r);
-      });
+      return ask<cudnnConvolutionBwdDataAlgoPerf_t>(
+          pass, count, a, most, [&](int m, int* n, auto* r) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, o.w, o.y, conv, o.x, m, n, r);
+          });
     case ConvPass::kBackwardFilter:
       DPT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count));
-      return ask<cudnnConvolutionBwdFilterAlgoPerf_t>(pass, count, a, [&](int m, int* n, auto* r) {
-        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, o.x, o.y, conv, o.w, m, n, r);
-      });
+      return ask<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          pass, count, a, most, [&](int m, int* n, auto* r) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, o.x, o.y, conv, o.w, m, n, r);
+          });
   }
   return {};
 }
@@ -136,13 +138,14 @@ cudnnStatus_t workspace_size(cudnnHandle_t h, ConvPass pass, const ConvOperands&
 std::optional<AlgorithmChoice> choose_algorithm(cudnnHandle_t handle, ConvPass pass,
                                                 const ConvOperands& o,
                                                 cudnnConvolutionDescriptor_t conv,
-                                                ConvArithmetic arithmetic) {
+                                                ConvArithmetic arithmetic,
+                                                std::size_t max_workspace) {
   DPT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, requested_math(arithmetic)));
-  for (const Candidate& c : candidates(handle, pass, o, conv, arithmetic)) {
+  for (const Candidate& c : candidates(handle, pass, o, conv, arithmetic, max_workspace)) {
     DPT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, c.math));
     std::size_t bytes = 0;
     if (workspace_size(handle, pass, o, conv, c.algo, &bytes) == CUDNN_STATUS_SUCCESS &&
-        bytes <= kMaxWorkspace)
+        bytes <= max_workspace)
       return AlgorithmChoice{c.algo, c.math, bytes};
   }
   return std::nullopt;

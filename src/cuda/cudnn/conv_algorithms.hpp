@@ -25,6 +25,10 @@ struct ConvOperands {
   cudnnFilterDescriptor_t w = nullptr;
 };
 
+// The most workspace one pass may take: a pass that would need more is
+// better served by another algorithm.
+constexpr std::size_t kMaxConvWorkspace = std::size_t(1) << 30;
+
 struct AlgorithmChoice {
   int algo = 0;  // the pass's cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   cudnnMathType_t math = CUDNN_FMA_MATH;
@@ -36,11 +40,13 @@ struct AlgorithmChoice {
 // query succeeds), preferring the exact-sum families (implicit GEMM and
 // friends) to FFT and Winograd, which trade accuracy for speed, and under
 // kTf32 tensor-core kernels to FMA ones. On success conv keeps the chosen
-// math type, which the pass must run with. nullopt when none qualifies.
+// math type, which the pass must run with. Only algorithms of at most
+// max_workspace bytes qualify. nullopt when none does.
 std::optional<AlgorithmChoice> choose_algorithm(cudnnHandle_t handle, ConvPass pass,
                                                 const ConvOperands& o,
                                                 cudnnConvolutionDescriptor_t conv,
-                                                ConvArithmetic arithmetic);
+                                                ConvArithmetic arithmetic,
+                                                std::size_t max_workspace);
 
 const char* pass_name(ConvPass pass);  // "forward", "backward data", "backward filter"
 

@@ -176,7 +176,8 @@ class CudnnConvPlan final : public ConvPlan {
   }
 
   std::unique_ptr<RowPlan> create(int rows);
-  std::unique_ptr<RowPlan> try_create(int rows, ConvArithmetic a);
+  std::unique_ptr<RowPlan> choose(int rows, std::size_t max_workspace);
+  std::unique_ptr<RowPlan> try_create(int rows, ConvArithmetic a, std::size_t max_workspace);
   FilterDescriptor filter_descriptor(cudnnDataType_t type);
   ConvolutionDescriptor convolution_descriptor();
   void check_output(const RowPlan& p, int rows) const;
@@ -189,22 +190,25 @@ class CudnnConvPlan final : public ConvPlan {
   std::size_t created_ = 0;
 };
 
+// The row count's descriptors and algorithms, and the buffers they need.
+// When the GPU has no room for the chosen algorithms' workspace, the best
+// ones that need less are chosen instead, until the workspace fits (the
+// workspace already held always does). Such a choice depends on the memory
+// left, so it may differ between runs; the note says so.
 std::unique_ptr<RowPlan> CudnnConvPlan::create(int rows) {
-  const ConvArithmetic wanted = arithmetic_of(c_.precision());
-  std::unique_ptr<RowPlan> p = try_create(rows, wanted);
-  if (!p && wanted == ConvArithmetic::kBf16) {
-    note_once("cuDNN has no bf16 " + std::string(pass_name(*unmatched_)) + " algorithm for the " +
-              describe(g_) + " over " + std::to_string(rows) +
-              " rows; such convolutions run in TF32 instead");
-    p = try_create(rows, ConvArithmetic::kTf32);
+  std::unique_ptr<RowPlan> p = choose(rows, kMaxConvWorkspace);
+  for (;;) {
+    std::size_t need = 0;
+    for (const AlgorithmChoice& a : p->algo) need = std::max(need, a.workspace);
+    if (c_.workspace().try_reserve(need, c_.launch().stream)) break;
+    note_once(NoteTopic::kWorkspaceFallback,
+              "the GPU has no room for the " + std::to_string(need) +
+                  " bytes of cuDNN workspace that the " + describe(g_) + " over " +
+                  std::to_string(rows) +
+                  " rows would take; it and such convolutions run with "
+                  "algorithms that need less (slower, and chosen by the memory left)");
+    p = choose(rows, need - 1);  // need > the workspace held >= 0
   }
-  if (!p)
-    throw Error(ExitCode::kUsage, "cuDNN offers no deterministic " +
-                                      std::string(pass_name(*unmatched_)) + " algorithm for the " +
-                                      describe(g_) + "; use --device cpu");
-  std::size_t workspace = 0;
-  for (const AlgorithmChoice& a : p->algo) workspace = std::max(workspace, a.workspace);
-  c_.workspace().reserve(workspace, c_.launch().stream);
   c_.aligned_weight().reserve(weight_elements() * sizeof(float), c_.launch().stream);
   if (p->bf16()) {
     const std::size_t most =
@@ -214,8 +218,33 @@ std::unique_ptr<RowPlan> CudnnConvPlan::create(int rows) {
   return p;
 }
 
+// The precision's algorithms of at most max_workspace bytes, or TF32's
+// where bf16 has none; a usage error when neither has.
+std::unique_ptr<RowPlan> CudnnConvPlan::choose(int rows, std::size_t max_workspace) {
+  const ConvArithmetic wanted = arithmetic_of(c_.precision());
+  std::unique_ptr<RowPlan> p = try_create(rows, wanted, max_workspace);
+  if (!p && wanted == ConvArithmetic::kBf16) {
+    note_once(NoteTopic::kBf16Fallback, "cuDNN has no bf16 " + std::string(pass_name(*unmatched_)) +
+                                            " algorithm for the " + describe(g_) + " over " +
+                                            std::to_string(rows) +
+                                            " rows; such convolutions run in TF32 instead");
+    p = try_create(rows, ConvArithmetic::kTf32, max_workspace);
+  }
+  if (p) return p;
+  const std::string what = "cuDNN offers no deterministic " + std::string(pass_name(*unmatched_)) +
+                           " algorithm for the " + describe(g_);
+  if (max_workspace >= kMaxConvWorkspace)
+    throw Error(ExitCode::kUsage, what + "; use --device cpu");
+  throw Error(ExitCode::kUsage,
+              what + " over " + std::to_string(rows) + " rows within the " +
+                  std::to_string(max_workspace + 1) +
+                  " bytes of workspace the GPU has room for; use fewer rows per GPU "
+                  "(--batch-size), smaller inputs, or --device cpu");
+}
+
 // nullptr (and unmatched_ set) when a pass has no algorithm under a.
-std::unique_ptr<RowPlan> CudnnConvPlan::try_create(int rows, ConvArithmetic a) {
+std::unique_ptr<RowPlan> CudnnConvPlan::try_create(int rows, ConvArithmetic a,
+                                                   std::size_t max_workspace) {
   auto p = std::make_unique<RowPlan>();
   p->arithmetic = a;
   const cudnnDataType_t type = p->bf16() ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
@@ -232,7 +261,7 @@ std::unique_ptr<RowPlan> CudnnConvPlan::try_create(int rows, ConvArithmetic a) {
   const ConvOperands o{p->x.get(), p->y.get(), p->w.get()};
   for (std::size_t i = 0; i < kPasses.size(); ++i) {
     const std::optional<AlgorithmChoice> choice =
-        choose_algorithm(c_.handle(), kPasses[i], o, p->conv[i].get(), a);
+        choose_algorithm(c_.handle(), kPasses[i], o, p->conv[i].get(), a, max_workspace);
     if (!choice) {
       unmatched_ = kPasses[i];
       return nullptr;

@@ -2,6 +2,7 @@
 // the descriptor helpers.
 #include "cuda/cudnn/cudnn_context.hpp"
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -20,6 +21,17 @@ void GrowingBuffer::reserve(std::size_t bytes, cudaStream_t stream) {
   memory_ = DeviceMemory(bytes);
 }
 
+bool GrowingBuffer::try_reserve(std::size_t bytes, cudaStream_t stream) {
+  if (bytes <= memory_.bytes()) return true;
+  DPT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::size_t held = memory_.bytes();
+  memory_ = DeviceMemory();
+  memory_ = DeviceMemory::try_allocate(bytes);
+  if (memory_.get()) return true;
+  memory_ = DeviceMemory(held);  // what was just freed fits again
+  return false;
+}
+
 cudnnHandle_t CudnnContext::handle() {
   if (!handle_.get()) {
     CudnnHandle h;
@@ -28,9 +40,10 @@ cudnnHandle_t CudnnContext::handle() {
     } catch (const Error& e) {
       // Most often a partial install: libcudnn.so loads its sub-libraries
       // from its own directory only when asked for the first handle.
-      throw Error(e.code(), std::string(e.what()) +
-                                "; cuDNN's sub-libraries (libcudnn_cnn, libcudnn_ops, the "
-                                "engine libraries) must lie beside libcudnn",
+      throw Error(e.code(),
+                  std::string(e.what()) +
+                      "; cuDNN's sub-libraries (libcudnn_cnn, libcudnn_ops, the "
+                      "engine libraries) must lie beside libcudnn",
                   e.where());
     }
     DPT_CUDNN_CHECK(cudnnSetStream(h.get(), launch_.stream));
@@ -39,9 +52,10 @@ cudnnHandle_t CudnnContext::handle() {
   return handle_.get();
 }
 
-void note_once(const std::string& text) {
-  static std::once_flag said;
-  std::call_once(said, [&] { std::fprintf(stderr, "dptrain: note: %s\n", text.c_str()); });
+void note_once(NoteTopic topic, const std::string& text) {
+  static std::array<std::once_flag, 2> said;
+  std::call_once(said.at(static_cast<std::size_t>(topic)),
+                 [&] { std::fprintf(stderr, "dptrain: note: %s\n", text.c_str()); });
 }
 
 TensorDescriptor activation_descriptor(int rows, int channels, int dims, const SpatialExtent& e,

@@ -28,6 +28,8 @@ namespace dptrain::cuda {
 class GrowingBuffer {
  public:
   void reserve(std::size_t bytes, cudaStream_t stream);
+  // As reserve, but false when the device has no room, the buffer as it was.
+  bool try_reserve(std::size_t bytes, cudaStream_t stream);
   void* get() const noexcept { return memory_.get(); }
   std::size_t bytes() const noexcept { return memory_.bytes(); }
 
@@ -66,9 +68,10 @@ TensorDescriptor activation_descriptor(int rows, int channels, int dims, const S
 // [1, channels, 1, 1(, 1)]: a bias broadcast over rows and positions.
 TensorDescriptor channel_descriptor(int channels, int dims);
 
-// A note on stderr, the first time only in the process (the bf16 fallback
-// would otherwise repeat for every layer and row count).
-void note_once(const std::string& text);
+// A note on stderr, the first time only in the process for its topic (a
+// fallback would otherwise repeat for every layer and row count).
+enum class NoteTopic { kBf16Fallback, kWorkspaceFallback };
+void note_once(NoteTopic topic, const std::string& text);
 
 // "cuDNN 9.19.0": the library loaded at run time.
 std::string cudnn_version();

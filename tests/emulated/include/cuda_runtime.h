@@ -7,7 +7,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "device_emulator.hpp"
@@ -29,9 +31,13 @@ inline const char* cudaGetErrorString(cudaError_t e) {
   return e == cudaSuccess ? "no error" : dptrain_emu::error_detail();
 }
 
+// A failed allocation is also the last error, as CUDA records it.
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   *p = dptrain_emu::device_allocate(bytes);
-  return *p || bytes == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (*p || bytes == 0) return cudaSuccess;
+  dptrain_emu::set_error(cudaErrorMemoryAllocation,
+                         "out of memory: " + std::to_string(bytes) + " bytes asked");
+  return cudaErrorMemoryAllocation;
 }
 template <typename T>
 cudaError_t cudaMalloc(T** p, std::size_t bytes) {
@@ -76,8 +82,8 @@ inline bool copy_sides_are_valid(void* dst, const void* src, cudaMemcpyKind k) {
 // As CUDA does it: a copy from pageable host memory reads it when queued
 // (staging), one into pageable host memory returns when it has landed; any
 // other copy reads and writes when its stream gets to it.
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes,
-                                   cudaMemcpyKind k, cudaStream_t s = nullptr) {
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k,
+                                   cudaStream_t s = nullptr) {
   if (!bytes) return cudaSuccess;
   if (!dptrain_emu::copy_sides_are_valid(dst, src, k)) return cudaErrorInvalidValue;
   const bool src_staged = !dptrain_emu::is_device_pointer(src) && !dptrain_emu::is_pinned(src);
@@ -98,7 +104,8 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes
 inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k) {
   return cudaMemcpyAsync(dst, src, bytes, k, nullptr);
 }
-inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s = nullptr) {
+inline cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes,
+                                   cudaStream_t s = nullptr) {
   if (!dptrain_emu::is_device_pointer(p)) return cudaErrorInvalidValue;
   if (bytes) dptrain_emu::enqueue(s, [p, value, bytes] { std::memset(p, value, bytes); });
   return cudaSuccess;
@@ -184,12 +191,13 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   const unsigned pid = static_cast<unsigned>(getpid());
   for (int i = 0; i < 16; ++i) p->uuid.bytes[i] = static_cast<char>(0xe0 + i);
   std::memcpy(p->uuid.bytes + 8, &pid, sizeof pid);
-  p->totalGlobalMem = std::size_t(16) << 30;
+  p->totalGlobalMem = dptrain_emu::device_capacity();
   p->major = 9;
   p->multiProcessorCount = dptrain_emu::multiprocessors();
   return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
-  *free_bytes = *total = std::size_t(16) << 30;
+  *total = dptrain_emu::device_capacity();
+  *free_bytes = *total - std::min(*total, dptrain_emu::device_bytes_in_use());
   return cudaSuccess;
 }

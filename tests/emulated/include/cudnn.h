@@ -40,7 +40,12 @@ typedef enum {
   CUDNN_STATUS_INTERNAL_ERROR = 4000,
 } cudnnStatus_t;
 
-typedef enum { CUDNN_DATA_FLOAT = 0, CUDNN_DATA_DOUBLE = 1, CUDNN_DATA_HALF = 2, CUDNN_DATA_BFLOAT16 = 9 } cudnnDataType_t;
+typedef enum {
+  CUDNN_DATA_FLOAT = 0,
+  CUDNN_DATA_DOUBLE = 1,
+  CUDNN_DATA_HALF = 2,
+  CUDNN_DATA_BFLOAT16 = 9
+} cudnnDataType_t;
 typedef enum {
   CUDNN_DEFAULT_MATH = 0,
   CUDNN_TENSOR_OP_MATH = 1,
@@ -48,7 +53,11 @@ typedef enum {
   CUDNN_FMA_MATH = 3,
 } cudnnMathType_t;
 typedef enum { CUDNN_NOT_PROPAGATE_NAN = 0, CUDNN_PROPAGATE_NAN = 1 } cudnnNanPropagation_t;
-typedef enum { CUDNN_TENSOR_NCHW = 0, CUDNN_TENSOR_NHWC = 1, CUDNN_TENSOR_NCHW_VECT_C = 2 } cudnnTensorFormat_t;
+typedef enum {
+  CUDNN_TENSOR_NCHW = 0,
+  CUDNN_TENSOR_NHWC = 1,
+  CUDNN_TENSOR_NCHW_VECT_C = 2
+} cudnnTensorFormat_t;
 typedef enum { CUDNN_CONVOLUTION = 0, CUDNN_CROSS_CORRELATION = 1 } cudnnConvolutionMode_t;
 typedef enum { CUDNN_NON_DETERMINISTIC = 0, CUDNN_DETERMINISTIC = 1 } cudnnDeterminism_t;
 typedef enum {
@@ -158,20 +167,14 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
     const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, const int requested,
     int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results);
-cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h,
-                                                      const cudnnTensorDescriptor_t x,
-                                                      const cudnnFilterDescriptor_t w,
-                                                      const cudnnConvolutionDescriptor_t conv,
-                                                      const cudnnTensorDescriptor_t y,
-                                                      cudnnConvolutionFwdAlgo_t algo,
-                                                      std::size_t* bytes);
-cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h,
-                                                           const cudnnFilterDescriptor_t w,
-                                                           const cudnnTensorDescriptor_t dy,
-                                                           const cudnnConvolutionDescriptor_t conv,
-                                                           const cudnnTensorDescriptor_t dx,
-                                                           cudnnConvolutionBwdDataAlgo_t algo,
-                                                           std::size_t* bytes);
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y,
+    cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes);
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx,
+    cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes);
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
     cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
     const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw,
@@ -205,9 +208,9 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void* alpha,
                                            const cudnnTensorDescriptor_t dyDesc, const void* dy,
                                            const void* beta, const cudnnTensorDescriptor_t dbDesc,
                                            void* db);
-cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t aDesc,
-                             const void* A, const void* beta, const cudnnTensorDescriptor_t cDesc,
-                             void* C);
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha,
+                             const cudnnTensorDescriptor_t aDesc, const void* A, const void* beta,
+                             const cudnnTensorDescriptor_t cDesc, void* C);
 cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolingDescriptor_t pool,
                                   const void* alpha, const cudnnTensorDescriptor_t xDesc,
                                   const void* x, const void* beta,
