@@ -236,9 +236,9 @@ std::unique_ptr<RowPlan> CudnnConvPlan::choose(int rows, std::size_t max_workspa
   if (max_workspace >= kMaxConvWorkspace)
     throw Error(ExitCode::kUsage, what + "; use --device cpu");
   throw Error(ExitCode::kUsage,
-              what + " over " + std::to_string(rows) + " rows within the " +
+              what + " over " + std::to_string(rows) + " rows that needs less than the " +
                   std::to_string(max_workspace + 1) +
-                  " bytes of workspace the GPU has room for; use fewer rows per GPU "
+                  " bytes of workspace the GPU has no room for; use fewer rows per GPU "
                   "(--batch-size), smaller inputs, or --device cpu");
 }
 

@@ -120,7 +120,7 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t* handle);
 cudnnStatus_t cudnnDestroy(cudnnHandle_t handle);
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream);
 
-// --- descriptors (cudnn_descriptors.cpp) -----------------------------------------
+// --- descriptors (cudnn_descriptors.cpp; pooling's output shape: cudnn_tensor_ops.cpp)
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d);
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d);
 cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataType_t type,
