@@ -135,9 +135,10 @@ struct ConvShape {
   bool flip = false;  // CUDNN_CONVOLUTION mirrors the filter
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   bool bf16() const { return x.type == CUDNN_DATA_BFLOAT16; }
-  // Whether the math type lets tensor cores run, and FLOAT operands are then rounded to TF32.
+  // Whether the math type lets tensor cores run (the algorithm run decides
+  // whether they do: runnable's answer, whose tensor-op math rounds FLOAT
+  // operands to TF32).
   bool tensor_ops() const { return math != CUDNN_FMA_MATH; }
-  bool tf32() const { return tensor_ops() && !bf16(); }
 };
 cudnnStatus_t conv_shape(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
                          const cudnnConvolutionStruct* conv, ConvShape* out);
