@@ -7,16 +7,20 @@
 # cannot go on, after naming what is missing.
 
 # unpack_bundle TARBALL DIR: sets B (the unpacked root) and the tool paths.
+# A folder instead of TARBALL is used in place.
 unpack_bundle() {
-  if ! mkdir -p "$2" || ! tar -C "$2" -xzf "$1"; then
+  if [[ -d $1 ]]; then
+    B=$1
+  elif ! mkdir -p "$2" || ! tar -C "$2" -xzf "$1"; then
     row setup bundle FAILED "cannot unpack $1"
     return 1
+  else
+    B=$2
   fi
-  B=$2
   dptrain=$B/bin/dptrain gpu_tests=$B/bin/gpu_tests
   bench=$B/bin/dptrain_bench nccl_rate=$B/bin/dptrain_nccl_rate conv_layout=$B/bin/dptrain_conv_layout
   root=$B/root
-  row setup bundle ok "$(basename "$1"), $(du -sh "$1" | cut -f1); $(grep '^commit=' "$B/MANIFEST" | cut -d= -f2)"
+  row setup bundle ok "$(basename "$1"), $(du -shL "$1" | cut -f1); $(grep '^commit=' "$B/MANIFEST" | cut -d= -f2)"
 }
 
 # The bundle was built where glibc is new (Debian 12: 2.36); what it needs
@@ -59,8 +63,12 @@ PY
 
 setup_env() {
   lib=$root/usr/lib/x86_64-linux-gnu
-  export OPAL_PREFIX=$root/usr PMIX_INSTALL_PREFIX=$lib/pmix2
-  export PATH=$root/usr/bin:$PATH
+  if [[ -x $root/usr/bin/orterun ]]; then
+    export OPAL_PREFIX=$root/usr PMIX_INSTALL_PREFIX=$lib/pmix2
+    export PATH=$root/usr/bin:$PATH
+  else  # a folder without the bundled runtime: the machine's Open MPI
+    row setup "Open MPI" "the machine's" "$(command -v orterun || echo "no orterun on PATH")"
+  fi
   # One node, no ssh needed: Open MPI 4.1 would still pick its ssh/rsh
   # launcher and stop when neither exists ("plm_rsh_agent: ssh : rsh").
   export OMPI_MCA_plm=isolated
@@ -80,7 +88,11 @@ setup_env() {
 # PMIx plugins (a plugin that does not load makes orterun fail later with
 # an opaque message). Falls back to the bundled libstdc++ when the
 # machine's is older than the build's.
-elf_list() { find "$B/bin" "$B/lib" "$root" -type f -name '*.so*' -o -type f -path "$B/bin/*" | sort; }
+elf_list() {
+  local d dirs=()
+  for d in "$B/bin" "$B/lib" "$root"; do [[ -d $d ]] && dirs+=("$d"); done
+  find "${dirs[@]}" -type f -name '*.so*' -o -type f -path "$B/bin/*" | sort
+}
 unresolved() {
   local f out
   while read -r f; do

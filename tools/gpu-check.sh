@@ -11,14 +11,26 @@
 #   There:                   tools/gpu-check.sh
 # Exit: 0 everything ran and passed; 1 something failed; 77 no GPU visible
 # (everything that runs without one passed; the GPU rows say skipped).
-# Environment: BUNDLE (default .gpu-bundle/dptrain-gpu.tar.gz), STEPS
-# (training steps per speed run, default 400), BUDGET_S (default 420).
+# Environment: BUNDLE (default .gpu-bundle/dptrain-gpu.tar.gz; or a folder
+# laid out as the unpacked tarball, used in place; without root/ in it the
+# machine's own Open MPI runs it), STEPS (training steps per speed run,
+# default 400), BUDGET_S (default 420). For a quick run whose speed figures
+# mean nothing (tests/emulated/test_emulated_gpu_check.sh runs the whole
+# check on the emulated GPU): SPEED_REPEATS (timed repeats of every speed
+# row, after one warm-up; default: each tool's own), SPEED_ROWS (rows per
+# step of the CNN and convolution rows, default 128), ALLREDUCE_MIB
+# (default 1,16,256).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 bundle=${BUNDLE:-.gpu-bundle/dptrain-gpu.tar.gz}
 steps=${STEPS:-400}
 deadline=$((SECONDS + ${BUDGET_S:-420}))
+# The speed tools' repeats and sizes: their own unless the quick-run knobs say.
+speed=() layout=()
+[[ -n ${SPEED_REPEATS:-} ]] && speed+=(--repeats "$SPEED_REPEATS" --warmup 1) &&
+  layout+=(--rounds 1 --passes "$SPEED_REPEATS")
+[[ -n ${SPEED_ROWS:-} ]] && layout+=(--rows "$SPEED_ROWS")
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 rows=$work/rows.tsv
@@ -66,7 +78,7 @@ finish() {
 }
 
 # --- setup: bundle, glibc, libraries, smoke launch ----------------------------------
-[[ -f $bundle ]] || { row setup bundle FAILED "no $bundle: run tools/gpu-bundle.sh and carry .gpu-bundle/"; finish; }
+[[ -e $bundle ]] || { row setup bundle FAILED "no $bundle: run tools/gpu-bundle.sh and carry .gpu-bundle/"; finish; }
 unpack_bundle "$bundle" "$work/bundle" || finish
 check_glibc || finish
 setup_env
@@ -90,7 +102,9 @@ test_names() {
 }
 gpu_test_rows() {  # gpu_test_rows NP LIMIT
   local np=$1 out=$work/tests$1.txt rc t result ms
-  run_for "$2" "$out" "${mpirun[@]}" -n "$np" "$gpu_tests"
+  # No colour codes: orterun hands its ranks a terminal, and gtest would
+  # wrap "[       OK ]" in them, where the greps below look for it.
+  run_for "$2" "$out" "${mpirun[@]}" -n "$np" "$gpu_tests" --gtest_color=no
   rc=$?
   for t in $names; do
     ms=$(grep -F "] $t (" "$out" | tail -1 | grep -o '([0-9]* ms)')
@@ -140,19 +154,25 @@ train_row() {  # train_row SECTION CHECK NAME RC
 if [[ ! -f $data ]]; then
   row training "data set" FAILED "no bundled synthetic.h5 and no python3 with h5py to make one"
 else
+  every=$((steps >= 16 ? steps / 8 : 1))  # 50 at the default 400 steps
   for p in fp32 tf32 bf16; do
     if ((ngpu == 0)); then row training "1 GPU $p, $steps steps" skipped "no GPU"; continue; fi
-    train "$p" 1 cuda "$p" "$steps" 50
+    train "$p" 1 cuda "$p" "$steps" "$every"
     train_row training "1 GPU $p, $steps steps" "$p" $?
   done
   if ((ngpu >= 2)); then
-    train ddp2 2 cuda fp32 "$steps" 50
+    train ddp2 2 cuda fp32 "$steps" "$every"
     train_row training "2 GPUs fp32, $steps steps" ddp2 $?
   else
     row training "2 GPUs fp32" skipped "needs 2 GPUs"
   fi
 
-  # Accuracy: 20 steps, the loss of every step against the CPU backend's.
+  # Accuracy: 20 steps, the loss of every step against the CPU backend's,
+  # the difference relative to the CPU run's first loss (the problem's
+  # scale): the synthetic set is learnt fast, its loss falls from about 2.3
+  # to below 0.01 in these 20 steps, and a difference relative to such a
+  # loss says nothing of the precision (TF32 was 7% off there on the
+  # emulated GPU).
   train cpu-ref 1 cpu fp32 20 1
   train_row accuracy "CPU reference (fp32, 20 steps)" cpu-ref $?
   for spec in fp32:1e-4 tf32:1e-2 bf16:3e-2; do
@@ -162,11 +182,12 @@ else
     rc=$?
     if ((rc != 0)); then train_row accuracy "$p vs CPU" "acc-$p" "$rc"; continue; fi
     worst=$(paste <(losses "acc-$p") <(losses cpu-ref) | awk '
-      {d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r; n++}
+      NR == 1 {scale = $2 < 0 ? -$2 : $2}
+      {d = $1 - $2; if (d < 0) d = -d; r = d / scale; if (r > m) m = r; n++}
       END {printf "%.3g %d", m, n}')
     verdict=$(awk -v w="${worst% *}" -v b="$bound" 'BEGIN {print (w <= b) ? "ok" : "OVER"}')
     row accuracy "$p vs CPU, loss of each of 20 steps" "$verdict" \
-      "max relative difference ${worst% *} over ${worst#* } steps (bound $bound)"
+      "largest difference ${worst% *} of the first loss, over ${worst#* } steps (bound $bound)"
   done
 fi
 
@@ -184,7 +205,7 @@ bench_rows() {  # bench_rows NAME LIMIT ARGS...: dptrain_bench JSON rows -> tabl
 }
 for p in fp32 tf32 bf16; do
   if ((ngpu == 0)); then row speed "$p step vs its 8 GEMMs (dptrain_bench gemm)" skipped "no GPU"; continue; fi
-  bench_rows "gemm-$p" 60 gemm --device cuda --precision "$p" --repeats 200
+  bench_rows "gemm-$p" 60 gemm --device cuda --precision "$p" --repeats 200 "${speed[@]}"
 done
 if ((ngpu > 0)); then
   if [[ -n $py ]]; then
@@ -198,7 +219,8 @@ if ((ngpu > 0)); then
 fi
 # All-reduce: dptrain's communicator against NCCL's own all-reduce, same bytes.
 if ((ngpu >= 2)); then
-  run_for 90 "$work/nccl.txt" "${mpirun[@]}" -n "$ngpu" "$nccl_rate" --mib 1,16,256
+  run_for 90 "$work/nccl.txt" "${mpirun[@]}" -n "$ngpu" "$nccl_rate" --mib "${ALLREDUCE_MIB:-1,16,256}" \
+    ${SPEED_REPEATS:+--repeats "$SPEED_REPEATS"}
   rc=$?
   if ((rc == 0)); then
     grep '^{' "$work/nccl.txt" | while read -r line; do
@@ -219,7 +241,7 @@ run_for 30 "$work/bench-help.txt" "${mpirun[@]}" -n 1 "$bench" --help
 if grep -qw cnn "$work/bench-help.txt"; then
   for p in fp32 tf32 bf16; do
     if ((ngpu == 0)); then row speed "$p CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" skipped "no GPU"
-    else bench_rows "cnn-$p" 60 cnn --device cuda --precision "$p"; fi
+    else bench_rows "cnn-$p" 60 cnn --device cuda --precision "$p" "${speed[@]}" ${SPEED_ROWS:+--batch "$SPEED_ROWS"}; fi
   done
 else
   row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" "not built" "dptrain_bench has no cnn mode in this build"
@@ -232,7 +254,7 @@ if ((ngpu == 0)); then
 elif [[ ! -x $conv_layout ]]; then
   row speed "conv passes NCHW vs NHWC (tf32, bf16)" "not built" "no dptrain_conv_layout in the bundle"
 else
-  run_for 60 "$work/layout.txt" "$conv_layout"
+  run_for 60 "$work/layout.txt" "$conv_layout" "${layout[@]}"
   rc=$?
   if ((rc != 0)); then
     row speed "conv passes NCHW vs NHWC (dptrain_conv_layout)" "$(outcome "$rc")" "$(tail -1 "$work/layout.txt")"

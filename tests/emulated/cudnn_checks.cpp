@@ -80,10 +80,15 @@ cudnnStatus_t layout_of(const cudnnFilterStruct* f, const char* name, Layout* ou
     if (skip && i == 2) continue;
     l.dim[std::size_t(i)] = f->dim[std::size_t(j++)];
   }
-  std::ptrdiff_t s = 1;  // packed K, C, (T,) R, S
+  // Packed, fastest last: K, C, (T,) R, S (NCHW) or K, (T,) R, S, C (NHWC).
+  const std::array<int, 5> order = f->format == CUDNN_TENSOR_NHWC
+                                       ? std::array<int, 5>{0, 2, 3, 4, 1}
+                                       : std::array<int, 5>{0, 1, 2, 3, 4};
+  std::ptrdiff_t s = 1;
   for (int i = 4; i >= 0; --i) {
-    l.stride[std::size_t(i)] = s;
-    s *= l.dim[std::size_t(i)];
+    const std::size_t axis = std::size_t(order[std::size_t(i)]);
+    l.stride[axis] = s;
+    s *= l.dim[axis];
   }
   *out = l;
   return CUDNN_STATUS_SUCCESS;

@@ -2,7 +2,7 @@
 // (include/cudnn.h), checked as cuDNN documents them: a descriptor's sizes
 // and strides positive, a tensor of 4 or 5 dimensions (the emulation's
 // range; cuDNN's is 4 to 8) and at most 2^31 - 1 values, a filter in NCHW
-// format, padding >= 0, strides and dilations >= 1.
+// (KCRS) or NHWC (KRSC) format, padding >= 0, strides and dilations >= 1.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -118,21 +118,43 @@ cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataTyp
   return CUDNN_STATUS_SUCCESS;
 }
 
+// N, C, H, W packed in the format's order, as cuDNN sets them.
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
+                                         cudnnDataType_t type, int n, int c, int h, int w) {
+  if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "tensor: the emulation takes NCHW or NHWC");
+  const int dims[4] = {n, c, h, w};
+  if (format == CUDNN_TENSOR_NCHW) {
+    const int strides[4] = {c * h * w, h * w, w, 1};
+    return cudnnSetTensorNdDescriptor(d, type, 4, dims, strides);
+  }
+  const int strides[4] = {h * w * c, 1, w * c, c};
+  return cudnnSetTensorNdDescriptor(d, type, 4, dims, strides);
+}
+
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d) { return create(d); }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) { return destroy(d); }
 cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
                                          cudnnTensorFormat_t format, int rank, const int dims[]) {
   if (!d || !dims) return refuse(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "filter: null");
   if (!emulated_type(type)) return refuse(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, "filter: type");
-  if (format != CUDNN_TENSOR_NCHW)
-    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "filter: the emulation takes NCHW (KCRS) only");
+  if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED,
+                  "filter: the emulation takes NCHW (KCRS) or NHWC (KRSC)");
   const cudnnStatus_t rc = check_dims("filter", rank, dims);
   if (rc != CUDNN_STATUS_SUCCESS) return rc;
   d->type = type;
+  d->format = format;
   d->rank = rank;
   copy_into(d->dim, dims, rank);
   d->set = true;
   return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
+                                         cudnnTensorFormat_t format, int k, int c, int h, int w) {
+  const int dims[4] = {k, c, h, w};
+  return cudnnSetFilterNdDescriptor(d, type, format, 4, dims);
 }
 
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* d) {
@@ -165,6 +187,14 @@ cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t d, in
   d->compute = compute;
   d->set = true;
   return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w,
+                                              int u, int v, int dilation_h, int dilation_w,
+                                              cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t compute) {
+  const int pad[2] = {pad_h, pad_w}, stride[2] = {u, v}, dilation[2] = {dilation_h, dilation_w};
+  return cudnnSetConvolutionNdDescriptor(d, 2, pad, stride, dilation, mode, compute);
 }
 
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t math) {

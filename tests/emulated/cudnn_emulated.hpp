@@ -6,7 +6,8 @@
 // last-error message that names the operand, as cuDNN 9's are):
 //   - descriptors set before use; tensors of 4 or 5 dimensions (2-D and 3-D
 //     spatial; cuDNN's own limit is 4 to 8), dimensions and strides >= 1,
-//     at most 2^31 - 1 values; filters in NCHW (KCRS) format, packed;
+//     at most 2^31 - 1 values; filters packed in NCHW (KCRS) or NHWC
+//     (KRSC) format; 4-d tensors set by format (NCHW or NHWC) or strides;
 //   - a convolution's input, filter and output agree: ranks, the channels
 //     of input and filter, the output shape cuDNN computes, one data type
 //     (FLOAT, or BFLOAT16 with a FLOAT compute type and tensor-op math);
@@ -47,8 +48,9 @@ struct cudnnTensorStruct {
 struct cudnnFilterStruct {
   bool set = false;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW;  // KCRS, or NHWC: KRSC
   int rank = 0;
-  std::array<int, CUDNN_DIM_MAX> dim{};
+  std::array<int, CUDNN_DIM_MAX> dim{};  // K, C, (T,) R, S whatever the format
 };
 struct cudnnConvolutionStruct {
   bool set = false;

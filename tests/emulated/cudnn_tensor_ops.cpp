@@ -1,6 +1,8 @@
 // Implements: the emulated cuDNN's tensor operations and pooling
 // (include/cudnn.h), checked at the call (cudnn_emulated.hpp) and computed
 // when the handle's stream runs them, from their definitions:
+//   cudnnTransformTensor: y = alpha x + beta y over tensors of one shape and
+//     data type whose strides may differ (NCHW <-> NHWC);
 //   cudnnAddTensor: C = alpha A + beta C, A broadcast along every dimension
 //     where it has size 1 (the rest must equal C's);
 //   cudnnConvolutionBackwardBias: db[k] = alpha sum_{n,o} dy[n,k,o] + beta db[k],
@@ -194,6 +196,31 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha,
       r[i] = a[la.at(along(0, n), along(1, c), along(2, d), along(3, h), along(4, w))];
     });
     write_out(C, lc, r, alpha, beta);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnTransformTensor(cudnnHandle_t h, const void* alpha,
+                                   const cudnnTensorDescriptor_t xDesc, const void* x,
+                                   const void* beta, const cudnnTensorDescriptor_t yDesc, void* y) {
+  Layout lx, ly;
+  cudnnStatus_t rc = layout_of(xDesc, "x", &lx);
+  if (rc == CUDNN_STATUS_SUCCESS) rc = layout_of(yDesc, "y", &ly);
+  if (rc != CUDNN_STATUS_SUCCESS) return rc;
+  if (!h) return refuse(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "no handle");
+  if (xDesc->rank != yDesc->rank || !lx.same_shape(ly) || lx.type != ly.type)
+    return refuse(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH,
+                  "x and y: tensors of one shape and data type (their strides may differ)");
+  rc = check_pointer("x", x, lx, false);
+  if (rc == CUDNN_STATUS_SUCCESS) rc = check_pointer("y", y, ly, false);
+  if (rc == CUDNN_STATUS_SUCCESS) rc = check_apart("y", y, ly, "x", x, lx);
+  if (rc != CUDNN_STATUS_SUCCESS) return rc;
+  dptrain_emu::enqueue(h->stream, [lx, ly, x, y, alpha = scalar(alpha), beta = scalar(beta)] {
+    std::vector<float> r(ly.values());
+    each(lx, [&](std::size_t i, int n, int c, int d, int hh, int w) {
+      r[i] = load(x, lx.type, lx.at(n, c, d, hh, w));
+    });
+    write_out(y, ly, r, alpha, beta);
   });
   return CUDNN_STATUS_SUCCESS;
 }

@@ -7,7 +7,8 @@
 // wrong output shape, a short workspace, an algorithm it lacks, a host
 // pointer) come with a message naming the operand; a non-deterministic
 // algorithm does not repeat bit for bit; max pooling's backward follows the
-// forward's y, as cuDNN's does.
+// forward's y, as cuDNN's does; channels-last (NHWC) tensors and filters
+// hold their elements where cuDNN puts them and compute what NCHW does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -275,6 +276,64 @@ TEST(EmulatedCudnn, MaxPoolingBackwardFollowsTheForwardsY) {
   cudnnDestroyTensorDescriptor(tx);
   cudnnDestroyPoolingDescriptor(pool);
   cudnnDestroy(h);
+}
+
+// Channels-last, as dptrain_conv_layout uses it: cudnnTransformTensor
+// puts element (n, c, h, w) of an NHWC tensor at ((n H + h) W + w) C + c,
+// and a forward pass on NHWC tensors and a KRSC filter gives, converted
+// back, the NCHW pass's output (same sums in the same order: bit for bit).
+TEST(EmulatedCudnn, ChannelsLastHoldsCudnnsOrderAndComputesWhatNchwDoes) {
+  const int N = 2, C = 3, H = 5, W = 4, K = 4, R = 3;
+  const std::vector<float> x = random_values(std::size_t(N) * C * H * W, 5);
+  const std::vector<float> w = random_values(std::size_t(K) * C * R * R, 6);
+  Conv nchw({N, C, H, W}, {K, C, R, R}, {1, 1}, {1, 1}, {1, 1});
+  ASSERT_EQ(nchw.y_dims, (std::vector<int>{N, K, H, W}));
+  Device dx(x), dw(w), dy(std::vector<float>(std::size_t(N) * K * H * W, 0.0f));
+  ASSERT_EQ(cudnnConvolutionForward(nchw.h, &kOne, nchw.x, dx.p, nchw.w, dw.p, nchw.conv,
+                                    kImplicit, nullptr, 0, &kZero, nchw.y, dy.p),
+            CUDNN_STATUS_SUCCESS)
+      << last_error();
+
+  cudnnTensorDescriptor_t x_nhwc, y_nhwc, w_nchw, w_nhwc;
+  cudnnFilterDescriptor_t filter_nhwc;
+  for (auto* t : {&x_nhwc, &y_nhwc, &w_nchw, &w_nhwc}) cudnnCreateTensorDescriptor(t);
+  cudnnCreateFilterDescriptor(&filter_nhwc);
+  ASSERT_EQ(cudnnSetTensor4dDescriptor(x_nhwc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, N, C, H, W),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnSetTensor4dDescriptor(y_nhwc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, N, K, H, W),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnSetTensor4dDescriptor(w_nchw, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, K, C, R, R),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnSetTensor4dDescriptor(w_nhwc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, K, C, R, R),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnSetFilter4dDescriptor(filter_nhwc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, K, C, R, R),
+            CUDNN_STATUS_SUCCESS);
+  Device dx_nhwc(std::vector<float>(x.size(), NAN)), dw_nhwc(std::vector<float>(w.size(), NAN));
+  Device dy_nhwc(std::vector<float>(dy.n, NAN)), dy_back(std::vector<float>(dy.n, NAN));
+  ASSERT_EQ(cudnnTransformTensor(nchw.h, &kOne, nchw.x, dx.p, &kZero, x_nhwc, dx_nhwc.p),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnTransformTensor(nchw.h, &kOne, w_nchw, dw.p, &kZero, w_nhwc, dw_nhwc.p),
+            CUDNN_STATUS_SUCCESS);
+  const std::vector<float> x_cl = dx_nhwc.host();
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c)
+      for (int h = 0; h < H; ++h)
+        for (int v = 0; v < W; ++v)
+          ASSERT_EQ(x_cl[std::size_t(((n * H + h) * W + v) * C + c)],
+                    x[std::size_t(((n * C + c) * H + h) * W + v)]);
+  ASSERT_EQ(cudnnConvolutionForward(nchw.h, &kOne, x_nhwc, dx_nhwc.p, filter_nhwc, dw_nhwc.p,
+                                    nchw.conv, kImplicit, nullptr, 0, &kZero, y_nhwc, dy_nhwc.p),
+            CUDNN_STATUS_SUCCESS)
+      << last_error();
+  ASSERT_EQ(cudnnTransformTensor(nchw.h, &kOne, y_nhwc, dy_nhwc.p, &kZero, nchw.y, dy_back.p),
+            CUDNN_STATUS_SUCCESS);
+  const std::vector<float> want = dy.host(), got = dy_back.host();
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "at " << i;
+  // A transform between tensors of different shapes is refused.
+  EXPECT_EQ(cudnnTransformTensor(nchw.h, &kOne, nchw.x, dx.p, &kZero, y_nhwc, dy_nhwc.p),
+            CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH);
+  cudnnDestroyFilterDescriptor(filter_nhwc);
+  for (auto t : {x_nhwc, y_nhwc, w_nchw, w_nhwc}) cudnnDestroyTensorDescriptor(t);
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 //   exchange  GradientBuckets (default --bucket-mb) vs one MPI_Allreduce of the arena
 //   input     Dataset+InputQueue+Scatter  vs H5Dread of the whole set
 // Usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all>
-//            [--threads T] [--repeats N] [--data FILE]
+//            [--threads T] [--repeats N] [--warmup N] [--batch N] [--data FILE]
 #include <mpi.h>
 
 #include <algorithm>
@@ -43,10 +43,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpiexec -n P dptrain_bench <gemm|cnn|exchange|input|all> [--threads T]\n"
-    "                                  [--repeats N]\n"
+    "                                  [--repeats N] [--warmup N] [--batch N]\n"
     "                                  [--data FILE]\n"
     "  --threads T   compute threads per rank (default 1)\n"
     "  --repeats N   timed repeats per row (default: as many as fit about 3 s)\n"
+    "  --warmup N    untimed pairs before them (default: the row's own, 1 to 20)\n"
+    "  --batch N     rows per step of the gemm and cnn rows (default 128)\n"
     "  --data FILE   HDF5 file with /train/features and /train/labels (input row)\n"
     "  --device D    cpu (default) or cuda: the gemm and cnn rows on the GPU (cuBLAS, cuDNN)\n"
     "  --precision P fp32 (default), tf32 or bf16 (cuda only)\n";
@@ -54,7 +56,7 @@ constexpr const char* kUsage =
 struct Args {
   std::string what;
   int threads = 1;
-  int repeats = 0;  // 0: sized from the warm-up to the row's time budget
+  RowRun run;  // --repeats, --warmup, --batch
   std::string data;
   std::string device = "cpu", precision = "fp32";
 };
@@ -77,7 +79,9 @@ Args parse_args(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--threads") a.threads = positive(arg, value(i));
-    else if (arg == "--repeats") a.repeats = positive(arg, value(i));
+    else if (arg == "--repeats") a.run.repeats = positive(arg, value(i));
+    else if (arg == "--warmup") a.run.warmup = positive(arg, value(i));
+    else if (arg == "--batch") a.run.rows = positive(arg, value(i));
     else if (arg == "--data") a.data = value(i);
     else if (arg == "--device") a.device = value(i);
     else if (arg == "--precision") a.precision = value(i);
@@ -120,7 +124,8 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
     idle_barrier(mpi.world());
     return {};
   }
-  constexpr int kBatch = 128, kInput = 784;
+  constexpr int kInput = 784;
+  const int kBatch = args.run.rows;
   auto be = make_backend(args.device, backend_options(args));
   auto comm = make_mpi_communicator(MPI_COMM_SELF);
   Model model(*be, parse_model_spec("dense:256,relu,dense:256,relu,dense:10"), kInput, kBatch);
@@ -197,12 +202,13 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
                     be->synchronize();
                     return ms_since(t0);
                   }};
-  const Samples s = alternate(MPI_COMM_SELF, args.repeats, {20, 3.0, 20, 5000}, ours, base);
+  const Samples s = alternate(MPI_COMM_SELF, args.run.repeats,
+                              with_warmup({20, 3.0, 20, 5000}, args.run.warmup), ours, base);
   idle_barrier(mpi.world());
   return make_row(name, s, ours_over_base, "<= 1.2",
                   "ours = train_step (forward, xent, backward, Adam over " +
-                      std::to_string(model.num_params()) +
-                      " params) of MLP 784-256-256-10 on 128 rows; baseline = its " +
+                      std::to_string(model.num_params()) + " params) of MLP 784-256-256-10 on " +
+                      std::to_string(kBatch) + " rows; baseline = its " +
                       plural(static_cast<long>(gemms.size()), "GEMM") +
                       (cuda ? " (cublasGemmEx through the backend, same shapes and precision)"
                             : " (" + cpu_gemm::describe() + ", same shapes)") +
@@ -214,7 +220,7 @@ Row bench_cnn(const MpiSession& mpi, const Args& args) {
   Row r;
   if (mpi.rank() == 0) {
     auto be = make_backend(args.device, backend_options(args));
-    r = cnn_step_row(*be, args.repeats, placement(args), args.device == "cuda");
+    r = cnn_step_row(*be, args.run, placement(args), args.device == "cuda");
   }
   idle_barrier(mpi.world());
   return r;
@@ -262,7 +268,8 @@ Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
                                                 MPI_FLOAT, MPI_SUM, raw.get()));
                     return ms_since(t0);
                   }};
-  const Samples s = alternate(mpi.world(), args.repeats, {20, 3.0, 20, 20000}, ours, base);
+  const Samples s = alternate(mpi.world(), args.run.repeats,
+                              with_warmup({20, 3.0, 20, 20000}, args.run.warmup), ours, base);
   char mib[32];
   std::snprintf(mib, sizeof mib, "%.3g MiB", double(n) * sizeof(float) / 1048576.0);
   return make_row("gradient exchange, " + std::to_string(layers) + " layers (" + mib + "), " +
@@ -349,7 +356,8 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
                   }};
   // The warm-up pair reads the file once on each side: both then read from
   // the page cache.
-  const Samples s = alternate(mpi.world(), args.repeats, {1, 4.0, 3, 50}, ours, base);
+  const Samples s = alternate(mpi.world(), args.run.repeats,
+                              with_warmup({1, 4.0, 3, 50}, args.run.warmup), ours, base);
   char mib[32];
   std::snprintf(mib, sizeof mib, "%.3g MiB", double(shape.feature_bytes) / 1048576.0);
   return make_row(name, s, base_over_ours, ">= 0.8",

@@ -34,6 +34,11 @@ void idle_barrier(MPI_Comm comm) {
   }
 }
 
+Budget with_warmup(Budget b, int warmup) {
+  if (warmup >= 0) b.warmup = warmup;
+  return b;
+}
+
 Samples alternate(MPI_Comm comm, int repeats, const Budget& budget, const Side& ours,
                   const Side& base) {
   auto timed = [comm](const Side& side) {

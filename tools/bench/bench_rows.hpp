@@ -46,9 +46,17 @@ struct Side {
 };
 
 struct Budget {
-  int warmup;          // untimed pairs first; their median time sizes the repeats
-  double seconds;      // what a row should take when repeats are not given
+  int warmup;      // untimed pairs first; their median time sizes the repeats
+  double seconds;  // what a row should take when repeats are not given
   int min_repeats, max_repeats;
+};
+// b with warmup untimed pairs instead, where warmup >= 0 (--warmup).
+Budget with_warmup(Budget b, int warmup);
+
+// How the training-step rows run: --repeats (0: sized to the row's time
+// budget), --warmup (< 0: the row's own) and --batch (rows per step).
+struct RowRun {
+  int repeats = 0, warmup = -1, rows = 128;
 };
 
 struct Samples {

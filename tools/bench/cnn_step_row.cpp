@@ -1,12 +1,12 @@
 // Implements: the cnn row of dptrain_bench (cnn_step_row.hpp): the demo
 // CNN's training step (the model of jobs/fashion_mnist_cnn.ini on 128 rows
-// of 1x28x28, one rank) against the library calls inside it. The baseline
-// is every conv and pooling pass of the step through the backend's own
-// plans of the same geometry (cuDNN on CUDA, oneDNN on the CPU) and every
-// GEMM of its dense layers (cuBLAS, or the CPU GEMM), back to back on
-// buffers of the same shapes: what the step would cost with nothing of
-// ours around the libraries (bn, activations, dropout, bias, loss, the
-// optimizer and every launch between). ratio = baseline / step, the share
+// of 1x28x28 unless --batch says otherwise, one rank) against the library
+// calls inside it. The baseline is every conv and pooling pass of the step
+// through the backend's own plans of the same geometry (cuDNN on CUDA,
+// oneDNN on the CPU) and every GEMM of its dense layers (cuBLAS, or the CPU
+// GEMM), back to back on buffers of the same shapes: what the step would
+// cost with nothing of ours around the libraries (bn, activations,
+// dropout, bias, loss, the optimizer and every launch between). ratio = baseline / step, the share
 // of the step spent in the libraries.
 #include "cnn_step_row.hpp"
 
@@ -28,7 +28,7 @@ namespace {
 constexpr char kSpec[] =
     "conv:32:3,bn,relu,maxpool:2,conv:64:3,bn,relu,maxpool:2,dense:128,relu,dropout:0.3,"
     "dense:10";
-constexpr int kBatch = 128, kClasses = 10;
+constexpr int kClasses = 10;
 
 // The integer arguments of a canonical layer spec ("conv:32:3:1:1" -> 32, 3, 1, 1).
 std::vector<int> spec_args(const Layer& layer) {
@@ -49,7 +49,7 @@ SpatialExtent extent(const Shape& s) {  // {(D,) H, W} of [C, (D,) H, W]
 // its own, forward ones in layer order and backward ones in reverse.
 class LibraryPasses {
  public:
-  explicit LibraryPasses(Backend& be) : be_(be), rng_(7) {}
+  LibraryPasses(Backend& be, int rows) : be_(be), rows_(rows), rng_(7) {}
 
   void add(const Layer& layer, bool first_with_params) {
     const std::string kind = layer.spec().substr(0, layer.spec().find(':'));
@@ -74,6 +74,7 @@ class LibraryPasses {
   }
 
   void add_conv(const Layer& layer, bool first_with_params) {
+    const int rows = rows_;
     const std::vector<int> a = spec_args(layer);
     const Shape &in = layer.input_shape(), &out = layer.output_shape();
     ConvGeometry g;
@@ -87,22 +88,23 @@ class LibraryPasses {
       g.stride[std::size_t(d)] = a.size() > 2 ? a[2] : 1;
       g.padding[std::size_t(d)] = a.size() > 3 ? a[3] : (a[1] - 1) / 2;
     }
-    g.max_rows = kBatch;
+    g.max_rows = rows;
     ConvPlan* plan = conv_plans_.emplace_back(be_.spatial().conv_plan(g)).get();
-    const std::size_t x_n = std::size_t(kBatch) * in.size(), y_n = std::size_t(kBatch) * out.size();
+    const std::size_t x_n = std::size_t(rows) * in.size(), y_n = std::size_t(rows) * out.size();
     std::size_t w_n = std::size_t(in[0]) * std::size_t(out[0]);
     for (int d = 0; d < g.dims; ++d) w_n *= std::size_t(g.kernel[std::size_t(d)]);
     float *x = buffer(x_n), *w = buffer(w_n), *b = buffer(out[0]), *y = buffer(y_n);
     float *dy = buffer(y_n), *dw = buffer(w_n), *db = buffer(out[0]), *dx = buffer(x_n);
-    forward_.push_back([=] { plan->forward(x, w, b, y, kBatch); });
+    forward_.push_back([=] { plan->forward(x, w, b, y, rows); });
     backward_.push_back([=] {  // as a layer runs them: weights first, then data
-      plan->backward_weights(x, dy, dw, db, kBatch);
-      if (!first_with_params) plan->backward_data(dy, w, dx, kBatch);
+      plan->backward_weights(x, dy, dw, db, rows);
+      if (!first_with_params) plan->backward_data(dy, w, dx, rows);
     });
     passes_ += first_with_params ? 2 : 3;
   }
 
   void add_pool(const Layer& layer, const std::string& kind) {
+    const int rows = rows_;
     const std::vector<int> a = spec_args(layer);
     const Shape &in = layer.input_shape(), &out = layer.output_shape();
     PoolGeometry g;
@@ -115,35 +117,37 @@ class LibraryPasses {
       g.window[std::size_t(d)] = a.at(0);
       g.stride[std::size_t(d)] = a.size() > 1 ? a[1] : a[0];
     }
-    g.max_rows = kBatch;
+    g.max_rows = rows;
     PoolPlan* plan = pool_plans_.emplace_back(be_.spatial().pool_plan(g)).get();
-    const std::size_t x_n = std::size_t(kBatch) * in.size(), y_n = std::size_t(kBatch) * out.size();
+    const std::size_t x_n = std::size_t(rows) * in.size(), y_n = std::size_t(rows) * out.size();
     float *x = buffer(x_n), *y = buffer(y_n), *dy = buffer(y_n), *dx = buffer(x_n);
-    forward_.push_back([=] { plan->forward(x, y, kBatch); });
+    forward_.push_back([=] { plan->forward(x, y, rows); });
     // After the forward above, whose x and y cuDNN's backward rereads.
-    backward_.push_back([=] { plan->backward(dy, dx, kBatch); });
+    backward_.push_back([=] { plan->backward(dy, dx, rows); });
     passes_ += 2;
   }
 
   // y = x W^T; dW = dy^T x; dx = dy W (not for the first layer), as Model runs them.
   void add_dense(const Layer& layer, bool first_with_params) {
+    const int rows = rows_;
     const int in = static_cast<int>(layer.input_shape().size());
     const int out = static_cast<int>(layer.output_shape().size());
-    float *x = buffer(std::size_t(kBatch) * in), *w = buffer(std::size_t(out) * in);
-    float *y = buffer(std::size_t(kBatch) * out), *dy = buffer(std::size_t(kBatch) * out);
-    float *dw = buffer(std::size_t(out) * in), *dx = buffer(std::size_t(kBatch) * in);
+    float *x = buffer(std::size_t(rows) * in), *w = buffer(std::size_t(out) * in);
+    float *y = buffer(std::size_t(rows) * out), *dy = buffer(std::size_t(rows) * out);
+    float *dw = buffer(std::size_t(out) * in), *dx = buffer(std::size_t(rows) * in);
     Backend& be = be_;
     forward_.push_back(
-        [=, &be] { be.gemm(false, true, kBatch, out, in, 1.0f, x, in, w, in, 0.0f, y, out); });
+        [=, &be] { be.gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out); });
     backward_.push_back([=, &be] {
-      be.gemm(true, false, out, in, kBatch, 1.0f, dy, out, x, in, 0.0f, dw, in);
+      be.gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 0.0f, dw, in);
       if (!first_with_params)
-        be.gemm(false, false, kBatch, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+        be.gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
     });
     passes_ += first_with_params ? 2 : 3;
   }
 
   Backend& be_;
+  int rows_;
   std::mt19937 rng_;
   std::vector<DeviceBuffer<float>> buffers_;
   std::vector<std::unique_ptr<ConvPlan>> conv_plans_;
@@ -154,24 +158,25 @@ class LibraryPasses {
 
 }  // namespace
 
-Row cnn_step_row(Backend& be, int repeats, const std::string& where, bool gpu) {
+Row cnn_step_row(Backend& be, const RowRun& run, const std::string& where, bool gpu) {
+  const int rows = run.rows;
   auto comm = make_mpi_communicator(MPI_COMM_SELF);
   const Shape input{1, 28, 28};
-  Model model(be, parse_model_spec(kSpec), input, kBatch);
+  Model model(be, parse_model_spec(kSpec), input, rows);
   model.init(1);
   model.set_step({1, 0, 0, 0, nullptr});
   Optimizer opt(be, OptimizerConfig{}, model.num_params());  // Adam
   DeviceBuffer<float> stats(be, 2);
-  ShardBuffers shard(be, kBatch, static_cast<int>(input.size()), 1, LossKind::kXent);
+  ShardBuffers shard(be, rows, static_cast<int>(input.size()), 1, LossKind::kXent);
   Shard& host = shard.host();
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  host.rows = kBatch;
-  for (std::size_t i = 0; i < std::size_t(kBatch) * input.size(); ++i) host.features[i] = u(rng);
-  for (int r = 0; r < kBatch; ++r) host.labels[r] = static_cast<std::int32_t>(rng() % kClasses);
+  host.rows = rows;
+  for (std::size_t i = 0; i < std::size_t(rows) * input.size(); ++i) host.features[i] = u(rng);
+  for (int r = 0; r < rows; ++r) host.labels[r] = static_cast<std::int32_t>(rng() % kClasses);
   const Shard& dev = shard.to_device();
 
-  LibraryPasses library(be);
+  LibraryPasses library(be, rows);
   bool first = true;
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
     library.add(model.layer(i), first);
@@ -180,7 +185,7 @@ Row cnn_step_row(Backend& be, int repeats, const std::string& where, bool gpu) {
   // Both sides end with the device idle (train_step reads a count back).
   const Side ours{nullptr, [&] {
                     const auto t0 = Clock::now();
-                    train_step(be, *comm, model, opt, LossKind::kXent, dev, kBatch, 1e-3f,
+                    train_step(be, *comm, model, opt, LossKind::kXent, dev, rows, 1e-3f,
                                stats.get(), nullptr);
                     be.synchronize();
                     return ms_since(t0);
@@ -191,11 +196,12 @@ Row cnn_step_row(Backend& be, int repeats, const std::string& where, bool gpu) {
                     be.synchronize();
                     return ms_since(t0);
                   }};
-  const Samples s = alternate(MPI_COMM_SELF, repeats, {10, 3.0, 10, 2000}, ours, base);
+  const Samples s = alternate(MPI_COMM_SELF, run.repeats,
+                              with_warmup({10, 3.0, 10, 2000}, run.warmup), ours, base);
   return make_row("CNN step vs its library passes (" + where + ")", s, base_over_ours,
                   gpu ? ">= 0.85" : "",
                   "ours = train_step (forward, xent, backward, Adam) of " + std::string(kSpec) +
-                      " on 128 rows of 1x28x28; baseline = its " +
+                      " on " + std::to_string(rows) + " rows of 1x28x28; baseline = its " +
                       std::to_string(library.count()) + " conv, pooling and GEMM passes" +
                       " through the backend's plans and GEMM (" + be.gemm_library() +
                       "), same shapes, back to back; ratio = baseline / ours: the share of "

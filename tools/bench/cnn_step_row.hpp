@@ -11,8 +11,8 @@
 
 namespace dptrain::bench {
 
-// On be, the calling rank alone; where names the placement in the row's
-// name; gpu: the row carries docs/gpu.md's target (>= 0.85).
-Row cnn_step_row(Backend& be, int repeats, const std::string& where, bool gpu);
+// On be, the calling rank alone, as run says; where names the placement
+// in the row's name; gpu: the row carries docs/gpu.md's target (>= 0.85).
+Row cnn_step_row(Backend& be, const RowRun& run, const std::string& where, bool gpu);
 
 }  // namespace dptrain::bench

@@ -8,15 +8,22 @@
 // (conv_algorithms.hpp: heuristics, deterministic only). Device-timed with
 // events, median of 5 rounds of 20 passes. One JSON line per row, as
 // dptrain_bench prints them: ours = NCHW, baseline = NHWC, ratio = NCHW /
-// NHWC (above 1: channels-last is faster). No target: the rows decide
-// whether converting at the layers' edges would pay (docs/gpu.md).
-// Usage: dptrain_conv_layout [--device N]
+// NHWC (above 1: channels-last is faster). Then one row per layer that
+// decides the question: the layer's passes of a training step (the first
+// layer has no backward data pass) in NCHW against the same passes in NHWC
+// plus the conversions that NHWC convolutions between NCHW layers take at
+// their edges (cudnnTransformTensor: x, dy, w in; y, dx, dw out). No
+// target: the rows decide whether converting at the layers' edges would
+// pay (docs/gpu.md).
+// Usage: dptrain_conv_layout [--device N] [--rows N] [--rounds N] [--passes N]
+//   (--rows, --rounds, --passes: 128, 5, 20; smaller only for a quick run)
 #include <cudnn.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,35 +39,44 @@ namespace {
 using namespace dptrain;
 using namespace dptrain::cuda;
 
-constexpr int kRows = 128, kKernel = 3, kRounds = 5, kPasses = 20;
+constexpr int kKernel = 3;
+
+struct Options {
+  int device = 0, rows = 128, rounds = 5, passes = 20;
+};
 
 struct Layer {
   int in, out, size;  // channels in and out, square extent
 };
 constexpr std::array<Layer, 2> kLayers{{{1, 32, 28}, {32, 64, 14}}};
 constexpr std::array<ConvPass, 3> kPassKinds{ConvPass::kForward, ConvPass::kBackwardData,
-                                            ConvPass::kBackwardFilter};
+                                             ConvPass::kBackwardFilter};
 
-// One layer's descriptors, buffers and per-pass algorithms in one layout.
+// One layer's descriptors, buffers and per-pass algorithms in one layout;
+// w_tensor describes the filter's memory as a tensor [K, C, R, S] of the
+// same format (KCRS or KRSC), for the conversions.
 struct Setup {
-  TensorDescriptor x, y;
+  TensorDescriptor x, y, w_tensor;
   FilterDescriptor w;
   std::array<ConvolutionDescriptor, 3> conv;
   std::array<std::optional<AlgorithmChoice>, 3> algo;
   DeviceMemory xs, ys, ws, workspace;
 };
 
-Setup make_setup(cudnnHandle_t h, const Layer& l, cudnnTensorFormat_t format, ConvArithmetic a) {
+Setup make_setup(cudnnHandle_t h, int rows, const Layer& l, cudnnTensorFormat_t format,
+                 ConvArithmetic a) {
   const bool bf16 = a == ConvArithmetic::kBf16;
   const cudnnDataType_t type = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   const std::size_t bytes = bf16 ? 2 : 4;
   Setup s;
   s.x = TensorDescriptor::create();
   s.y = TensorDescriptor::create();
+  s.w_tensor = TensorDescriptor::create();
   s.w = FilterDescriptor::create();
-  DPT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.x.get(), format, type, kRows, l.in, l.size, l.size));
+  DPT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.x.get(), format, type, rows, l.in, l.size, l.size));
+  DPT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.y.get(), format, type, rows, l.out, l.size, l.size));
   DPT_CUDNN_CHECK(
-      cudnnSetTensor4dDescriptor(s.y.get(), format, type, kRows, l.out, l.size, l.size));
+      cudnnSetTensor4dDescriptor(s.w_tensor.get(), format, type, l.out, l.in, kKernel, kKernel));
   DPT_CUDNN_CHECK(
       cudnnSetFilter4dDescriptor(s.w.get(), type, format, l.out, l.in, kKernel, kKernel));
   std::size_t workspace = 0;
@@ -72,15 +88,17 @@ Setup make_setup(cudnnHandle_t h, const Layer& l, cudnnTensorFormat_t format, Co
                                  s.conv[p].get(), a, kMaxConvWorkspace);
     if (s.algo[p]) workspace = std::max(workspace, s.algo[p]->workspace);
   }
-  const std::size_t x_n = std::size_t(kRows) * l.in * l.size * l.size;
-  const std::size_t y_n = std::size_t(kRows) * l.out * l.size * l.size;
+  const std::size_t x_n = std::size_t(rows) * l.in * l.size * l.size;
+  const std::size_t y_n = std::size_t(rows) * l.out * l.size * l.size;
   s.xs = DeviceMemory(x_n * bytes);
   s.ys = DeviceMemory(y_n * bytes);
   s.ws = DeviceMemory(std::size_t(l.out) * l.in * kKernel * kKernel * bytes);
   s.workspace = DeviceMemory(std::max<std::size_t>(workspace, 1));
-  // Small finite values in either type (bytes 0x3c: about 0.0115).
+  // Small finite values in either type (bytes 0x3c: about 0.0115), set
+  // before the timed stream (non-blocking) runs anything.
   for (const DeviceMemory* m : {&s.xs, &s.ys, &s.ws})
-    DPT_CUDA_CHECK(cudaMemset(m->get(), 0x3c, m->bytes()));
+    DPT_CUDA_CHECK(cudaMemsetAsync(m->get(), 0x3c, m->bytes(), nullptr));
+  DPT_CUDA_CHECK(cudaDeviceSynchronize());
   return s;
 }
 
@@ -90,10 +108,10 @@ void run_pass(cudnnHandle_t h, const Setup& s, std::size_t p) {
   void* ws = s.workspace.get();
   switch (kPassKinds[p]) {
     case ConvPass::kForward:
-      DPT_CUDNN_CHECK(cudnnConvolutionForward(
-          h, &one, s.x.get(), s.xs.get(), s.w.get(), s.ws.get(), s.conv[p].get(),
-          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace, &zero, s.y.get(),
-          s.ys.get()));
+      DPT_CUDNN_CHECK(cudnnConvolutionForward(h, &one, s.x.get(), s.xs.get(), s.w.get(), s.ws.get(),
+                                              s.conv[p].get(),
+                                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws,
+                                              c.workspace, &zero, s.y.get(), s.ys.get()));
       break;
     case ConvPass::kBackwardData:
       DPT_CUDNN_CHECK(cudnnConvolutionBackwardData(
@@ -104,78 +122,139 @@ void run_pass(cudnnHandle_t h, const Setup& s, std::size_t p) {
     case ConvPass::kBackwardFilter:
       DPT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
           h, &one, s.x.get(), s.xs.get(), s.y.get(), s.ys.get(), s.conv[p].get(),
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws, c.workspace, &zero,
-          s.w.get(), s.ws.get()));
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws, c.workspace, &zero, s.w.get(),
+          s.ws.get()));
       break;
   }
 }
 
-// Median over rounds of the mean pass time, in ms.
-double time_pass(cudnnHandle_t h, cudaStream_t stream, const Setup& s, std::size_t p) {
+// What NHWC convolutions between NCHW layers add to a step: the inputs
+// converted in (x, dy, w), the outputs back (y, dx, dw); the first layer
+// has no dx.
+void convert_at_edges(cudnnHandle_t h, const Setup& nchw, const Setup& nhwc, bool first) {
+  const float one = 1.0f, zero = 0.0f;
+  const auto convert = [&](const TensorDescriptor& from_d, const DeviceMemory& from,
+                           const TensorDescriptor& to_d, const DeviceMemory& to) {
+    DPT_CUDNN_CHECK(
+        cudnnTransformTensor(h, &one, from_d.get(), from.get(), &zero, to_d.get(), to.get()));
+  };
+  convert(nchw.x, nchw.xs, nhwc.x, nhwc.xs);                // x in
+  convert(nchw.w_tensor, nchw.ws, nhwc.w_tensor, nhwc.ws);  // w in
+  convert(nhwc.y, nhwc.ys, nchw.y, nchw.ys);                // y out
+  convert(nchw.y, nchw.ys, nhwc.y, nhwc.ys);                // dy in
+  if (!first) convert(nhwc.x, nhwc.xs, nchw.x, nchw.xs);    // dx out
+  convert(nhwc.w_tensor, nhwc.ws, nchw.w_tensor, nchw.ws);  // dw out
+}
+
+// Median over rounds of the mean time of run(), in ms.
+double time_ops(const Options& o, cudaStream_t stream, const std::function<void()>& run) {
   const Event start = Event::create_timed(), stop = Event::create_timed();
-  for (int i = 0; i < 3; ++i) run_pass(h, s, p);  // warm-up
+  for (int i = 0; i < 3; ++i) run();  // warm-up
   std::vector<double> rounds;
-  for (int r = 0; r < kRounds; ++r) {
+  for (int r = 0; r < o.rounds; ++r) {
     DPT_CUDA_CHECK(cudaEventRecord(start.get(), stream));
-    for (int i = 0; i < kPasses; ++i) run_pass(h, s, p);
+    for (int i = 0; i < o.passes; ++i) run();
     DPT_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
     DPT_CUDA_CHECK(cudaEventSynchronize(stop.get()));
     float ms = 0.0f;
     DPT_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-    rounds.push_back(ms / kPasses);
+    rounds.push_back(ms / o.passes);
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
 }
 
-void print_rows(cudnnHandle_t h, cudaStream_t stream, const Layer& l, ConvArithmetic a) {
+void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const Layer& l, bool first,
+                ConvArithmetic a) {
   const char* precision = a == ConvArithmetic::kBf16 ? "bf16" : "tf32";
-  const Setup nchw = make_setup(h, l, CUDNN_TENSOR_NCHW, a);
-  const Setup nhwc = make_setup(h, l, CUDNN_TENSOR_NHWC, a);
+  const Setup nchw = make_setup(h, o.rows, l, CUDNN_TENSOR_NCHW, a);
+  const Setup nhwc = make_setup(h, o.rows, l, CUDNN_TENSOR_NHWC, a);
+  char layer[96];
+  std::snprintf(layer, sizeof layer, "conv %d->%d on %dx%d", l.in, l.out, l.size, l.size);
+  const char* missing = nullptr;
+  double step_nchw = 0.0, step_nhwc = 0.0;
   for (std::size_t p = 0; p < kPassKinds.size(); ++p) {
     char name[160];
-    std::snprintf(name, sizeof name, "conv %d->%d on %dx%d %s, NCHW vs NHWC (%s)", l.in, l.out,
-                  l.size, l.size, pass_name(kPassKinds[p]), precision);
+    std::snprintf(name, sizeof name, "%s %s, NCHW vs NHWC (%s)", layer, pass_name(kPassKinds[p]),
+                  precision);
     if (!nchw.algo[p] || !nhwc.algo[p]) {
+      missing = !nchw.algo[p] ? "NCHW" : "NHWC";
       std::printf("{\"row\":\"%s\",\"status\":\"no deterministic algorithm\",\"note\":\"%s\"}\n",
-                  name, !nchw.algo[p] ? "NCHW" : "NHWC");
+                  name, missing);
       continue;
     }
-    const double ours = time_pass(h, stream, nchw, p), base = time_pass(h, stream, nhwc, p);
-    std::printf("{\"row\":\"%s\",\"ours\":%.4f,\"baseline\":%.4f,\"unit\":\"ms\",\"ratio\":%.4f,"
-                "\"target\":\"none: above 1, channels-last is faster\",\"note\":\"128 rows, 3x3, "
-                "padding 1; algorithms %d and %d\"}\n",
-                name, ours, base, ours / base, nchw.algo[p]->algo, nhwc.algo[p]->algo);
+    const double ours = time_ops(o, stream, [&] { run_pass(h, nchw, p); });
+    const double base = time_ops(o, stream, [&] { run_pass(h, nhwc, p); });
+    if (!(first && kPassKinds[p] == ConvPass::kBackwardData)) {
+      step_nchw += ours;
+      step_nhwc += base;
+    }
+    std::printf(
+        "{\"row\":\"%s\",\"ours\":%.4f,\"baseline\":%.4f,\"unit\":\"ms\",\"ratio\":%.4f,"
+        "\"target\":\"none: above 1, channels-last is faster\",\"note\":\"%d rows, 3x3, "
+        "padding 1; algorithms %d and %d\"}\n",
+        name, ours, base, ours / base, o.rows, nchw.algo[p]->algo, nhwc.algo[p]->algo);
+  }
+  char name[200];
+  std::snprintf(name, sizeof name, "%s, its passes of a step: NCHW vs NHWC with conversions (%s)",
+                layer, precision);
+  if (missing) {
+    std::printf("{\"row\":\"%s\",\"status\":\"no deterministic algorithm\",\"note\":\"%s\"}\n",
+                name, missing);
+  } else {
+    const double convert = time_ops(o, stream, [&] { convert_at_edges(h, nchw, nhwc, first); });
+    std::printf(
+        "{\"row\":\"%s\",\"ours\":%.4f,\"baseline\":%.4f,\"unit\":\"ms\",\"ratio\":%.4f,"
+        "\"target\":\"none: above 1, converting at the layer's edges pays\",\"note\":\"%s; "
+        "NHWC %.4f ms in passes + %.4f ms converting\"}\n",
+        name, step_nchw, step_nhwc + convert, step_nchw / (step_nhwc + convert),
+        first ? "forward, backward filter" : "forward, backward data and filter", step_nhwc,
+        convert);
   }
   std::fflush(stdout);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    int* into = arg == "--device"   ? &o.device
+                : arg == "--rows"   ? &o.rows
+                : arg == "--rounds" ? &o.rounds
+                : arg == "--passes" ? &o.passes
+                                    : nullptr;
+    if (!into || i + 1 == argc)
+      throw Error(ExitCode::kUsage,
+                  "usage: dptrain_conv_layout [--device N] [--rows N] [--rounds N] [--passes N]");
+    *into = std::stoi(argv[++i]);
+    if (*into < (into == &o.device ? 0 : 1))
+      throw Error(ExitCode::kUsage, arg + " " + argv[i] + ": out of range");
+  }
+  return o;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    int device = 0;
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      if (arg == "--device" && i + 1 < argc) device = std::stoi(argv[++i]);
-      else throw Error(ExitCode::kUsage, "usage: dptrain_conv_layout [--device N]");
-    }
+    const Options o = parse_options(argc, argv);
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       std::fprintf(stderr, "dptrain_conv_layout: no GPU visible\n");
       return 77;
     }
-    DPT_CUDA_CHECK(cudaSetDevice(device));
+    DPT_CUDA_CHECK(cudaSetDevice(o.device));
     const Stream stream = Stream::create();
     const CudnnHandle handle = CudnnHandle::create();
     DPT_CUDNN_CHECK(cudnnSetStream(handle.get(), stream.get()));
     for (const ConvArithmetic a : {ConvArithmetic::kTf32, ConvArithmetic::kBf16})
-      for (const Layer& l : kLayers) print_rows(handle.get(), stream.get(), l, a);
+      for (std::size_t i = 0; i < kLayers.size(); ++i)
+        print_rows(o, handle.get(), stream.get(), kLayers[i], i == 0, a);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "dptrain_conv_layout: %s\n", e.what());
     return static_cast<int>(e.code());
-  } catch (const std::exception& e) {  // --device not a number, out of memory
+  } catch (const std::exception& e) {  // a value not a number, out of memory
     std::fprintf(stderr, "dptrain_conv_layout: %s\n", e.what());
     return 1;
   }

@@ -224,9 +224,14 @@ std::unique_ptr<RowPlan> CudnnConvPlan::choose(int rows, std::size_t max_workspa
   const ConvArithmetic wanted = arithmetic_of(c_.precision());
   std::unique_ptr<RowPlan> p = try_create(rows, wanted, max_workspace);
   if (!p && wanted == ConvArithmetic::kBf16) {
+    const std::string room = max_workspace >= kMaxConvWorkspace
+                                 ? ""
+                                 : " that needs less than the " +
+                                       std::to_string(max_workspace + 1) +
+                                       " bytes of workspace the GPU has no room for";
     note_once(NoteTopic::kBf16Fallback, "cuDNN has no bf16 " + std::string(pass_name(*unmatched_)) +
-                                            " algorithm for the " + describe(g_) + " over " +
-                                            std::to_string(rows) +
+                                            " algorithm" + room + " for the " + describe(g_) +
+                                            " over " + std::to_string(rows) +
                                             " rows; such convolutions run in TF32 instead");
     p = try_create(rows, ConvArithmetic::kTf32, max_workspace);
   }

@@ -125,17 +125,25 @@ cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d);
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d);
 cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataType_t type,
                                          int nbDims, const int dimA[], const int strideA[]);
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
+                                         cudnnDataType_t type, int n, int c, int h, int w);
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d);
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d);
 cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
                                          cudnnTensorFormat_t format, int nbDims,
                                          const int filterDimA[]);
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
+                                         cudnnTensorFormat_t format, int k, int c, int h, int w);
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* d);
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d);
 cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t d, int arrayLength,
                                               const int padA[], const int filterStrideA[],
                                               const int dilationA[], cudnnConvolutionMode_t mode,
                                               cudnnDataType_t computeType);
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h,
+                                              int pad_w, int u, int v, int dilation_h,
+                                              int dilation_w, cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t compute);
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t math);
 cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t conv,
                                                     const cudnnTensorDescriptor_t x,
@@ -208,6 +216,9 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void* alpha,
                                            const cudnnTensorDescriptor_t dyDesc, const void* dy,
                                            const void* beta, const cudnnTensorDescriptor_t dbDesc,
                                            void* db);
+cudnnStatus_t cudnnTransformTensor(cudnnHandle_t h, const void* alpha,
+                                   const cudnnTensorDescriptor_t xDesc, const void* x,
+                                   const void* beta, const cudnnTensorDescriptor_t yDesc, void* y);
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha,
                              const cudnnTensorDescriptor_t aDesc, const void* A, const void* beta,
                              const cudnnTensorDescriptor_t cDesc, void* C);
