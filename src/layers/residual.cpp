@@ -39,7 +39,10 @@ class Residual final : public Layer {
 
   std::string spec() const override {
     std::string s = "res(";
-    for (std::size_t i = 0; i < body_.size(); ++i) s += (i ? "," : "") + body_[i]->spec();
+    for (std::size_t i = 0; i < body_.size(); ++i) {
+      if (i) s += ',';
+      s += body_[i]->spec();
+    }
     return s + ")";
   }
   bool differs_in_eval() const override { return any([](const Layer& l) { return l.differs_in_eval(); }); }
