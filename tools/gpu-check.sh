@@ -234,7 +234,8 @@ else
   # One rank moves nothing; this only shows that the tool starts (NCCL loads).
   run_for 30 "$work/nccl.txt" "${mpirun[@]}" -n 1 "$nccl_rate" --mib 1 --repeats 2
   rc=$?
-  if ((rc == 0)); then started=ok; else started="exit $rc: $(tail -1 "$work/nccl.txt")"; fi
+  if ((rc == 0)); then started=ok
+  else started="exit $rc: $(grep -m1 'dptrain_nccl_rate' "$work/nccl.txt" || tail -1 "$work/nccl.txt")"; fi
   row speed "all-reduce bus bandwidth vs NCCL" skipped "needs 2+ GPUs (dptrain_nccl_rate on 1 rank: $started)"
 fi
 # CNN step against the bare cuDNN/cuBLAS time of its layers: dptrain_bench's
