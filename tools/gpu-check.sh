@@ -265,7 +265,7 @@ else
     grep '^{' "$work/layout.txt" | while read -r line; do
       name=$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line")
       if grep -q '"status"' <<<"$line"; then
-        row speed "$name" "$(sed -n 's/.*"status":"\([^"]*\)".*/\1/p' <<<"$line")" "in $(sed -n 's/.*"note":"\([^"]*\)".*/\1/p' <<<"$line")"
+        row speed "$name" "$(sed -n 's/.*"status":"\([^"]*\)".*/\1/p' <<<"$line")" "$(sed -n 's/.*"note":"\([^"]*\)".*/\1/p' <<<"$line")"
       else
         row speed "$name" "$(field ratio <<<"$line")" \
           "NCHW $(field ours <<<"$line") ms, NHWC $(field baseline <<<"$line") ms; above 1: channels-last is faster"

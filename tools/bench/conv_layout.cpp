@@ -179,7 +179,7 @@ void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const La
                   precision);
     if (!nchw.algo[p] || !nhwc.algo[p]) {
       missing = !nchw.algo[p] ? "NCHW" : "NHWC";
-      std::printf("{\"row\":\"%s\",\"status\":\"no deterministic algorithm\",\"note\":\"%s\"}\n",
+      std::printf("{\"row\":\"%s\",\"status\":\"no deterministic algorithm\",\"note\":\"in %s\"}\n",
                   name, missing);
       continue;
     }
@@ -199,7 +199,7 @@ void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const La
   std::snprintf(name, sizeof name, "%s, its passes of a step: NCHW vs NHWC with conversions (%s)",
                 layer, precision);
   if (missing) {
-    std::printf("{\"row\":\"%s\",\"status\":\"no deterministic algorithm\",\"note\":\"%s\"}\n",
+    std::printf("{\"row\":\"%s\",\"status\":\"no deterministic algorithm\",\"note\":\"in %s\"}\n",
                 name, missing);
   } else {
     const double convert = time_ops(o, stream, [&] { convert_at_edges(h, nchw, nhwc, first); });
@@ -211,6 +211,16 @@ void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const La
         first ? "forward, backward filter" : "forward, backward data and filter", step_nhwc,
         convert);
   }
+  std::fflush(stdout);
+}
+
+// A layer and precision whose rows cuDNN refused to make (a descriptor, a
+// pass or a conversion): one status row, quotes in the message made single.
+void refused_row(const Layer& l, ConvArithmetic a, std::string why) {
+  std::replace(why.begin(), why.end(), '"', '\'');
+  std::replace(why.begin(), why.end(), '\n', ' ');
+  std::printf("{\"row\":\"conv %d->%d on %dx%d (%s)\",\"status\":\"cuDNN refused\",\"note\":\"%s\"}\n",
+              l.in, l.out, l.size, l.size, a == ConvArithmetic::kBf16 ? "bf16" : "tf32", why.c_str());
   std::fflush(stdout);
 }
 
@@ -248,8 +258,14 @@ int main(int argc, char** argv) {
     const CudnnHandle handle = CudnnHandle::create();
     DPT_CUDNN_CHECK(cudnnSetStream(handle.get(), stream.get()));
     for (const ConvArithmetic a : {ConvArithmetic::kTf32, ConvArithmetic::kBf16})
-      for (std::size_t i = 0; i < kLayers.size(); ++i)
-        print_rows(o, handle.get(), stream.get(), kLayers[i], i == 0, a);
+      for (std::size_t i = 0; i < kLayers.size(); ++i) {
+        try {
+          print_rows(o, handle.get(), stream.get(), kLayers[i], i == 0, a);
+        } catch (const Error& e) {  // NHWC is only measured: a refusal is a row, not the end
+          refused_row(kLayers[i], a, e.what());
+          DPT_CUDA_CHECK(cudaDeviceSynchronize());  // a refusal, not a fault of the device
+        }
+      }
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "dptrain_conv_layout: %s\n", e.what());
