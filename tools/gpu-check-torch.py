@@ -8,6 +8,9 @@
 # waiting for data. Without PyTorch (or without a GPU) it prints the
 # dptrain-only rows and says why the others are missing.
 #   gpu-check-torch.py WORK
+# DPTRAIN_TORCH_DEVICE=cpu runs the PyTorch side on the CPU instead (for
+# the check's run on the emulated GPU, tests/emulated/: the rows' code runs,
+# their figures mean nothing).
 import json
 import os
 import statistics
@@ -15,6 +18,7 @@ import sys
 import time
 
 B, SIZES = 128, [784, 256, 256, 10]
+DEVICE = os.environ.get("DPTRAIN_TORCH_DEVICE", "cuda")
 PRECISIONS = ["fp32", "tf32", "bf16"]
 
 
@@ -36,19 +40,24 @@ def dptrain_stats(work, precision):
     return step_ms, ms.get("forward", 0.0) + ms.get("backward", 0.0), statistics.median(shares or [0.0])
 
 
+def synchronize(torch):
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def timed(torch, fn, iters):
     for _ in range(20):
         fn()
-    torch.cuda.synchronize()
+    synchronize(torch)
     t = time.perf_counter()
     for _ in range(iters):
         fn()
-    torch.cuda.synchronize()
+    synchronize(torch)
     return 1000.0 * (time.perf_counter() - t) / iters
 
 
 def torch_step_ms(torch, precision):
-    dev = torch.device("cuda")
+    dev = torch.device(DEVICE)
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.manual_seed(0)
     layers = []
@@ -64,7 +73,7 @@ def torch_step_ms(torch, precision):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=precision == "bf16"):
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
@@ -75,7 +84,7 @@ def torch_step_ms(torch, precision):
 def gemm_ms(torch, precision):
     # The 8 GEMMs of one dptrain step: 3 forward, 3 weight gradients, and the
     # 2 input gradients (none for the first layer).
-    dev = torch.device("cuda")
+    dev = torch.device(DEVICE)
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     dt = torch.bfloat16 if precision == "bf16" else torch.float32
     ops = []
@@ -92,7 +101,7 @@ def main():
     work = sys.argv[1]
     try:
         import torch
-        why = None if torch.cuda.is_available() else "PyTorch sees no GPU"
+        why = None if DEVICE == "cpu" or torch.cuda.is_available() else "PyTorch sees no GPU"
     except ImportError:
         torch, why = None, "no PyTorch"
     for p in PRECISIONS:
@@ -107,7 +116,7 @@ def main():
         t, g = torch_step_ms(torch, p), gemm_ms(torch, p)
         row(f"{p} step: dptrain vs PyTorch eager", f"{t / d[0]:.2f}",
             f"PyTorch/dptrain step time: dptrain {d[0]:.3f} ms, PyTorch {t:.3f} ms "
-            f"(torch {torch.__version__})")
+            f"(torch {torch.__version__} on {DEVICE})")
         row(f"{p} fwd+bwd vs bare GEMMs (torch.matmul)", f"{d[1] / g:.2f}" if g > 0 else "n/a",
             f"dptrain fwd+bwd {d[1]:.3f} ms (device events), 8 GEMMs {g:.3f} ms")
 

@@ -8,9 +8,10 @@
 # rounding are emulated, so their bounds are met or not as on a GPU), and
 # the speed rows of every tool. The check must exit 0 with every row
 # present and none failed; with 1 GPU the 2-GPU rows say skipped. The speed figures mean nothing here (emulated
-# time; quick sizes: SPEED_REPEATS, SPEED_ROWS, ALLREDUCE_MIB); what is
-# checked is that each tool runs, that its rows reach the table as numbers,
-# and that the table holds what docs/gpu.md says it does.
+# time; quick sizes: SPEED_REPEATS, SPEED_ROWS, ALLREDUCE_MIB; the PyTorch
+# rows on the CPU, where torch is installed); what is checked is that each
+# tool runs, that its rows reach the table as numbers, and that the table
+# holds what docs/gpu.md says it does.
 source "$DPTRAIN_SOURCE_DIR/tests/cli/lib.sh"
 : "${EMULATED_BIN:?run through ctest}"
 GPUS=${GPUS:-2}
@@ -35,6 +36,11 @@ else
 fi
 EOF
 chmod +x "$WORK/driver/nvidia-smi"
+# The check's python3 is the first on PATH: the one with h5py (and torch,
+# where installed), whose PyTorch side then runs on the CPU.
+ln -s "$PYTHON" "$WORK/driver/python3"
+torch=0
+"$PYTHON" -c "import torch" 2>/dev/null && torch=1
 
 # A subset of the GPU tests (all of them run in emulated_gpu): GEMM
 # precision, MLP and CNN training, the cuDNN plans and one NCCL ordering
@@ -44,7 +50,7 @@ tests+=':CudaTraining.*:CudaCnnTraining.ImagesAdamMatchesCpu:CudnnConv*:CudnnPoo
 tests+=':Nccl.OrderedWithComputeStream'
 table=$WORK/check.txt
 set +e
-PATH=$WORK/driver:$PATH BUNDLE=$tree GTEST_FILTER=$tests STEPS=20 BUDGET_S=900 SPEED_REPEATS=2 \
+PATH=$WORK/driver:$PATH DPTRAIN_TORCH_DEVICE=cpu BUNDLE=$tree GTEST_FILTER=$tests STEPS=20 BUDGET_S=900 SPEED_REPEATS=2 \
   SPEED_ROWS=4 ALLREDUCE_MIB=1 timeout -k 5 1000 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" \
   >"$table" 2>"$WORK/check.err"
 rc=$?
@@ -88,6 +94,16 @@ for p in fp32 tf32 bf16; do
   grep -qE "^\| speed \| CNN step vs its library passes \(1 GPU, $p\) \(cnn-$p\) \| $number \|" "$table" ||
     fail "no CNN row for $p"
 done
+for p in fp32 tf32 bf16; do
+  grep -qE "^\| speed \| $p data wait share of the step \| $number \|" "$table" || fail "no $p data wait row"
+  if ((torch)); then
+    grep -qE "^\| speed \| $p step: dptrain vs PyTorch eager \| $number \| .* on cpu\) \|" "$table" ||
+      fail "no $p PyTorch step row"
+    grep -qE "^\| speed \| $p fwd\+bwd vs bare GEMMs \(torch.matmul\) \| $number \|" "$table" ||
+      fail "no $p PyTorch GEMM row"
+  fi
+done
+((torch)) || echo "no torch for $PYTHON: the PyTorch rows were not checked"
 if ((GPUS == 2)); then
   grep -qE "^\| speed \| all-reduce 1 MiB bus bandwidth vs NCCL \(2 GPUs\) \| $number \|" "$table" ||
     fail "no all-reduce row"
