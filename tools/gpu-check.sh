@@ -267,8 +267,11 @@ else
       if grep -q '"status"' <<<"$line"; then
         row speed "$name" "$(sed -n 's/.*"status":"\([^"]*\)".*/\1/p' <<<"$line")" "$(sed -n 's/.*"note":"\([^"]*\)".*/\1/p' <<<"$line")"
       else
+        # A layer's step row: the note splits NHWC into passes and conversions.
+        how="above 1: channels-last is faster"
+        [[ $name == *"with conversions"* ]] && how="$(sed -n 's/.*"note":"[^;]*; \([^"]*\)".*/\1/p' <<<"$line"); above 1: converting at the edges pays"
         row speed "$name" "$(field ratio <<<"$line")" \
-          "NCHW $(field ours <<<"$line") ms, NHWC $(field baseline <<<"$line") ms; above 1: channels-last is faster"
+          "NCHW $(field ours <<<"$line") ms, NHWC $(field baseline <<<"$line") ms; $how"
       fi
     done
   fi

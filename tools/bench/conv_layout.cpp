@@ -219,8 +219,9 @@ void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const La
 void refused_row(const Layer& l, ConvArithmetic a, std::string why) {
   std::replace(why.begin(), why.end(), '"', '\'');
   std::replace(why.begin(), why.end(), '\n', ' ');
-  std::printf("{\"row\":\"conv %d->%d on %dx%d (%s)\",\"status\":\"cuDNN refused\",\"note\":\"%s\"}\n",
-              l.in, l.out, l.size, l.size, a == ConvArithmetic::kBf16 ? "bf16" : "tf32", why.c_str());
+  std::printf(
+      "{\"row\":\"conv %d->%d on %dx%d (%s)\",\"status\":\"cuDNN refused\",\"note\":\"%s\"}\n",
+      l.in, l.out, l.size, l.size, a == ConvArithmetic::kBf16 ? "bf16" : "tf32", why.c_str());
   std::fflush(stdout);
 }
 
