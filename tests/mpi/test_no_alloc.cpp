@@ -11,8 +11,9 @@
 // Its size is the kernel's blocking, so it depends on the CPU (about 16 KiB
 // with AVX2, 72 KiB with AVX-512). So malloc may be called at most once per
 // GEMM of the step, never for more than the GEMM library itself takes for
-// the step's shapes, called bare; creating a primitive or a tensor would
-// break either.
+// the step's shapes, called bare (on more ranks, where Open MPI's
+// non-blocking collectives malloc their schedules too, 64 KiB if that is
+// more); creating a primitive or a tensor would break either.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -193,8 +194,13 @@ TEST(NoAllocation, StepsAfterWarmUpAllocateNothing) {
   if (ranks == 1)
     EXPECT_LE(counted_mallocs, gemms_per_step * counted_steps)
         << "mallocs in " << counted_steps << " steps beyond one per GEMM";
-  EXPECT_LE(largest_malloc, gemm_largest)
-      << "an allocation inside the step larger than any its GEMMs make";
+  // On more ranks Open MPI's schedules count too (up to 53 KB measured on
+  // 2 to 4 ranks), so there the bound is at least the 64 KiB it always was.
+  const std::size_t bound =
+      ranks == 1 ? gemm_largest : std::max(gemm_largest, std::size_t(64) << 10);
+  EXPECT_LE(largest_malloc, bound)
+      << "an allocation inside the step larger than any its GEMMs (and on more ranks Open MPI's "
+         "collectives) make";
 }
 
 }  // namespace
