@@ -161,8 +161,11 @@ TEST(NoAllocation, StepsAfterWarmUpAllocateNothing) {
                           plan_buckets(model.param_layout(), model.num_params(), 1), &input);
   DeviceBuffer<float> stats(*be, 2);
   PhaseTimer timer;
-  const std::size_t gemm_largest =
-      bare_gemm_largest_malloc({{12, 32}, {32, 16}, {16, 4}}, {int(batch), int(200 % batch)});
+  std::vector<std::pair<int, int>> dense;  // {in, out} of each weight [out, in]
+  for (const ParamInfo& p : model.param_layout())
+    if (p.name == "weight") dense.emplace_back(int(p.shape[1]), int(p.shape[0]));
+  const std::size_t gemm_largest = bare_gemm_largest_malloc(
+      dense, {int(plan.slot(0).rows), int(plan.slot(plan.steps_per_epoch() - 1).rows)});
 
   long counted = 0, counted_mallocs = 0, counted_steps = 0;
   input.start(plan.slot(0).rows);
