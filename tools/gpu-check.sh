@@ -250,8 +250,10 @@ else
   row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" "not built" "dptrain_bench has no cnn mode in this build"
 fi
 # Channels-last: the demo CNN's cuDNN convolutions in NCHW (what the layers
-# use) against NHWC, per pass, in tf32 and bf16 (dptrain_conv_layout). No
-# target: the rows decide whether converting at the layers' edges would pay.
+# use) against NHWC, per pass, per layer's step with conversions at its
+# edges, and for the conv stack with conversions only at the network's
+# edges, in tf32 and bf16 (dptrain_conv_layout). No target: the rows decide
+# whether channels-last would pay, and where to convert.
 if ((ngpu == 0)); then
   row speed "conv passes NCHW vs NHWC (tf32, bf16)" skipped "no GPU"
 elif [[ ! -x $conv_layout ]]; then

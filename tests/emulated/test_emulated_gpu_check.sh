@@ -109,5 +109,8 @@ if ((GPUS == 2)); then
     fail "no all-reduce row"
 fi
 layout=$(grep -cE "^\| speed \| conv .* NCHW vs NHWC.* \| $number \|" "$table" || true)
-[[ $layout -eq 16 ]] || fail "$layout channels-last rows, want 16 (2 layers x (3 passes + 1 step) x 2 precisions)"
+[[ $layout -eq 18 ]] ||
+  fail "$layout channels-last rows, want 18 ((2 layers x (3 passes + 1 step) + the stack) x 2 precisions)"
+grep -qE "^\| speed \| conv stack of 2 layers channels-last throughout: .*\(bf16\) \| $number \| .* ms converting; " "$table" ||
+  fail "no channels-last row for the whole conv stack in bf16"
 echo "PASS: gpu-check on $GPUS emulated GPU(s): exit 0, $(wc -l <"$table") lines, $n tests on ${ranks[*]}, $(rows speed) speed rows"

@@ -12,9 +12,14 @@
 // decides the question: the layer's passes of a training step (the first
 // layer has no backward data pass) in NCHW against the same passes in NHWC
 // plus the conversions that NHWC convolutions between NCHW layers take at
-// their edges (cudnnTransformTensor: x, dy, w in; y, dx, dw out). No
-// target: the rows decide whether converting at the layers' edges would
-// pay (docs/gpu.md).
+// their edges (cudnnTransformTensor: x, dy, w in; y, dx, dw out). Last, per
+// precision, one row for the conv stack channels-last throughout: both
+// layers' step passes in NCHW against NHWC plus only the conversions at
+// the network's edges (the weights in and their gradients out, the pooled
+// output out and its gradient in; bn, ReLU and pooling taken as costing the
+// same in either layout). No target: the rows decide whether channels-last
+// would pay, converted at each layer or at the network's edges
+// (docs/gpu.md).
 // Usage: dptrain_conv_layout [--device N] [--rows N] [--rounds N] [--passes N]
 //   (--rows, --rounds, --passes: 128, 5, 20; smaller only for a quick run)
 #include <cudnn.h>
@@ -26,6 +31,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_handles.hpp"
@@ -164,19 +170,46 @@ double time_ops(const Options& o, cudaStream_t stream, const std::function<void(
   return rounds[rounds.size() / 2];
 }
 
-void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const Layer& l, bool first,
-                ConvArithmetic a) {
-  const char* precision = a == ConvArithmetic::kBf16 ? "bf16" : "tf32";
-  const Setup nchw = make_setup(h, o.rows, l, CUDNN_TENSOR_NCHW, a);
-  const Setup nhwc = make_setup(h, o.rows, l, CUDNN_TENSOR_NHWC, a);
+const char* precision_name(ConvArithmetic a) {
+  return a == ConvArithmetic::kBf16 ? "bf16" : "tf32";
+}
+
+// Rows cuDNN refused to make (a descriptor, a pass or a conversion): one
+// status row, quotes in the message made single.
+void refused_row_named(const std::string& what, ConvArithmetic a, std::string why) {
+  std::replace(why.begin(), why.end(), '"', '\'');
+  std::replace(why.begin(), why.end(), '\n', ' ');
+  std::printf("{\"row\":\"%s (%s)\",\"status\":\"cuDNN refused\",\"note\":\"%s\"}\n", what.c_str(),
+              precision_name(a), why.c_str());
+  std::fflush(stdout);
+}
+
+void refused_row(const Layer& l, ConvArithmetic a, const std::string& why) {
+  char name[96];
+  std::snprintf(name, sizeof name, "conv %d->%d on %dx%d", l.in, l.out, l.size, l.size);
+  refused_row_named(name, a, why);
+}
+
+// A layer's passes of a training step, summed in each layout (the first
+// layer has no backward data pass); complete when every pass had an
+// algorithm in both.
+struct StepTimes {
+  double nchw = 0.0, nhwc = 0.0;
+  bool complete = true;
+};
+
+// The per-pass rows of one layer and its step row (the passes in NHWC plus
+// the conversions at the layer's edges); returns the step's pass times.
+StepTimes print_layer_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const Layer& l,
+                           bool first, ConvArithmetic a, const Setup& nchw, const Setup& nhwc) {
   char layer[96];
   std::snprintf(layer, sizeof layer, "conv %d->%d on %dx%d", l.in, l.out, l.size, l.size);
   const char* missing = nullptr;
-  double step_nchw = 0.0, step_nhwc = 0.0;
+  StepTimes step;
   for (std::size_t p = 0; p < kPassKinds.size(); ++p) {
     char name[160];
     std::snprintf(name, sizeof name, "%s %s, NCHW vs NHWC (%s)", layer, pass_name(kPassKinds[p]),
-                  precision);
+                  precision_name(a));
     if (!nchw.algo[p] || !nhwc.algo[p]) {
       missing = !nchw.algo[p] ? "NCHW" : "NHWC";
       std::printf("{\"row\":\"%s\",\"status\":\"no deterministic algorithm\",\"note\":\"in %s\"}\n",
@@ -186,8 +219,8 @@ void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const La
     const double ours = time_ops(o, stream, [&] { run_pass(h, nchw, p); });
     const double base = time_ops(o, stream, [&] { run_pass(h, nhwc, p); });
     if (!(first && kPassKinds[p] == ConvPass::kBackwardData)) {
-      step_nchw += ours;
-      step_nhwc += base;
+      step.nchw += ours;
+      step.nhwc += base;
     }
     std::printf(
         "{\"row\":\"%s\",\"ours\":%.4f,\"baseline\":%.4f,\"unit\":\"ms\",\"ratio\":%.4f,"
@@ -197,8 +230,9 @@ void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const La
   }
   char name[200];
   std::snprintf(name, sizeof name, "%s, its passes of a step: NCHW vs NHWC with conversions (%s)",
-                layer, precision);
-  if (missing) {
+                layer, precision_name(a));
+  step.complete = missing == nullptr;
+  if (!step.complete) {
     std::printf("{\"row\":\"%s\",\"status\":\"no deterministic algorithm\",\"note\":\"in %s\"}\n",
                 name, missing);
   } else {
@@ -207,22 +241,112 @@ void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, const La
         "{\"row\":\"%s\",\"ours\":%.4f,\"baseline\":%.4f,\"unit\":\"ms\",\"ratio\":%.4f,"
         "\"target\":\"none: above 1, converting at the layer's edges pays\",\"note\":\"%s; "
         "NHWC %.4f ms in passes + %.4f ms converting\"}\n",
-        name, step_nchw, step_nhwc + convert, step_nchw / (step_nhwc + convert),
-        first ? "forward, backward filter" : "forward, backward data and filter", step_nhwc,
+        name, step.nchw, step.nhwc + convert, step.nchw / (step.nhwc + convert),
+        first ? "forward, backward filter" : "forward, backward data and filter", step.nhwc,
         convert);
   }
   std::fflush(stdout);
+  return step;
 }
 
-// A layer and precision whose rows cuDNN refused to make (a descriptor, a
-// pass or a conversion): one status row, quotes in the message made single.
-void refused_row(const Layer& l, ConvArithmetic a, std::string why) {
-  std::replace(why.begin(), why.end(), '"', '\'');
-  std::replace(why.begin(), why.end(), '\n', ' ');
+// The tensor at the network's far edge in the demo CNN: the last conv
+// block's output after its 2x2 max pooling, where flatten hands it to the
+// dense head (NCHW order is the dense layer's feature order).
+struct NetworkEdge {
+  TensorDescriptor nchw, nhwc;
+  DeviceMemory nchw_data, nhwc_data;
+};
+
+NetworkEdge make_network_edge(int rows, ConvArithmetic a) {
+  const Layer& last = kLayers.back();
+  const int size = last.size / 2;
+  const cudnnDataType_t type = a == ConvArithmetic::kBf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  const std::size_t bytes =
+      std::size_t(rows) * last.out * size * size * (a == ConvArithmetic::kBf16 ? 2 : 4);
+  NetworkEdge e{TensorDescriptor::create(), TensorDescriptor::create(), DeviceMemory(bytes),
+                DeviceMemory(bytes)};
+  DPT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e.nchw.get(), CUDNN_TENSOR_NCHW, type, rows, last.out,
+                                             size, size));
+  DPT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e.nhwc.get(), CUDNN_TENSOR_NHWC, type, rows, last.out,
+                                             size, size));
+  for (const DeviceMemory* m : {&e.nchw_data, &e.nhwc_data})
+    DPT_CUDA_CHECK(cudaMemsetAsync(m->get(), 0x3c, m->bytes(), nullptr));
+  DPT_CUDA_CHECK(cudaDeviceSynchronize());
+  return e;
+}
+
+// What a network channels-last throughout adds to a step: each weight
+// converted in and its gradient out (the parameters stay in torch's order),
+// and the activation and its gradient at the far edge. The input needs
+// nothing: one channel, where NCHW and NHWC are the same bytes.
+void convert_at_network_edges(cudnnHandle_t h, const std::vector<Setup>& nchw,
+                              const std::vector<Setup>& nhwc, const NetworkEdge& edge) {
+  const float one = 1.0f, zero = 0.0f;
+  for (std::size_t i = 0; i < nchw.size(); ++i) {
+    DPT_CUDNN_CHECK(cudnnTransformTensor(h, &one, nchw[i].w_tensor.get(), nchw[i].ws.get(), &zero,
+                                         nhwc[i].w_tensor.get(), nhwc[i].ws.get()));
+    DPT_CUDNN_CHECK(cudnnTransformTensor(h, &one, nhwc[i].w_tensor.get(), nhwc[i].ws.get(), &zero,
+                                         nchw[i].w_tensor.get(), nchw[i].ws.get()));
+  }
+  DPT_CUDNN_CHECK(cudnnTransformTensor(h, &one, edge.nhwc.get(), edge.nhwc_data.get(), &zero,
+                                       edge.nchw.get(), edge.nchw_data.get()));  // out
+  DPT_CUDNN_CHECK(cudnnTransformTensor(h, &one, edge.nchw.get(), edge.nchw_data.get(), &zero,
+                                       edge.nhwc.get(), edge.nhwc_data.get()));  // gradient in
+}
+
+// The row for channels-last throughout the conv stack, converted only at the
+// network's edges: both layers' step passes in NCHW against NHWC plus those
+// conversions. Batch norm, ReLU and pooling between them are taken as costing
+// the same in either layout (elementwise, or one pass over the tensor).
+void print_network_row(const Options& o, cudnnHandle_t h, cudaStream_t stream, ConvArithmetic a,
+                       const std::vector<Setup>& nchw, const std::vector<Setup>& nhwc,
+                       const std::vector<StepTimes>& steps) {
+  const NetworkEdge edge = make_network_edge(o.rows, a);
+  StepTimes all;
+  for (const StepTimes& s : steps) {
+    all.nchw += s.nchw;
+    all.nhwc += s.nhwc;
+  }
+  const double convert =
+      time_ops(o, stream, [&] { convert_at_network_edges(h, nchw, nhwc, edge); });
   std::printf(
-      "{\"row\":\"conv %d->%d on %dx%d (%s)\",\"status\":\"cuDNN refused\",\"note\":\"%s\"}\n",
-      l.in, l.out, l.size, l.size, a == ConvArithmetic::kBf16 ? "bf16" : "tf32", why.c_str());
+      "{\"row\":\"conv stack of %zu layers channels-last throughout: NCHW vs NHWC with "
+      "conversions at the network's edges (%s)\",\"ours\":%.4f,\"baseline\":%.4f,\"unit\":\"ms\","
+      "\"ratio\":%.4f,\"target\":\"none: above 1, channels-last throughout pays\",\"note\":\"the "
+      "layers' step passes, bn/relu/pooling taken as equal; NHWC %.4f ms in passes + %.4f ms "
+      "converting\"}\n",
+      nchw.size(), precision_name(a), all.nchw, all.nhwc + convert, all.nchw / (all.nhwc + convert),
+      all.nhwc, convert);
   std::fflush(stdout);
+}
+
+// All rows of one precision: each layer's, then the network's when every
+// layer has them.
+void print_rows(const Options& o, cudnnHandle_t h, cudaStream_t stream, ConvArithmetic a) {
+  std::vector<Setup> nchw, nhwc;
+  std::vector<StepTimes> steps;
+  bool complete = true;
+  for (std::size_t i = 0; i < kLayers.size(); ++i) {
+    try {
+      Setup in_nchw = make_setup(h, o.rows, kLayers[i], CUDNN_TENSOR_NCHW, a);
+      Setup in_nhwc = make_setup(h, o.rows, kLayers[i], CUDNN_TENSOR_NHWC, a);
+      steps.push_back(print_layer_rows(o, h, stream, kLayers[i], i == 0, a, in_nchw, in_nhwc));
+      complete = complete && steps.back().complete;  // else the step row says what is missing
+      nchw.push_back(std::move(in_nchw));
+      nhwc.push_back(std::move(in_nhwc));
+    } catch (const Error& e) {  // NHWC is only measured: a refusal is a row, not the end
+      refused_row(kLayers[i], a, e.what());
+      DPT_CUDA_CHECK(cudaDeviceSynchronize());  // a refusal, not a fault of the device
+      complete = false;
+    }
+  }
+  if (!complete) return;
+  try {
+    print_network_row(o, h, stream, a, nchw, nhwc, steps);
+  } catch (const Error& e) {
+    refused_row_named("conv stack", a, e.what());
+    DPT_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 }
 
 Options parse_options(int argc, char** argv) {
@@ -259,14 +383,7 @@ int main(int argc, char** argv) {
     const CudnnHandle handle = CudnnHandle::create();
     DPT_CUDNN_CHECK(cudnnSetStream(handle.get(), stream.get()));
     for (const ConvArithmetic a : {ConvArithmetic::kTf32, ConvArithmetic::kBf16})
-      for (std::size_t i = 0; i < kLayers.size(); ++i) {
-        try {
-          print_rows(o, handle.get(), stream.get(), kLayers[i], i == 0, a);
-        } catch (const Error& e) {  // NHWC is only measured: a refusal is a row, not the end
-          refused_row(kLayers[i], a, e.what());
-          DPT_CUDA_CHECK(cudaDeviceSynchronize());  // a refusal, not a fault of the device
-        }
-      }
+      print_rows(o, handle.get(), stream.get(), a);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "dptrain_conv_layout: %s\n", e.what());
