@@ -1,7 +1,7 @@
 # Implements: the common part of dptrain's Slurm batch scripts
 # (jobs/*.sbatch source it after their #SBATCH lines): the job's run folder,
 # srun with one rank per task, Slurm's signals forwarded to the ranks, and a
-# requeue after dptrain checkpointed and exited 75 (DESIGN.md section 6).
+# requeue after dptrain checkpointed and exited 75 (docs/design.md section 6).
 #
 # Environment (set with `sbatch --export=ALL,NAME=VALUE`):
 #   DPTRAIN_RUN_DIR   the run folder: outputs, metrics, checkpoints (default

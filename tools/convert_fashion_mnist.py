@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Implements: Fashion-MNIST idx files (gzipped) to a dptrain data file with
 # /train and /test: uint8 features [N, 28, 28], int32 labels [N].
-"""Convert Fashion-MNIST to dptrain's HDF5 layout (DESIGN.md section 3).
+"""Convert Fashion-MNIST to dptrain's HDF5 layout (docs/design.md section 3).
 
 The default source is where Debian's dataset-fashion-mnist package puts the
 files; --src points elsewhere (same file names, gzipped or not).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Implements: one small data file per malformed case of DESIGN.md section 3,
+# Implements: one small data file per malformed case of docs/design.md section 3,
 # plus OUTDIR/manifest.tsv so a shell test can loop over them.
 """Write malformed dptrain data files and a manifest of expected errors.
 

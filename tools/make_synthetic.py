@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Implements: a learnable synthetic data set in the DESIGN.md section 3
+# Implements: a learnable synthetic data set in the docs/design.md section 3
 # layout, written in slabs so any N fits in bounded memory.
 """Write a synthetic dptrain data file.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Implements: splitting a dptrain data file (DESIGN.md section 3) into N
+# Implements: splitting a dptrain data file (docs/design.md section 3) into N
 # files, as HPC data sets come, plus the two ways to name them as one set:
 # a `.txt` list (one file a line, relative to the list) and an HDF5 file of
 # virtual datasets mapping the parts (relative source names too, so the

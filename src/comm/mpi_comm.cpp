@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "dptrain/comm.hpp"
-#include "dptrain/error.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/common/error.hpp"
 
 namespace dptrain {
 namespace {

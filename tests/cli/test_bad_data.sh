@@ -1,4 +1,4 @@
-# Every malformed data file of DESIGN.md section 3 is rejected with exit 3 on
+# Every malformed data file of docs/design.md section 3 is rejected with exit 3 on
 # every rank, one message naming the dataset, within seconds, on 1..3 ranks.
 source "$(dirname "$0")/lib.sh"
 

@@ -1,5 +1,5 @@
 # End to end on 2 ranks: a learnable synthetic set is learned, the metrics
-# file holds train, eval and summary events with the DESIGN.md fields, and
+# file holds train, eval and summary events with the docs/design.md fields, and
 # --help, --config with command-line override work.
 source "$(dirname "$0")/lib.sh"
 

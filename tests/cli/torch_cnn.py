@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Implements: the PyTorch side of test_torch_cnn.sh: the same small CNN that
-# dptrain builds from SPEC, in torch.nn with the DESIGN.md section 4 names,
+# dptrain builds from SPEC, in torch.nn with the docs/design.md section 4 names,
 #   torch_cnn.py init OUT.h5 --seed S           initial weights, /model only
 #   torch_cnn.py train DATA.h5 INIT.h5 OUT.h5 --optimizer sgd|adam --lr LR
 #                --momentum M --batch B --steps N
@@ -47,7 +47,7 @@ class Net(nn.Module):
         x = torch.relu(self.res0(x))
         return self.dense0(x.mean(dim=(2, 3)))
 
-    # /model/<layer>/<tensor> (DESIGN.md section 4) -> torch tensor
+    # /model/<layer>/<tensor> (docs/design.md section 4) -> torch tensor
     def by_design_name(self):
         b = self.res0
         layers = {"conv0": self.conv0, "bn0": self.bn0, "conv1": b.conv1, "bn1": b.bn1,

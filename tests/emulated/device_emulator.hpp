@@ -1,5 +1,5 @@
 // Implements: a host emulation of CUDA's execution model, so that the CUDA
-// kernels of src/cuda/ (this project's own code, unlike cuBLAS, cuDNN or
+// kernels of src/backends/cuda/ (this project's own code, unlike cuBLAS, cuDNN or
 // NCCL) run and are tested on a machine without a GPU. The .cu files are
 // compiled as C++ against the headers of include/ after
 // translate_launches.py has turned each kernel<<<grid, block, 0, s>>>(args)
@@ -17,7 +17,7 @@
 // and a missing barrier shows as the worst ordering: thread 0 runs ahead of
 // everyone. A shuffle exchanges values among the 32 lanes of a warp; it is
 // an error when a lane of the warp has ended or waits elsewhere (the
-// full-mask shuffles of src/cuda/ need all 32), or reads a lane that does
+// full-mask shuffles of src/backends/cuda/ need all 32), or reads a lane that does
 // not exist. A block whose threads can no longer move is a deadlock. Each
 // such kernel error abandons the launch and is reported by
 // cudaGetLastError, naming what happened. __shared__ variables are statics:
@@ -199,7 +199,7 @@ inline int xor_source(int lane, int mask, int width) {
   const int src = lane ^ mask;
   return src / width == lane / width ? src : -1;
 }
-// The shuffles of src/cuda/: every lane of the warp, over the whole warp.
+// The shuffles of src/backends/cuda/: every lane of the warp, over the whole warp.
 inline void check_shuffle(unsigned mask, int width) {
   if (mask != 0xffffffffu || width != 32)
     set_error(cudaErrorLaunchFailure, "only full-warp, full-mask shuffles are emulated");

@@ -20,7 +20,7 @@
 // result without waiting for it.
 //
 // The legacy default stream (a null cudaStream_t) runs its work when it is
-// queued, without waiting for other streams: src/cuda/ makes only
+// queued, without waiting for other streams: src/backends/cuda/ makes only
 // non-blocking streams, which never synchronize with it. The emulator's own
 // tests launch there.
 #pragma once

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns a .cu file of src/cuda/ into C++ for the host emulation of CUDA
+"""Turns a .cu file of src/backends/cuda/ into C++ for the host emulation of CUDA
 (tests/emulated/device_emulator.hpp): each kernel launch
 
     name<<<grid, block, shared, stream>>>(args)       (name may be name<T>)

@@ -33,10 +33,10 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/checkpoint.hpp"
-#include "dptrain/dataset.hpp"
-#include "dptrain/error.hpp"
-#include "inspect.hpp"
+#include "app/inspect.hpp"
+#include "dptrain/checkpoint/checkpoint.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/data/dataset.hpp"
 
 namespace {
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/checkpoint.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/layer_spec.hpp"
+#include "dptrain/checkpoint/checkpoint.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/layer_spec.hpp"
 
 namespace {
 

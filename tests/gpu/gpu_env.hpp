@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/backend.hpp"
+#include "dptrain/backends/backend.hpp"
 
 namespace gpu_test {
 

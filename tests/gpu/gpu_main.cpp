@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_backend.hpp"
 #include "all_ranks_main.hpp"
+#include "backends/cuda/cuda_backend.hpp"
 #include "gpu_env.hpp"
 
 namespace gpu_test {

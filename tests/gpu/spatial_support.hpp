@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "../unit/spatial_reference.hpp"
-#include "dptrain/backend.hpp"
+#include "dptrain/backends/backend.hpp"
 #include "dptrain/build_config.hpp"
-#include "dptrain/error.hpp"
+#include "dptrain/common/error.hpp"
 #include "gpu_env.hpp"
 
 namespace gpu_test {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/model.hpp"
-#include "dptrain/optimizer.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
 #include "gpu_env.hpp"
 #include "training_support.hpp"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "augment.hpp"
-#include "dptrain/layer.hpp"
+#include "dptrain/data/augment.hpp"
+#include "dptrain/model/layer.hpp"
 #include "gpu_env.hpp"
 
 namespace {

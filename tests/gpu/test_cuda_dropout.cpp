@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/kernels/dropout_kernels.hpp"
+#include "dptrain/backends/kernels/dropout_kernels.hpp"
 #include "gpu_env.hpp"
 
 namespace {

@@ -61,7 +61,7 @@ struct BnOutputs {
   std::vector<float> sums, mean, invstd, running_mean, running_var, y, grad_sums, dx;
 };
 
-// One training step of a bn layer on be, as src/layers/norm.cpp calls the
+// One training step of a bn layer on be, as src/model/layers/norm.cpp calls the
 // kernels: the running mean is the shift of the sums and is updated in place.
 BnOutputs run_step(Backend& be, const BnInputs& in) {
   const auto C = static_cast<std::size_t>(in.s.channels);

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_backend.hpp"
-#include "dptrain/error.hpp"
+#include "backends/cuda/cuda_backend.hpp"
+#include "dptrain/common/error.hpp"
 #include "gpu_env.hpp"
 
 namespace {

@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "comm/nccl_comm.hpp"
-#include "dptrain/comm.hpp"
+#include "backends/cuda/nccl_comm.hpp"
+#include "dptrain/comm/communicator.hpp"
 #include "gpu_env.hpp"
 
 namespace {

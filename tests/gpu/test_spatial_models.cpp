@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "dptrain/build_config.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/model.hpp"
 #include "gpu_env.hpp"
 
 namespace {

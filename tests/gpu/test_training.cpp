@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "dptrain/model.hpp"
-#include "dptrain/optimizer.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
 #include "gpu_env.hpp"
 #include "training_support.hpp"
 

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#include "dptrain/metrics.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+#include "dptrain/telemetry/metrics.hpp"
 #include "gpu_env.hpp"
-#include "shard_transfer.hpp"
 
 namespace {
 
@@ -141,8 +141,8 @@ TEST_F(CudaUpload, ShardBuffersInPipelineOrderDeliverEveryShard) {
   const std::size_t per_step = std::size_t(kMaxRows) * kDim;
   for (Backend* be : {gpu_.get(), cpu_.get()}) {
     dptrain::ShardBuffers bufs[2] = {
-        dptrain::ShardBuffers(*be, kMaxRows, kDim, 1, dptrain::LossKind::kXent, 0),
-        dptrain::ShardBuffers(*be, kMaxRows, kDim, 1, dptrain::LossKind::kXent, 1)};
+        dptrain::ShardBuffers(*be, kMaxRows, kDim, 1, dptrain::LabelType::kClass, 0),
+        dptrain::ShardBuffers(*be, kMaxRows, kDim, 1, dptrain::LabelType::kClass, 1)};
     DeviceBuffer<float> seen_x(*be, per_step * kSteps);
     DeviceBuffer<std::int32_t> seen_y(*be, std::size_t(kMaxRows) * kSteps);
     DeviceBuffer<float> w(*be, std::size_t(kWork) * kWork), out(*be, std::size_t(kWork) * kWork);

@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "dptrain/backend.hpp"
-#include "dptrain/model.hpp"
-#include "dptrain/optimizer.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
 #include "gpu_env.hpp"
 
 namespace gpu_test {

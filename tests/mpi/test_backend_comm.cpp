@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "dptrain/backend.hpp"
-#include "dptrain/comm.hpp"
-#include "dptrain/error.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/common/error.hpp"
 
 namespace dptrain {
 namespace {

@@ -1,4 +1,4 @@
-// Implements: the rank-count invariance of `bn` (DESIGN.md section 1): on P
+// Implements: the rank-count invariance of `bn` (docs/design.md section 1): on P
 // ranks (ctest runs 1..4) with a global batch split unevenly as the trainer
 // splits it — 7 rows, and 2 rows, which leaves ranks 2 and 3 empty — a bn
 // layer gives every rank's rows the outputs and input gradients, the summed
@@ -15,8 +15,8 @@
 #include <cstdio>
 
 #include "bn_reference.hpp"
-#include "dptrain/backend.hpp"
-#include "dptrain/model.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/model/model.hpp"
 #include "layer_rig.hpp"
 
 namespace dptrain {

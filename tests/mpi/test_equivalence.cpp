@@ -9,11 +9,11 @@
 #include <cmath>
 #include <vector>
 
-#include "dptrain/comm.hpp"
-#include "dptrain/optimizer.hpp"
-#include "dptrain/random.hpp"
-#include "shard_transfer.hpp"
-#include "train_step.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/common/random.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+#include "dptrain/model/optimizer.hpp"
+#include "train/train_step.hpp"
 
 namespace dptrain {
 namespace {
@@ -81,7 +81,7 @@ TrainRun train(const Case& c, MPI_Comm comm_handle, bool record) {
   model.init(7);
   const std::size_t n = model.num_params();
   Optimizer opt(*be, optimizer_config(c), n);
-  ShardBuffers shard(*be, max_rows, kDim, kOut, c.loss);
+  ShardBuffers shard(*be, max_rows, kDim, kOut, label_type(c.loss));
   const std::uint64_t label_width = c.loss == LossKind::kXent ? 1 : kOut;
   Scatter scatter(comm_handle, kDim, label_width, c.loss == LossKind::kXent);
   DeviceBuffer<float> stats(*be, 2);

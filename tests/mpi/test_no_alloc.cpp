@@ -25,14 +25,14 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/cpu_gemm.hpp"
-#include "dptrain/buckets.hpp"
-#include "dptrain/metrics.hpp"
-#include "dptrain/optimizer.hpp"
+#include "backends/cpu/cpu_gemm.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+#include "dptrain/model/optimizer.hpp"
+#include "dptrain/telemetry/metrics.hpp"
 #include "h5_fixtures.hpp"
-#include "shard_transfer.hpp"
-#include "train_step.hpp"
 #include "test_paths.hpp"
+#include "train/buckets.hpp"
+#include "train/train_step.hpp"
 
 namespace {
 thread_local bool counting = false;
@@ -156,7 +156,7 @@ TEST(NoAllocation, StepsAfterWarmUpAllocateNothing) {
   OptimizerConfig oc;
   oc.kind = OptimizerKind::kAdamW;
   Optimizer opt(*be, oc, model.num_params());
-  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LossKind::kXent);
+  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LabelType::kClass);
   GradientBuckets buckets(*comm, model.grads(),
                           plan_buckets(model.param_layout(), model.num_params(), 1), &input);
   DeviceBuffer<float> stats(*be, 2);

@@ -11,14 +11,14 @@
 #include <memory>
 #include <vector>
 
-#include "dptrain/buckets.hpp"
-#include "dptrain/comm.hpp"
-#include "dptrain/optimizer.hpp"
-#include "dptrain/random.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/common/random.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+#include "dptrain/model/optimizer.hpp"
 #include "h5_fixtures.hpp"
-#include "shard_transfer.hpp"
-#include "train_step.hpp"
 #include "test_paths.hpp"
+#include "train/buckets.hpp"
+#include "train/train_step.hpp"
 
 namespace dptrain {
 namespace {
@@ -127,7 +127,7 @@ std::vector<float> train(std::size_t bucket_bytes, bool use_buckets) {
   OptimizerConfig oc;
   oc.kind = OptimizerKind::kAdam;
   Optimizer opt(*be, oc, model.num_params());
-  ShardBuffers shard(*be, max_shard_rows(batch, ranks), kDim, 1, LossKind::kXent);
+  ShardBuffers shard(*be, max_shard_rows(batch, ranks), kDim, 1, LabelType::kClass);
   Scatter scatter(MPI_COMM_WORLD, kDim, 1, true);
   GradientBuckets buckets(*comm, model.grads(),
                           plan_buckets(model.param_layout(), model.num_params(), bucket_bytes));
@@ -201,7 +201,7 @@ void check_pipeline(bool uint8, ShuffleMode mode = ShuffleMode::kFull, bool stre
   {
     std::unique_ptr<Dataset> data;
     auto queue = make_queue(data, false);
-    ShardBuffers buf(*be, max_rows, dim, 1, LossKind::kXent);
+    ShardBuffers buf(*be, max_rows, dim, 1, LabelType::kClass);
     Scatter scatter(MPI_COMM_WORLD, dim, 1, true);
     for (std::uint64_t s = 0; s < steps; ++s) {
       const Shard& sh = next_shard(queue.get(), scatter, plan.slot(s).rows, buf);
@@ -212,7 +212,7 @@ void check_pipeline(bool uint8, ShuffleMode mode = ShuffleMode::kFull, bool stre
 
   std::unique_ptr<Dataset> data;
   auto queue = make_queue(data, uint8);
-  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LossKind::kXent,
+  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LabelType::kClass,
                       uint8 ? FeatureType::kUint8 : FeatureType::kFloat32);
   input.start(plan.slot(0).rows);
   for (std::uint64_t s = 0; s < steps; ++s) {

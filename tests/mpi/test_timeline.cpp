@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dptrain/error.hpp"
-#include "dptrain/timeline.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/telemetry/timeline.hpp"
 #include "test_paths.hpp"
 
 namespace dptrain {

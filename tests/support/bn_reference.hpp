@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "dptrain/random.hpp"
+#include "dptrain/common/random.hpp"
 
 namespace dptrain::testing {
 

@@ -1,4 +1,4 @@
-// Implements: writers of small DESIGN.md section 3 data files for tests (unit
+// Implements: writers of small docs/design.md section 3 data files for tests (unit
 // and MPI), with deterministic contents that tests can recompute per row.
 #pragma once
 
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/error.hpp"
-#include "h5.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/h5.hpp"
 
 namespace dptrain::testing {
 

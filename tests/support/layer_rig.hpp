@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/backend.hpp"
-#include "dptrain/layer.hpp"
-#include "dptrain/layer_spec.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/model/layer.hpp"
+#include "dptrain/model/layer_spec.hpp"
 
 namespace dptrain::testing {
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/checkpoint.hpp"
-#include "dptrain/layer_spec.hpp"
-#include "h5.hpp"
+#include "dptrain/checkpoint/checkpoint.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/model/layer_spec.hpp"
 #include "test_paths.hpp"
 
 namespace dptrain::testing {

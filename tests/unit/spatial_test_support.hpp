@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/layer_spec.hpp"
-#include "dptrain/random.hpp"
+#include "dptrain/common/random.hpp"
+#include "dptrain/model/layer_spec.hpp"
 #include "spatial_reference.hpp"
 
 namespace dptrain {

@@ -6,9 +6,9 @@
 
 #include <map>
 
-#include "augment.hpp"
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/error.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/data/augment.hpp"
 
 namespace dptrain {
 namespace {

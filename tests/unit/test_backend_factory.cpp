@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/backend.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/launch.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/run/runtime.hpp"
 
 namespace dptrain {
 namespace {

@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backends/cpu/cpu_backend.hpp"
 #include "bn_reference.hpp"
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/model.hpp"
 #include "layer_rig.hpp"
 
 namespace dptrain {

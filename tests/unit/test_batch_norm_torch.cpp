@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.hpp"
 #include "bn_reference.hpp"
-#include "cpu/cpu_backend.hpp"
 #include "layer_rig.hpp"
 #include "test_paths.hpp"
 

@@ -1,4 +1,4 @@
-// Implements: unit tests of the checkpoint file (DESIGN.md section 4) when
+// Implements: unit tests of the checkpoint file (docs/design.md section 4) when
 // all goes well: bitwise round trips, the stored layout h5py sees, atomic
 // writes and the slow-write test hook, /model-only files from other tools,
 // layout checks, and the directory logic behind --resume auto and
@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "checkpoint_fixtures.hpp"
-#include "dptrain/checkpoint.hpp"
-#include "h5.hpp"
+#include "dptrain/checkpoint/checkpoint.hpp"
+#include "dptrain/common/h5.hpp"
 
 namespace dptrain {
 namespace {

@@ -12,8 +12,8 @@
 #include <limits>
 
 #include "checkpoint_fixtures.hpp"
-#include "dptrain/checkpoint.hpp"
-#include "h5.hpp"
+#include "dptrain/checkpoint/checkpoint.hpp"
+#include "dptrain/common/h5.hpp"
 
 namespace dptrain {
 namespace {

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <iostream>
 
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/model.hpp"
 #include "spatial_test_support.hpp"
 
 namespace dptrain {

@@ -8,11 +8,11 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/cpu_backend.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/random.hpp"
+#include "dptrain/telemetry/metrics.hpp"
 #include "gemm_reference.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/metrics.hpp"
-#include "dptrain/random.hpp"
 
 namespace dptrain {
 namespace {

@@ -12,11 +12,11 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/cpu_backend.hpp"
-#include "cpu/onednn/bf16_gemm.hpp"
-#include "cpu/onednn/engine.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/random.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/onednn/bf16_gemm.hpp"
+#include "backends/cpu/onednn/engine.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/random.hpp"
 #include "gemm_reference.hpp"
 
 namespace dptrain {

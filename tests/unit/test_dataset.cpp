@@ -1,5 +1,5 @@
 // Implements: unit tests of Dataset and the h5 helpers: structure checks and
-// validation of every malformed case of DESIGN.md section 3 (exit code 3,
+// validation of every malformed case of docs/design.md section 3 (exit code 3,
 // message naming file, dataset and first bad index), and row contents.
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <functional>
 #include <limits>
 
-#include "dptrain/dataset.hpp"
-#include "h5.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/data/dataset.hpp"
 #include "h5_fixtures.hpp"
 #include "test_paths.hpp"
 

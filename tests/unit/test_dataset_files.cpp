@@ -1,4 +1,4 @@
-// Implements: unit tests of sets spread over many files (DESIGN.md section
+// Implements: unit tests of sets spread over many files (docs/design.md section
 // 3): a `.txt` list concatenates its files' sets in order, with paths
 // relative to the list; reads that span files return the right rows while
 // at most PartPool::kMaxOpen files are open; validation and every bad list
@@ -10,9 +10,9 @@
 #include <fstream>
 #include <functional>
 
-#include "dataset_files.hpp"
-#include "dptrain/dataset.hpp"
-#include "h5.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/data/dataset.hpp"
+#include "dptrain/data/dataset_files.hpp"
 #include "h5_fixtures.hpp"
 #include "test_paths.hpp"
 

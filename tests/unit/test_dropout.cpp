@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backends/cpu/cpu_backend.hpp"
 #include "bn_reference.hpp"
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
-#include "dptrain/random.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/random.hpp"
+#include "dptrain/model/model.hpp"
 #include "layer_rig.hpp"
 
 namespace dptrain {

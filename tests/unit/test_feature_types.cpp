@@ -1,4 +1,4 @@
-// Implements: unit tests of the feature dtypes of DESIGN.md section 3 beyond
+// Implements: unit tests of the feature dtypes of docs/design.md section 3 beyond
 // float32 and uint8: float16 (files of either byte order, every bit pattern
 // converted exactly, Inf and NaN refused by validate) and int16 (used as
 // they are), and the message for a dtype that is not supported.
@@ -9,10 +9,10 @@
 #include <functional>
 #include <limits>
 
-#include "dptrain/dataset.hpp"
-#include "dptrain/error.hpp"
-#include "feature_types.hpp"
-#include "h5.hpp"
+#include "data/feature_hdf5.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/data/dataset.hpp"
 #include "h5_fixtures.hpp"
 #include "test_paths.hpp"
 

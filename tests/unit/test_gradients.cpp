@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/model.hpp"
-#include "dptrain/random.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/common/random.hpp"
+#include "dptrain/model/model.hpp"
 
 namespace dptrain {
 namespace {

@@ -9,8 +9,8 @@
 #include <numeric>
 #include <set>
 
-#include "dptrain/input_queue.hpp"
-#include "h5.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/data/input_queue.hpp"
 #include "h5_fixtures.hpp"
 #include "test_paths.hpp"
 

@@ -6,12 +6,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "dptrain/checkpoint.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/layer_spec.hpp"
-#include "h5.hpp"
+#include "app/inspect.hpp"
+#include "dptrain/checkpoint/checkpoint.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/model/layer_spec.hpp"
 #include "h5_fixtures.hpp"
-#include "inspect.hpp"
 #include "test_paths.hpp"
 
 namespace dptrain {

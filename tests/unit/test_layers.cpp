@@ -9,12 +9,12 @@
 #include <cstring>
 #include <sstream>
 
+#include "app/inspect.hpp"
+#include "backends/cpu/cpu_backend.hpp"
 #include "checkpoint_fixtures.hpp"
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/checkpoint.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
-#include "inspect.hpp"
+#include "dptrain/checkpoint/checkpoint.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/model.hpp"
 
 namespace dptrain {
 namespace {

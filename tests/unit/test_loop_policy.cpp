@@ -1,10 +1,10 @@
-// Implements: unit tests of the step loop's policy (src/loop_policy.hpp):
+// Implements: unit tests of the step loop's policy (src/train/loop_policy.hpp):
 // when it logs, checks, evaluates and checkpoints.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "loop_policy.hpp"
+#include "train/loop_policy.hpp"
 
 namespace dptrain {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/model.hpp"
 
 namespace dptrain {
 namespace {

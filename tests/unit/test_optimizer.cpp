@@ -6,9 +6,9 @@
 #include <cmath>
 #include <vector>
 
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/optimizer.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/optimizer.hpp"
 
 namespace dptrain {
 namespace {

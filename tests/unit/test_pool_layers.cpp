@@ -10,7 +10,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "cpu/cpu_backend.hpp"
+#include "backends/cpu/cpu_backend.hpp"
 #include "spatial_test_support.hpp"
 
 namespace dptrain {

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <vector>
 
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
-#include "dptrain/random.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/random.hpp"
+#include "dptrain/model/model.hpp"
 
 namespace dptrain {
 namespace {

@@ -4,9 +4,9 @@
 // bad specs that are usage errors naming the layer, at parse or build time.
 #include <gtest/gtest.h>
 
-#include "cpu/cpu_backend.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/model.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/model.hpp"
 
 namespace dptrain {
 namespace {

@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dptrain/error.hpp"
-#include "dptrain/input_queue.hpp"
-#include "dptrain/timeline.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/data/input_queue.hpp"
+#include "dptrain/telemetry/timeline.hpp"
 #include "h5_fixtures.hpp"
 #include "test_paths.hpp"
 

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cpu/cpu_backend.hpp"
+#include "backends/cpu/cpu_backend.hpp"
 #include "spatial_test_support.hpp"
 #include "test_paths.hpp"
 

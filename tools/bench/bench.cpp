@@ -20,23 +20,24 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dptrain/backend.hpp"
-#include "dptrain/buckets.hpp"
-#include "dptrain/config.hpp"
-#include "dptrain/comm.hpp"
-#include "dptrain/dataset.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/input_queue.hpp"
-#include "dptrain/launch.hpp"
-#include "dptrain/model.hpp"
-#include "dptrain/optimizer.hpp"
-#include "dptrain/scatter.hpp"
-#include "cpu/cpu_gemm.hpp"
-#include "h5.hpp"
-#include "shard_transfer.hpp"
-#include "train_step.hpp"
+#include "backends/cpu/cpu_gemm.hpp"
 #include "bench_rows.hpp"
 #include "cnn_step_row.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/data/dataset.hpp"
+#include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/scatter.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
+#include "dptrain/run/agree.hpp"
+#include "dptrain/run/mpi_session.hpp"
+#include "dptrain/run/options.hpp"
+#include "train/buckets.hpp"
+#include "train/train_step.hpp"
 
 namespace dptrain::bench {
 namespace {
@@ -135,7 +136,7 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
 
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  ShardBuffers shard(*be, kBatch, kInput, 1, LossKind::kXent);
+  ShardBuffers shard(*be, kBatch, kInput, 1, LabelType::kClass);
   Shard& host = shard.host();
   host.rows = kBatch;
   for (std::size_t i = 0; i < std::size_t(kBatch) * kInput; ++i) host.features[i] = uniform(rng);
@@ -306,8 +307,8 @@ Row bench_input(const MpiSession& mpi, const Args& args) {
   // As the trainer does: features travel as stored, converted per rank.
   const auto wire = static_cast<FeatureType>(shape.feature_type);
   const bool raw = wire != FeatureType::kFloat32;
-  ShardBuffers shard(*be, max_shard_rows(kBatch, mpi.size()), shape.dim, shape.label_width, loss,
-                     0, wire);
+  ShardBuffers shard(*be, max_shard_rows(kBatch, mpi.size()), shape.dim, shape.label_width,
+                     label_type(loss), 0, wire);
   const DupComm scatter_comm(mpi.world());
   Scatter scatter(scatter_comm.get(), shape.dim, shape.label_width, shape.class_labels != 0, wire);
   const BatchPlan plan(shape.rows, kBatch);

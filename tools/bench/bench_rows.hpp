@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/error.hpp"
+#include "dptrain/common/error.hpp"
 
 namespace dptrain::bench {
 

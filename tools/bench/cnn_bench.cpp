@@ -14,16 +14,16 @@
 #include <sstream>
 #include <utility>
 
+#include "backends/cpu/cpu_gemm.hpp"
 #include "cnn_bench.hpp"
-#include "cpu/cpu_gemm.hpp"
-#include "dptrain/backend.hpp"
-#include "dptrain/buckets.hpp"
-#include "dptrain/comm.hpp"
-#include "dptrain/config.hpp"
-#include "dptrain/model.hpp"
-#include "dptrain/optimizer.hpp"
-#include "shard_transfer.hpp"
-#include "train_step.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
+#include "dptrain/run/options.hpp"
+#include "train/buckets.hpp"
+#include "train/train_step.hpp"
 
 namespace dptrain::bench {
 namespace {
@@ -155,7 +155,7 @@ std::vector<Row> bn_rows(const MpiSession& mpi, const CnnArgs& args) {
   local.model.set_step({1, 0, first_row, std::uint64_t(args.batch), nullptr});
 
   const int dim = static_cast<int>(args.input.size());
-  ShardBuffers shard(*be, rows, dim, 1, LossKind::kXent);
+  ShardBuffers shard(*be, rows, dim, 1, LabelType::kClass);
   fill_shard(shard.host(), rows, dim, global.model.output_dim(), 5 + rank);
   const Shard& dev = shard.to_device();
   DeviceBuffer<float> stats(*be, 2);

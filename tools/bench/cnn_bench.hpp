@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "bench_rows.hpp"
-#include "dptrain/launch.hpp"
-#include "dptrain/tensor.hpp"
+
+#include "dptrain/model/tensor.hpp"
 
 namespace dptrain::bench {
 

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/comm.hpp"
-#include "dptrain/model.hpp"
-#include "dptrain/optimizer.hpp"
-#include "shard_transfer.hpp"
-#include "train_step.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
+#include "train/train_step.hpp"
 
 namespace dptrain::bench {
 namespace {
@@ -167,7 +167,7 @@ Row cnn_step_row(Backend& be, const RowRun& run, const std::string& where, bool 
   model.set_step({1, 0, 0, 0, nullptr});
   Optimizer opt(be, OptimizerConfig{}, model.num_params());  // Adam
   DeviceBuffer<float> stats(be, 2);
-  ShardBuffers shard(be, rows, static_cast<int>(input.size()), 1, LossKind::kXent);
+  ShardBuffers shard(be, rows, static_cast<int>(input.size()), 1, LabelType::kClass);
   Shard& host = shard.host();
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "bench_rows.hpp"
-#include "dptrain/backend.hpp"
+#include "dptrain/backends/backend.hpp"
 
 namespace dptrain::bench {
 

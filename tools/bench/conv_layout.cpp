@@ -34,11 +34,11 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/cuda_handles.hpp"
-#include "cuda/cudnn/conv_algorithms.hpp"
-#include "cuda/cudnn/cudnn_handles.hpp"
-#include "cuda/error_cuda.hpp"
-#include "dptrain/error.hpp"
+#include "backends/cuda/cuda_handles.hpp"
+#include "backends/cuda/cudnn/conv_algorithms.hpp"
+#include "backends/cuda/cudnn/cudnn_handles.hpp"
+#include "backends/cuda/error_cuda.hpp"
+#include "dptrain/common/error.hpp"
 
 namespace {
 

@@ -13,10 +13,10 @@
 #include <random>
 #include <unordered_map>
 
+#include "backends/cpu/onednn/engine.hpp"
 #include "cnn_bench.hpp"
-#include "cpu/onednn/engine.hpp"
-#include "dptrain/backend.hpp"
-#include "dptrain/model.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/model/model.hpp"
 
 namespace dptrain::bench {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cpu/cpu_gemm.hpp"
+#include "backends/cpu/cpu_gemm.hpp"
 
 namespace {
 

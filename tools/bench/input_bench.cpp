@@ -19,14 +19,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dptrain/backend.hpp"
-#include "dptrain/dataset.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/input_queue.hpp"
-#include "dptrain/launch.hpp"
-#include "h5.hpp"
-#include "input_readers.hpp"
-#include "shard_transfer.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/data/dataset.hpp"
+#include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/input_readers.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+#include "dptrain/run/agree.hpp"
+#include "dptrain/run/mpi_session.hpp"
 
 namespace dptrain {
 namespace {
@@ -80,7 +81,6 @@ double pipeline_s(const MpiSession& mpi, const Args& a, const ReaderGroup& group
   std::unique_ptr<InputQueue> queue;
   const BatchPlan plan(info.rows, a.batch);
   const std::uint64_t steps = plan.steps_per_epoch() * a.epochs;
-  const LossKind loss = info.label_type == LabelType::kClass ? LossKind::kXent : LossKind::kMse;
   auto be = make_backend("cpu", BackendOptions{1});
   DPT_MPI_CHECK(MPI_Barrier(mpi.world()));
   const auto t0 = Clock::now();  // opening and the queue's first reads count
@@ -99,7 +99,7 @@ double pipeline_s(const MpiSession& mpi, const Args& a, const ReaderGroup& group
     queue = std::make_unique<InputQueue>(*data, qc);
   }
   InputPipeline pipe(group.comm(), *be, queue.get(), max_shard_rows(a.batch, mpi.size()), info.dim,
-                     info.label_width, loss, info.feature_type, group.shards());
+                     info.label_width, info.label_type, info.feature_type, group.shards());
   pipe.start(plan.slot(0).rows);
   for (std::uint64_t s = 0; s < steps; ++s) {
     pipe.finish();

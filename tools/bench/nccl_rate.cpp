@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_backend.hpp"
-#include "cuda/error_cuda.hpp"
-#include "dptrain/backend.hpp"
-#include "dptrain/comm.hpp"
-#include "dptrain/error.hpp"
-#include "dptrain/launch.hpp"
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/error_cuda.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/run/mpi_session.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Implements: the part of the CUDA runtime API that src/cuda/ uses, for the
+// Implements: the part of the CUDA runtime API that src/backends/cuda/ uses, for the
 // host emulation of tests/emulated/: device memory is host memory that the
 // emulator registers (device_emulator.hpp), pinned memory is host memory
 // it knows as pinned, and streams and events defer work as streams.hpp
@@ -100,7 +100,7 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes
   return cudaSuccess;
 }
 // On the legacy stream: at once, without waiting for the (non-blocking)
-// streams of src/cuda/.
+// streams of src/backends/cuda/.
 inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k) {
   return cudaMemcpyAsync(dst, src, bytes, k, nullptr);
 }

@@ -1,4 +1,4 @@
-// Implements: the part of cuDNN's legacy API that src/cuda/cudnn/ calls, for
+// Implements: the part of cuDNN's legacy API that src/backends/cuda/cudnn/ calls, for
 // the host emulation (tests/emulated/), written from cuDNN's definitions and
 // not from the plans' use of them, so that the plans' descriptors, operand
 // order, alpha/beta, workspace handling, algorithm choice and math types are

@@ -1,4 +1,4 @@
-// Implements: the part of NCCL that src/comm/nccl_comm.cpp calls, for the
+// Implements: the part of NCCL that src/backends/cuda/nccl_comm.cpp calls, for the
 // host emulation (tests/emulated/), over MPI (nccl_over_mpi.cpp), so that
 // the real NCCL communicator — its unique-id exchange, its own stream and
 // the events that order it after the compute stream and the compute stream

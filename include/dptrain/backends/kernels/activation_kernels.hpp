@@ -1,0 +1,31 @@
+// Implements: the activation kernel family of a Backend (docs/design.md section 1):
+// elementwise forward and backward of relu, tanh, gelu and sigmoid. One call
+// per layer over a whole activation tensor, never per element.
+#pragma once
+
+#include <cstddef>
+
+namespace dptrain {
+
+enum class Activation { kRelu, kTanh, kGelu, kSigmoid };
+
+// Pointers are device pointers of the backend that owns this table.
+class ActivationKernels {
+ public:
+  virtual ~ActivationKernels() = default;
+  ActivationKernels(const ActivationKernels&) = delete;
+  ActivationKernels& operator=(const ActivationKernels&) = delete;
+
+  // y = f(x), elementwise over n values. gelu is the exact erf form
+  // (torch.nn.GELU's default), not the tanh approximation.
+  virtual void forward(Activation f, const float* x, float* y, std::size_t n) = 0;
+  // dx = f'(x) * dy; x is the input and y the output of the forward pass
+  // (tanh and sigmoid take the derivative from y, relu and gelu from x).
+  virtual void backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
+                        std::size_t n) = 0;
+
+ protected:
+  ActivationKernels() = default;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,25 @@
+// Implements: the dense kernel family of a Backend (docs/design.md section 1): the
+// bias of a fully connected layer, forward and backward. The matrix products
+// themselves are Backend::gemm, shared with every family that needs one.
+#pragma once
+
+namespace dptrain {
+
+// Row-major [rows, cols] tensors in the device memory of the owning backend.
+class DenseKernels {
+ public:
+  virtual ~DenseKernels() = default;
+  DenseKernels(const DenseKernels&) = delete;
+  DenseKernels& operator=(const DenseKernels&) = delete;
+
+  // y[r, c] += bias[c] for r < rows.
+  virtual void add_bias(float* y, const float* bias, int rows, int cols) = 0;
+  // db[c] = sum_r dy[r, c]  (overwrites db; rows == 0 gives zeros). The
+  // summation order is fixed, so the same inputs give the same bits.
+  virtual void bias_grad(const float* dy, float* db, int rows, int cols) = 0;
+
+ protected:
+  DenseKernels() = default;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,36 @@
+// Implements: the loss kernel family of a Backend (docs/design.md section 1):
+// softmax cross-entropy with class labels and mean squared error, each
+// giving the loss gradient and accumulating the loss statistics on the device.
+#pragma once
+
+#include <cstdint>
+
+namespace dptrain {
+
+// Row-major [rows, cols] tensors in the device memory of the owning backend;
+// stats points at two floats there. The gradient output may be null
+// (evaluation needs only the stats).
+class LossKernels {
+ public:
+  virtual ~LossKernels() = default;
+  LossKernels(const LossKernels&) = delete;
+  LossKernels& operator=(const LossKernels&) = delete;
+
+  // Softmax cross-entropy over rows of logits[rows, cols] with class labels.
+  // dlogits = grad_scale * (softmax - onehot). stats[0] += sum of per-sample
+  // losses, stats[1] += number of rows whose argmax (the first maximum)
+  // equals the label. Numerically stable (max subtracted). Labels are
+  // already range-checked.
+  virtual void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
+                            float grad_scale, float* dlogits, float* stats) = 0;
+  // Mean squared error; per-sample loss = mean over cols of (pred - target)^2.
+  // dpred = grad_scale * 2 * (pred - target) / cols. stats[0] += loss sum;
+  // stats[1] is left unchanged.
+  virtual void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
+                   float* dpred, float* stats) = 0;
+
+ protected:
+  LossKernels() = default;
+};
+
+}  // namespace dptrain

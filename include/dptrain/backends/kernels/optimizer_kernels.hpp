@@ -1,0 +1,46 @@
+// Implements: the optimizer kernel family of a Backend (docs/design.md section 1):
+// one fused update over a whole parameter arena per step, with the semantics
+// of torch.optim.SGD (dampening 0) and torch.optim.Adam / AdamW (amsgrad off).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dptrain {
+
+struct SgdParams {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;  // L2: g += wd * w
+};
+
+struct AdamParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool decoupled = false;  // false: Adam (L2 into g); true: AdamW (w -= lr*wd*w)
+  std::int64_t step = 1;   // 1-based step count, for bias correction
+};
+
+// Arenas of n floats in the device memory of the owning backend.
+class OptimizerKernels {
+ public:
+  virtual ~OptimizerKernels() = default;
+  OptimizerKernels(const OptimizerKernels&) = delete;
+  OptimizerKernels& operator=(const OptimizerKernels&) = delete;
+
+  // velocity is read and written only when p.momentum > 0.
+  virtual void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
+                        const SgdParams& p) = 0;
+  // m and v: first and second moment arenas.
+  virtual void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
+                         const AdamParams& p) = 0;
+
+ protected:
+  OptimizerKernels() = default;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,65 @@
+// Implements: the collective interface among ranks (docs/design.md section 1).
+// Buffers live in the memory of the rank's Backend (host for mpi, device for
+// nccl). One call per arena or bucket, never per tensor.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <mpi.h>
+
+namespace dptrain {
+
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;  // "mpi" or "nccl"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // In-place sum over all ranks of n floats.
+  virtual void allreduce_sum(float* buf, std::size_t n) = 0;
+
+  // --- non-blocking sums, for gradient buckets ---
+  // Starts an in-place sum of buf[0, n) over all ranks, ordered after the
+  // compute work issued so far. buf must not be touched until wait_all().
+  // Every rank starts the same sequence of sums. Returns the ticket of this
+  // sum (0, 1, ... since the last wait_all()). The default is blocking.
+  virtual int start_allreduce_sum(float* buf, std::size_t n) {
+    allreduce_sum(buf, n);
+    return started_++;
+  }
+  // Lets started sums advance without blocking; cheap enough to call
+  // between layers. MPI moves non-blocking collectives only inside MPI
+  // calls, so this is what overlaps them with compute on the CPU.
+  virtual void progress() {}
+  // Whether the sum with this ticket has completed, as far as progress()
+  // has seen (a device backend may only know at wait_all()).
+  virtual bool done(int ticket) const { return ticket < started_; }
+  // Completes every started sum: afterwards the results are visible to the
+  // host (MPI) or to all later work on the compute stream (NCCL).
+  virtual void wait_all() { started_ = 0; }
+
+  // Broadcast bytes from root, in place.
+  virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Tears the communicator down so that blocked or later calls return
+  // instead of hanging; callable from any thread (the watchdog). MPI has no
+  // such call (the job is aborted instead): a no-op there.
+  virtual void abort() noexcept {}
+  // An error the transport found asynchronously (NCCL), "" when none.
+  virtual std::string async_error() const { return {}; }
+
+ private:
+  int started_ = 0;  // tickets of the blocking default
+};
+
+// A backend's own communicator comes from Backend::make_communicator.
+
+// MPI over host memory; comm is duplicated so our traffic never mixes with
+// anything else on it. What the CPU backend's make_communicator returns;
+// tests and tools use it directly.
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+
+}  // namespace dptrain

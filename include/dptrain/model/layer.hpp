@@ -1,0 +1,176 @@
+// Implements: the Layer interface of docs/design.md section 1 — one object per
+// --model token, built once per model with its input shape: output shape,
+// the parameters and non-trained buffers it owns (ParamInfo: name, torch
+// shape, offset in the model's arena), initialization, forward and
+// backward. A layer knows shapes, parameters and math; devices only through
+// the Backend it is handed, ranks not at all.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/model/tensor.hpp"
+
+namespace dptrain {
+
+// Purpose word for mix_seed, so init draws never coincide with shuffle or
+// dropout draws made from the same --seed.
+inline constexpr std::uint64_t kInitPurpose = 0x696e6974;  // "init"
+
+// Training or evaluation: layers such as dropout and batch norm compute
+// differently in eval (Layer::differs_in_eval says which do).
+enum class Mode { kTrain, kEval };
+
+// One tensor of a model's parameter or buffer arena, stored in checkpoints
+// as /model/<layer>/<name> (docs/design.md section 4).
+struct ParamInfo {
+  std::string layer;               // "dense0": the layer kind and its index among that kind
+  std::string name;                // "weight", "bias", "running_mean", ...
+  std::vector<std::size_t> shape;  // torch.nn layout, e.g. {out, in} for a dense weight
+  std::size_t offset = 0;          // into the arena, in floats
+  std::size_t count = 0;           // product of shape
+
+  std::string path() const { return layer + "/" + name; }
+  friend bool operator==(const ParamInfo&, const ParamInfo&) = default;
+};
+
+// Floats in an arena laid out as `tensors` (end of the last one).
+std::size_t arena_size(const std::vector<ParamInfo>& tensors);
+// Arena offset where each layer's tensors begin, in arena (= layer) order;
+// consecutive tensors with the same layer name belong to one layer.
+std::vector<std::size_t> layer_begins(const std::vector<ParamInfo>& tensors);
+// "[3, 5]"
+std::string dims_string(const std::vector<std::size_t>& dims);
+
+// Where a layer's tensors live: the model's arenas (device memory when
+// bound for compute, host memory when handed to init). grads is laid out
+// like params.
+struct ArenaPointers {
+  float* params = nullptr;
+  float* grads = nullptr;
+  float* buffers = nullptr;
+};
+
+// The sum over every replica of the model (every rank's tower) of a few
+// values in backend memory, in place: what batch norm over the global batch
+// needs in the middle of a step. Collective: every replica calls it in the
+// same order. The trainer times it as communication.
+class ReplicaSum {
+ public:
+  virtual ~ReplicaSum() = default;
+  virtual void sum(float* data, std::size_t n) = 0;
+};
+
+// What a layer may need of the step it runs in, besides its input (set by
+// the model's owner before each forward; Model::set_step):
+// - per-sample randomness (dropout) is a function of (seed, epoch, global
+//   position of the sample in the epoch) only, so a run on P ranks draws what
+//   a run on 1 rank draws: row r of this shard is position first_row + r;
+// - statistics over the global batch (bn) sum over `replicas` and divide by
+//   batch_rows, the rows of the whole global batch. replicas == nullptr: this
+//   shard is the whole batch (one rank, evaluation, tests).
+struct StepInfo {
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t first_row = 0;
+  std::uint64_t batch_rows = 0;  // 0: the rows of the shard itself
+  ReplicaSum* replicas = nullptr;
+};
+
+class LayerBuilder;
+
+// What a layer is built from besides its own spec.
+struct LayerContext {
+  Shape input;                    // per sample
+  std::string name;               // "dense0", "relu1": kind + index among that kind
+  int index = 0;                  // the index in name (dense layers seed their init with it)
+  std::size_t param_offset = 0;   // where this layer's parameters start in the arena
+  std::size_t buffer_offset = 0;  // and its buffers in the buffer arena
+  LayerBuilder* builder = nullptr;  // builds the parts of a block (res), in spec order
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  const Shape& input_shape() const { return input_; }
+  const Shape& output_shape() const { return output_; }
+  // Trained tensors (optimizer, gradients, all-reduce) and non-trained ones
+  // (checkpointed, never reduced), with offsets into the model's arenas.
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<ParamInfo>& buffers() const { return buffers_; }
+
+  // The --model token this layer parses from, in canonical form ("dense:10").
+  virtual std::string spec() const = 0;
+  // True for rectifiers (relu, gelu): the layer before one initializes for
+  // its gain (He-uniform instead of Glorot-uniform).
+  virtual bool rectifies() const { return false; }
+  // True when forward(..., Mode::kEval) computes something else than in training.
+  virtual bool differs_in_eval() const { return false; }
+
+  // Called once by the model after construction: a layer that saves
+  // buffers for its backward (masks, statistics) allocates them here, for
+  // max_rows rows, so that no step allocates.
+  virtual void allocate(Backend& /*be*/, int /*max_rows*/) {}
+  // Fills this layer's slices of the host arenas (zero-filled before the
+  // first layer's call) from the seed alone.
+  virtual void init(std::uint64_t /*seed*/, bool /*next_rectifies*/,
+                    const ArenaPointers& /*host*/) const {}
+
+  // y = f(x); x.shape is input_shape() and y.shape output_shape(), rows >= 1.
+  virtual void forward(Backend& be, ConstTensorView x, TensorView y, Mode mode) = 0;
+  // Overwrites this layer's slice of the gradient arena from x and the
+  // gradient dy w.r.t. its output. Only called for layers with parameters.
+  virtual void backward_params(Backend& /*be*/, ConstTensorView /*x*/, ConstTensorView /*dy*/) {}
+  // dx = the gradient w.r.t. the input, from x, the output y of forward and dy.
+  virtual void backward_input(Backend& be, ConstTensorView x, ConstTensorView y,
+                              ConstTensorView dy, TensorView dx) = 0;
+
+  // True for a layer that takes part in collectives in training (bn over
+  // the global batch): the model then runs it on empty shards too, through
+  // forward_empty and backward_empty, so every replica makes the same calls.
+  virtual bool communicates() const { return false; }
+  // The collectives of forward / backward for a shard of no rows: zeros in.
+  virtual void forward_empty(Backend& /*be*/) {}
+  virtual void backward_empty(Backend& /*be*/) {}
+
+  // Points this layer at the model's arenas and step information (once,
+  // after they exist). A layer holding others (res) binds them too.
+  // step == nullptr: a shard that is the whole batch, seed and epoch 0.
+  virtual void bind(const ArenaPointers& arenas, const StepInfo* step = nullptr) {
+    static const StepInfo whole_batch;
+    arenas_ = arenas;
+    step_ = step ? step : &whole_batch;
+  }
+
+ protected:
+  Layer(const LayerContext& ctx, const Shape& output);
+
+  // Declares the next tensor of this layer (in arena order); returns its
+  // offset in the arena.
+  std::size_t add_param(std::string name, std::vector<std::size_t> shape);
+  std::size_t add_buffer(std::string name, std::vector<std::size_t> shape);
+  // A block takes on the tensors of a part it holds, which must come next in
+  // the arenas (the builder built it after this layer's own tensors).
+  void adopt_tensors(const Layer& part);
+
+  const ArenaPointers& arenas() const { return arenas_; }
+  // The step being run (never null once bound).
+  const StepInfo& step() const { return *step_; }
+
+ private:
+  std::string name_;
+  Shape input_, output_;
+  std::vector<ParamInfo> params_, buffers_;
+  std::size_t next_param_, next_buffer_;
+  ArenaPointers arenas_;
+  const StepInfo* step_ = nullptr;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,28 @@
+// Implements: the loss of --loss: its name, and the call that adds
+// a shard's loss to the running sums and writes the output gradient.
+#pragma once
+
+#include <string>
+
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/model/shard.hpp"
+
+namespace dptrain {
+
+enum class LossKind { kXent, kMse };
+
+LossKind parse_loss(const std::string& name);  // Error(kUsage) on a bad name
+const char* loss_name(LossKind loss);
+// Class ids travel as one int32 per row (xent); targets as floats (mse).
+inline bool class_labels(LossKind loss) { return loss == LossKind::kXent; }
+// The labels a set must hold for this loss.
+inline LabelType label_type(LossKind loss) {
+  return class_labels(loss) ? LabelType::kClass : LabelType::kTarget;
+}
+
+// Adds the shard's loss to stats[0] (and correct count to stats[1]) and writes
+// grad_scale * dLoss/dout into dout. An empty shard adds nothing.
+void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard, int width,
+                float grad_scale, float* dout, float* stats);
+
+}  // namespace dptrain

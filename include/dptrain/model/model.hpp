@@ -1,0 +1,111 @@
+// Implements: the tower built from --model (docs/design.md section 1): the
+// ordered layers over one parameter arena, one gradient arena laid out like
+// it and one buffer arena for non-trained state. Layer i's tensors follow
+// layer i - 1's (dense0/weight [out,in], dense0/bias [out], dense1/...), so
+// gradient exchange is one (or a few bucketed) all-reduce calls and
+// checkpoints map 1:1 to /model/<layer>/<tensor>.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/model/layer.hpp"
+#include "dptrain/model/layer_spec.hpp"
+#include "dptrain/model/tensor.hpp"
+
+namespace dptrain {
+
+// "relu", "tanh", "gelu", "sigmoid": the activation family's token names.
+std::string activation_name(Activation a);
+
+// What forward and backward tell the caller as they go: a point between
+// layers (to move communication along) and, in backward, each time a suffix
+// of the gradient arena is final (last layer first), so that its all-reduce
+// can start while earlier layers still compute.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void between_layers() {}
+  // Gradients from arena offset `begin` to the end are final for this step.
+  virtual void grads_ready(std::size_t begin) { (void)begin; }
+};
+
+class Model {
+ public:
+  // max_rows: the largest number of rows forward/backward will be called
+  // with (activation and gradient buffers are allocated once, here).
+  // input_dim: flat samples [N, input_dim], as the data files give them.
+  Model(Backend& backend, const std::vector<LayerSpec>& specs, int input_dim, int max_rows);
+  Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input, int max_rows);
+  // Layers already built for `input` (build_layers, or layers a test makes).
+  Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
+        int max_rows);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Every layer initializes its own tensors from the seed alone (dense: He-
+  // uniform before relu/gelu, else Glorot-uniform; zero biases).
+  void init(std::uint64_t seed);
+
+  // Forward over x[rows, input] (device); returns the output [rows, output].
+  // Keeps each layer's output, which backward reads.
+  const float* forward(const float* x, int rows, LayerHooks* hooks = nullptr,
+                       Mode mode = Mode::kTrain);
+  // Backward from dout[rows, output] (device, typically output_grad()),
+  // after forward with the same x and rows. Overwrites the gradient arena;
+  // calls hooks->grads_ready with decreasing offsets, ending with 0. No
+  // gradient flows past the first layer with parameters.
+  void backward(const float* x, const float* dout, int rows, LayerHooks* hooks = nullptr);
+
+  // The step the next forward and backward run in (seed, epoch, the
+  // shard's first global row, the global batch, the replica sum). Default:
+  // a shard that is the whole batch.
+  void set_step(const StepInfo& step) { step_ = step; }
+  const StepInfo& step() const { return step_; }
+  // True when a layer takes part in collectives in training (Layer::
+  // communicates): every rank must then run forward and backward, also on
+  // an empty shard.
+  bool communicates() const;
+
+  float* params() { return params_.get(); }
+  float* grads() { return grads_.get(); }
+  float* buffers() { return buffers_.get(); }
+  // Buffer [max_rows, output_dim] for the loss gradient.
+  float* output_grad() { return dout_.get(); }
+  std::size_t num_params() const { return arena_size(params_layout_); }
+  std::size_t num_buffers() const { return arena_size(buffers_layout_); }
+  const Shape& input_shape() const { return input_; }
+  const Shape& output_shape() const { return layers_.back()->output_shape(); }
+  int input_dim() const { return static_cast<int>(input_.size()); }
+  int output_dim() const { return static_cast<int>(output_shape().size()); }
+  int max_rows() const { return max_rows_; }
+  // Every tensor of the parameter (buffer) arena, in arena order.
+  const std::vector<ParamInfo>& param_layout() const { return params_layout_; }
+  const std::vector<ParamInfo>& buffer_layout() const { return buffers_layout_; }
+  std::size_t num_layers() const { return layers_.size(); }
+  const Layer& layer(std::size_t i) const { return *layers_[i]; }
+  std::string spec() const;
+
+ private:
+  ConstTensorView input_of(std::size_t li, const float* x, int rows) const;
+
+  Backend& be_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  Shape input_;
+  int max_rows_;
+  std::vector<ParamInfo> params_layout_, buffers_layout_;
+  StepInfo step_;  // layers hold a pointer to it
+  std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
+  DeviceBuffer<float> params_, grads_, buffers_;
+  std::vector<DeviceBuffer<float>> acts_;  // output of each layer [max_rows, its output shape]
+  // The loss gradient, and two buffers that take turns holding the
+  // gradient w.r.t. a layer's input; a container layer keeps its inner
+  // gradients in buffers of its own, so two suffice at this level.
+  DeviceBuffer<float> dout_, dbuf_a_, dbuf_b_;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,42 @@
+// Implements: passes over a whole set without training : one
+// forward pass in file order, sharded like training, that evaluation and
+// prediction both use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/shared_set.hpp"
+#include "dptrain/model/loss.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/run/mpi_session.hpp"
+
+namespace dptrain {
+
+// Called on every rank for every global batch of the pass: the batch's slot
+// (position and rows in the set), this rank's shard of it and the model's
+// outputs for the shard (device memory, [shard.rows, output width]).
+using BatchOutputs = std::function<void(const BatchSlot& slot, const Shard& shard, const float* out)>;
+
+// Collective: the model's forward pass (eval mode) over every sample of the
+// set, in file order, in global batches of batch_size split across the ranks
+// as in training. Rank 0 reads; the set must be open (open_set).
+void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& model, LossKind loss,
+                  std::uint64_t batch_size, std::size_t cache_bytes, const BatchOutputs& on_batch);
+
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = 0.0;  // xent only
+  std::uint64_t samples = 0;
+};
+
+// Collective: the mean loss (and accuracy) of the model over the whole set;
+// sums are all-reduced, so every rank returns the same.
+EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, SharedSet& set,
+                    Model& model, LossKind loss, std::uint64_t batch_size, std::size_t cache_bytes);
+
+}  // namespace dptrain

@@ -1,0 +1,300 @@
+// Implements: parse_options — one options_description per command built from
+// shared groups, INI files through --config (the command line wins because it
+// is stored first), and range checks that name the option.
+#include "app/command_line.hpp"
+
+#include "dptrain/data/augment.hpp"
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/input_readers.hpp"
+#include "dptrain/model/loss.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
+
+namespace po = boost::program_options;
+
+namespace dptrain {
+namespace {
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  throw Error(ExitCode::kUsage, msg + " (try 'dptrain --help')");
+}
+
+po::options_description data_group(Options& o) {
+  po::options_description d("Data");
+  d.add_options()
+      ("data", po::value(&o.data), "HDF5 data file (sets /<set>/features, /<set>/labels), or a .txt list of such files, concatenated in order")
+      ("train-set", po::value(&o.train_set)->default_value(o.train_set), "training set group")
+      ("val-set", po::value(&o.val_set)->default_value(o.val_set), "validation set group; \"\" disables evaluation")
+      ("shuffle", po::value(&o.shuffle)->default_value(o.shuffle), "none | full | block | auto (full when the set fits --input-cache-mb, else block)")
+      ("augment", po::value(&o.augment)->default_value(o.augment), "training-time augmentation of images: crop:P (random crop after zero padding P), flip (horizontal); e.g. crop:4,flip")
+      ("input-readers", po::value(&o.input_readers)->default_value(o.input_readers), "who reads the training rows: rank0 (rank 0 for all) | node (local rank 0 of each node for its node) | all (each rank its own); the same batches and weights either way")
+      ("input-cache-mb", po::value(&o.input_cache_mb)->default_value(o.input_cache_mb), "each input reader holds a set in memory when it fits this many MiB")
+      ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "global batches each input reader reads ahead")
+      ("shuffle-block-rows", po::value(&o.shuffle_block_rows)->default_value(o.shuffle_block_rows), "block shuffle: rows per contiguous block (0: follow the file's chunks, a multiple of the chunk rows near 1024; 1024 when not chunked)")
+      ("shuffle-window-blocks", po::value(&o.shuffle_window_blocks)->default_value(o.shuffle_window_blocks), "block shuffle: blocks shuffled together (the shuffle buffer)")
+      ("seed", po::value(&o.seed)->default_value(o.seed), "seed of all randomness (init, shuffle, augmentation, dropout)");
+  return d;
+}
+
+po::options_description model_group(Options& o) {
+  po::options_description d("Model and optimizer");
+  d.add_options()
+      ("model", po::value(&o.model)->default_value(o.model), "the layers, comma-separated (docs/design.md section 2), e.g. conv:32:3,bn,relu,maxpool:2,dense:10; input shape from the data")
+      ("loss", po::value(&o.loss)->default_value(o.loss), "xent (int labels) | mse (float targets)")
+      ("batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "GLOBAL batch size, split across ranks")
+      ("eval-batch-size", po::value(&o.eval_batch_size)->default_value(o.eval_batch_size), "global batch for evaluation (0: --batch-size)")
+      ("epochs", po::value(&o.epochs)->default_value(o.epochs), "stop after N epochs")
+      ("steps", po::value(&o.steps)->default_value(o.steps), "stop after N optimizer steps (wins over --epochs)")
+      ("optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "sgd | adam | adamw")
+      ("lr", po::value(&o.lr)->default_value(o.lr), "base learning rate")
+      ("momentum", po::value(&o.momentum)->default_value(o.momentum), "sgd momentum")
+      ("nesterov", po::value(&o.nesterov)->default_value(o.nesterov)->implicit_value(true), "sgd Nesterov momentum")
+      ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "L2 (sgd, adam) or decoupled (adamw) weight decay")
+      ("beta1", po::value(&o.beta1)->default_value(o.beta1), "adam beta1")
+      ("beta2", po::value(&o.beta2)->default_value(o.beta2), "adam beta2")
+      ("eps", po::value(&o.eps)->default_value(o.eps), "adam epsilon")
+      ("lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | cosine | step")
+      ("warmup-steps", po::value(&o.warmup_steps)->default_value(o.warmup_steps), "linear warmup steps")
+      ("lr-step-size", po::value(&o.lr_step_size)->default_value(o.lr_step_size), "step schedule: steps between decays")
+      ("lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma), "step schedule: decay factor")
+      ("min-lr", po::value(&o.min_lr)->default_value(o.min_lr), "cosine schedule: final learning rate");
+  return d;
+}
+
+po::options_description device_group(Options& o) {
+  po::options_description d("Device");
+  d.add_options()
+      ("device", po::value(&o.device)->default_value(o.device), "auto (cuda when every rank sees a GPU) | cpu | cuda")
+      ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | tf32 | bf16 (tf32: cuda; bf16: cuda, and cpu with bf16 instructions)")
+      ("threads", po::value(&o.threads)->default_value(o.threads), "CPU compute threads per rank (0: the CPUs this rank may run on, its affinity mask, shared with the ranks of the node bound to the same CPUs)")
+      ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a collective or data wait may take before the job aborts (exit 6)")
+      ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "gradient all-reduce bucket size in MiB; buckets start while earlier layers still run backward (0: one all-reduce after backward)");
+  return d;
+}
+
+po::options_description train_group(Options& o) {
+  po::options_description d("Checkpoints and output");
+  d.add_options()
+      ("init-from", po::value(&o.init_from), "start from the /model weights of this checkpoint")
+      ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory of periodic checkpoints")
+      ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "checkpoint every N steps (0: only at the end and on SIGTERM/SIGUSR1)")
+      ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "keep the newest K checkpoints (0: all)")
+      ("resume", po::value(&o.resume)->default_value(o.resume), "auto (newest valid in --checkpoint-dir) | never | FILE")
+      ("save", po::value(&o.save), "write the final checkpoint to this file")
+      ("metrics", po::value(&o.metrics), "JSON Lines metrics file (rank 0)")
+      ("timeline", po::value(&o.timeline), "Chrome trace (JSON) of every rank's phases, written by rank 0 at the end; open in Perfetto or chrome://tracing")
+      ("log-every", po::value(&o.log_every)->default_value(o.log_every), "progress line and train event every N steps")
+      ("check-every", po::value(&o.check_every)->default_value(o.check_every), "compare parameter checksums across ranks every N steps (0: never)")
+      ("skip-nonfinite", po::value(&o.skip_nonfinite)->default_value(o.skip_nonfinite), "skip up to N steps with NaN/Inf gradients before failing");
+  return d;
+}
+
+po::options_description eval_group(Options& o, bool with_output) {
+  po::options_description d("Evaluation");
+  d.add_options()
+      ("checkpoint", po::value(&o.checkpoint), "checkpoint file")
+      ("set", po::value(&o.set)->default_value(o.set), "set group in --data");
+  if (with_output) d.add_options()("output", po::value(&o.output), "HDF5 file for /predictions");
+  return d;
+}
+
+std::string any_to_string(const boost::any& v) {
+  if (auto p = boost::any_cast<std::string>(&v)) return *p;
+  if (auto p = boost::any_cast<std::int64_t>(&v)) return std::to_string(*p);
+  if (auto p = boost::any_cast<std::uint64_t>(&v)) return std::to_string(*p);
+  if (auto p = boost::any_cast<bool>(&v)) return *p ? "true" : "false";
+  if (auto p = boost::any_cast<double>(&v)) {
+    std::ostringstream s;
+    s.precision(17);
+    s << *p;
+    return s.str();
+  }
+  return "?";
+}
+
+void require_positive(std::int64_t v, const char* name) {
+  if (v <= 0) usage_error(std::string("--") + name + " must be > 0, got " + std::to_string(v));
+}
+void require_nonnegative(double v, const char* name) {
+  if (!(v >= 0)) usage_error(std::string("--") + name + " must be >= 0, got " + std::to_string(v));
+}
+void require_one_of(const std::string& v, const char* name, std::vector<std::string> allowed) {
+  for (auto& a : allowed)
+    if (v == a) return;
+  std::string list;
+  for (auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  usage_error(std::string("--") + name + " '" + v + "' is not one of: " + list);
+}
+
+void check_train(const Options& o) {
+  if (o.data.empty()) usage_error("train needs --data FILE");
+  require_positive(o.batch_size, "batch-size");
+  require_nonnegative(static_cast<double>(o.eval_batch_size), "eval-batch-size");
+  if (o.steps <= 0) require_positive(o.epochs, "epochs");
+  require_nonnegative(static_cast<double>(o.steps), "steps");
+  // The parsers the run uses judge the names, so the lists live once.
+  parse_loss(o.loss);
+  parse_optimizer(o.optimizer);
+  parse_lr_schedule(o.lr_schedule);
+  parse_shuffle(o.shuffle, true);
+  parse_augment(o.augment);  // a bad list is a usage error before anything runs
+  parse_reader_mode(o.input_readers);
+  if (!(o.lr > 0)) usage_error("--lr must be > 0");
+  require_nonnegative(o.momentum, "momentum");
+  if (o.nesterov && !(o.momentum > 0)) usage_error("--nesterov needs --momentum > 0");
+  require_nonnegative(o.weight_decay, "weight-decay");
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) usage_error("--beta1 must be in [0, 1)");
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) usage_error("--beta2 must be in [0, 1)");
+  if (!(o.eps > 0)) usage_error("--eps must be > 0");
+  require_nonnegative(static_cast<double>(o.warmup_steps), "warmup-steps");
+  require_positive(o.lr_step_size, "lr-step-size");
+  require_positive(o.log_every, "log-every");
+  require_positive(o.input_cache_mb + 1, "input-cache-mb");
+  require_positive(o.prefetch, "prefetch");
+  require_nonnegative(static_cast<double>(o.shuffle_block_rows), "shuffle-block-rows");
+  require_positive(o.shuffle_window_blocks, "shuffle-window-blocks");
+  require_nonnegative(static_cast<double>(o.checkpoint_every), "checkpoint-every");
+  require_nonnegative(static_cast<double>(o.keep_checkpoints), "keep-checkpoints");
+  require_nonnegative(static_cast<double>(o.check_every), "check-every");
+  require_nonnegative(static_cast<double>(o.skip_nonfinite), "skip-nonfinite");
+  // Parsed here, where every rank reaches the same verdict, so only rank 0
+  // speaks; the trainer parses the same strings again without failing.
+  const auto layers = parse_model_spec(o.model);
+  (void)layers;
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
+    usage_error("--checkpoint-every needs --checkpoint-dir");
+  if (o.resume != "auto" && o.resume != "never" && !o.init_from.empty())
+    usage_error("--resume FILE and --init-from are exclusive");
+}
+
+void check_common(const Options& o) {
+  // The backends come from the factory, built or not: one not built here
+  // fails later with a message that says so.
+  std::vector<std::string> devices = {"auto"};
+  for (const std::string& name : backend_names()) devices.push_back(name);
+  require_one_of(o.device, "device", devices);
+  parse_precision(o.precision);
+  require_nonnegative(static_cast<double>(o.threads), "threads");
+  if (!(o.comm_timeout > 0)) usage_error("--comm-timeout must be > 0");
+  require_nonnegative(o.bucket_mb, "bucket-mb");
+  if (o.bucket_mb > 1048576.0) usage_error("--bucket-mb must be at most 1048576 (1 TiB), got " + std::to_string(o.bucket_mb));
+}
+
+}  // namespace
+
+const char* command_name(Command c) {
+  switch (c) {
+    case Command::kTrain: return "train";
+    case Command::kEval: return "eval";
+    case Command::kPredict: return "predict";
+    case Command::kInspect: return "inspect";
+  }
+  return "?";
+}
+
+Options parse_options(int argc, const char* const* argv) {
+  Options o;
+  const std::string overview =
+      "usage: dptrain <command> [options]\n"
+      "commands:\n"
+      "  train     train a model with synchronized data parallelism\n"
+      "  eval      loss and accuracy of a checkpoint on a set\n"
+      "  predict   write /predictions/logits and /predictions/labels of a set\n"
+      "  inspect   summary of a data or checkpoint file\n"
+      "'dptrain <command> --help' lists the options of a command; every option may\n"
+      "also be given in an INI file with --config FILE (the command line wins).\n";
+  if (argc < 2) usage_error("no command given; expected train, eval, predict or inspect");
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    o.help = overview;
+    return o;
+  }
+  if (cmd == "train") o.command = Command::kTrain;
+  else if (cmd == "eval") o.command = Command::kEval;
+  else if (cmd == "predict") o.command = Command::kPredict;
+  else if (cmd == "inspect") o.command = Command::kInspect;
+  else usage_error("unknown command '" + cmd + "'; expected train, eval, predict or inspect");
+
+  std::string config_file;
+  po::options_description generic("General");
+  generic.add_options()("help,h", "show the options of this command")(
+      "config", po::value(&config_file), "INI file of options (key = value, # comments)");
+  po::options_description all(std::string("dptrain ") + cmd + " options");
+  all.add(generic);
+  po::positional_options_description positional;
+  switch (o.command) {
+    case Command::kTrain:
+      all.add(data_group(o)).add(model_group(o)).add(device_group(o)).add(train_group(o));
+      break;
+    case Command::kEval:
+    case Command::kPredict:
+      all.add(eval_group(o, o.command == Command::kPredict));
+      all.add_options()("data", po::value(&o.data), "HDF5 data file")(
+          "eval-batch-size", po::value(&o.eval_batch_size)->default_value(1024), "global batch size")(
+          "metrics", po::value(&o.metrics), "JSON Lines file for the eval event");
+      all.add(device_group(o));
+      break;
+    case Command::kInspect:
+      all.add_options()("file", po::value(&o.file), "data or checkpoint file");
+      positional.add("file", 1);
+      break;
+  }
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc - 1, argv + 1).options(all).positional(positional).run(),
+              vm);
+    if (vm.count("help")) {
+      std::ostringstream s;
+      s << "usage: dptrain " << cmd << " [options]\n" << all;
+      o.help = s.str();
+      return o;
+    }
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in) usage_error("cannot open config file '" + path + "'");
+      try {
+        po::store(po::parse_config_file(in, all, false), vm);
+      } catch (const po::error& e) {
+        usage_error("config file '" + path + "': " + e.what());
+      }
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    usage_error(e.what());
+  }
+
+  std::ostringstream ini;
+  for (const auto& opt : all.options()) {
+    const std::string& name = opt->long_name();
+    if (name == "help" || name == "config" || !vm.count(name)) continue;
+    ini << name << " = " << any_to_string(vm[name].value()) << "\n";
+  }
+  o.config_text = ini.str();
+
+  if (o.command == Command::kTrain) {
+    check_train(o);
+  } else if (o.command == Command::kInspect) {
+    if (o.file.empty()) usage_error("inspect needs a FILE");
+    return o;
+  } else {
+    if (o.checkpoint.empty()) usage_error(std::string(cmd) + " needs --checkpoint FILE");
+    if (o.data.empty()) usage_error(std::string(cmd) + " needs --data FILE");
+    if (o.command == Command::kPredict && o.output.empty()) usage_error("predict needs --output FILE");
+    require_positive(o.eval_batch_size, "eval-batch-size");
+  }
+  check_common(o);
+  return o;
+}
+
+}  // namespace dptrain

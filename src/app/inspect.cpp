@@ -1,0 +1,293 @@
+// Implements: `dptrain inspect FILE` — a summary of a checkpoint (model,
+// cursor, optimizer, layer shapes, stored config) or of a data file (per set:
+// shapes, dtypes, chunking, label histogram or target ranges). Rank 0 prints;
+// every rank returns the agreed outcome.
+#include "app/inspect.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "app/commands.hpp"
+#include "dptrain/checkpoint/checkpoint.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/data/dataset.hpp"
+#include "dptrain/data/dataset_files.hpp"
+#include "dptrain/run/agree.hpp"
+
+namespace dptrain {
+namespace {
+
+// Labels are scanned in slices of this size, so a set of any N fits in memory.
+constexpr std::size_t kScanBytes = std::size_t(8) << 20;
+// Class ids above this are counted but not binned: a histogram sized by a
+// hostile label (2^31) would be the allocation we refuse everywhere else.
+constexpr std::int64_t kMaxBinnedClasses = std::int64_t(1) << 16;
+constexpr std::size_t kPrintedClasses = 100;
+constexpr std::uint64_t kPerTargetColumns = 16;  // per-column stats up to this K
+
+std::string human_bytes(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(u == 0 ? 0 : 1) << v << " " << units[u];
+  return s.str();
+}
+
+void print_config(const std::string& text, std::ostream& out) {
+  if (text.empty()) return;
+  out << "  config:\n";
+  std::size_t p = 0;
+  while (p < text.size()) {
+    std::size_t nl = std::min(text.find('\n', p), text.size());
+    out << "    " << text.substr(p, nl - p) << "\n";
+    p = nl + 1;
+  }
+}
+
+// One line per layer: its tensors with their shapes and how many values
+// they hold together.
+void print_tensors(const std::vector<ParamInfo>& layout, const char* unit, std::ostream& out) {
+  for (std::size_t i = 0; i < layout.size();) {
+    const std::string& layer = layout[i].layer;
+    out << "    " << std::left << std::setw(13) << layer << " ";
+    std::uint64_t n = 0;
+    for (int k = 0; i < layout.size() && layout[i].layer == layer; ++i, ++k) {
+      out << std::setw(k == 0 ? 22 : 14) << layout[i].name + " " + dims_string(layout[i].shape);
+      n += layout[i].count;
+    }
+    out << std::right << n << " " << unit << "\n";
+  }
+}
+
+// The model's layers, each with its output shape and parameter count, when
+// the file has a spec and an input shape (version 2).
+void print_layer_shapes(const CheckpointData& ck, std::ostream& out) {
+  if (ck.meta.model.empty() || ck.input_shape.empty() || ck.input_shape.size() > 4) return;
+  const auto& d = ck.input_shape;
+  auto dim = [&](std::size_t i) { return static_cast<int>(d[i]); };
+  const Shape input = d.size() == 1   ? Shape{dim(0)}
+                      : d.size() == 2 ? Shape{dim(0), dim(1)}
+                      : d.size() == 3 ? Shape{dim(0), dim(1), dim(2)}
+                                      : Shape{dim(0), dim(1), dim(2), dim(3)};
+  out << "  input:           " << input.to_string() << " per sample\n  layer outputs:\n";
+  for (const auto& l : build_layers(parse_model_spec(ck.meta.model), input)) {
+    std::size_t n = 0;
+    for (const ParamInfo& p : l->params()) n += p.count;
+    out << "    " << std::left << std::setw(13) << l->name() << std::setw(44) << l->spec()
+        << std::setw(18) << l->output_shape().to_string() << std::right << n << " parameters\n";
+  }
+}
+
+void inspect_checkpoint(const std::string& path, bool has_format, std::ostream& out) {
+  // A /model-only file (h5py, --init-from) has no attributes to show.
+  const CheckpointData ck = read_checkpoint(path, !has_format);
+  const CheckpointMeta& m = ck.meta;
+  out << path << ": "
+      << (has_format ? "dptrain checkpoint"
+                     : "model-only checkpoint (/model without attributes; an --init-from source)")
+      << "\n";
+  if (has_format) {
+    out << "  model:           " << m.model << "\n"
+        << "  loss:            " << m.loss << "\n"
+        << "  step:            " << m.step << " (epoch " << m.epoch << ", epoch_position "
+        << m.epoch_position << ")\n"
+        << "  seed:            " << m.seed << "\n"
+        << "  world size:      " << m.world_size << "\n";
+    out << "  optimizer:       " << (m.optimizer.empty() ? "(none)" : m.optimizer) << ", step "
+        << m.optimizer_step << ", state:";
+    if (ck.optimizer_state.empty()) out << " none";
+    for (const auto& s : ck.optimizer_state) out << " " << s.name;
+    out << "\n";
+  }
+  print_layer_shapes(ck, out);
+  out << "  tensors:\n";
+  print_tensors(ck.param_layout, "parameters", out);
+  if (!ck.buffer_layout.empty()) {
+    out << "  buffers:\n";
+    print_tensors(ck.buffer_layout, "values", out);
+  }
+  const std::uint64_t n = ck.params.size();
+  out << "  parameters:      " << n << " (" << human_bytes(n * 4) << " as float32)\n";
+  if (!ck.buffers.empty())
+    out << "  buffer values:   " << ck.buffers.size() << " ("
+        << human_bytes(ck.buffers.size() * 4) << " as float32)\n";
+  if (!ck.optimizer_state.empty())
+    out << "  optimizer bytes: " << human_bytes(n * 4 * ck.optimizer_state.size()) << "\n";
+  print_config(m.config, out);
+}
+
+void print_histogram(Dataset& ds, std::ostream& out) {
+  const SetInfo& info = ds.info();
+  const std::uint64_t step = std::max<std::uint64_t>(1, kScanBytes / info.label_bytes_per_row());
+  std::vector<std::int32_t> buf;
+  std::vector<std::uint64_t> counts;
+  std::uint64_t negative = 0, too_large = 0;
+  for (std::uint64_t begin = 0; begin < info.rows; begin += step) {
+    const std::uint64_t cnt = std::min(step, info.rows - begin);
+    buf.resize(cnt);
+    ds.read_rows(begin, cnt, nullptr, buf.data());
+    for (std::int32_t v : buf) {
+      if (v < 0) {
+        ++negative;
+      } else if (v >= kMaxBinnedClasses) {
+        ++too_large;
+      } else {
+        if (std::size_t(v) >= counts.size()) counts.resize(std::size_t(v) + 1, 0);
+        ++counts[v];
+      }
+    }
+  }
+  out << "  classes:  " << counts.size() << " (largest id " << std::int64_t(counts.size()) - 1
+      << ")\n  histogram:";
+  for (std::size_t c = 0; c < std::min(counts.size(), kPrintedClasses); ++c)
+    out << (c % 8 == 0 ? "\n    " : "  ") << c << ": " << counts[c];
+  out << "\n";
+  if (counts.size() > kPrintedClasses)
+    out << "    ... " << counts.size() - kPrintedClasses << " more classes\n";
+  if (negative) out << "  negative ids: " << negative << " (invalid for --loss xent)\n";
+  if (too_large) out << "  ids >= " << kMaxBinnedClasses << ": " << too_large << "\n";
+}
+
+struct Range {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0;
+  std::uint64_t n = 0;
+  void add(float v) {
+    lo = std::min<double>(lo, v);
+    hi = std::max<double>(hi, v);
+    sum += v;
+    ++n;
+  }
+  void print(std::ostream& out) const {
+    if (n == 0) {
+      out << "no finite values";
+      return;
+    }
+    out << "min " << lo << ", mean " << sum / double(n) << ", max " << hi;
+  }
+};
+
+void print_targets(Dataset& ds, std::ostream& out) {
+  const SetInfo& info = ds.info();
+  const std::uint64_t k = info.label_width;
+  const std::uint64_t step = std::max<std::uint64_t>(1, kScanBytes / info.label_bytes_per_row());
+  std::vector<float> buf;
+  Range all;
+  std::vector<Range> cols(k <= kPerTargetColumns ? k : 0);
+  std::uint64_t nonfinite = 0;
+  for (std::uint64_t begin = 0; begin < info.rows; begin += step) {
+    const std::uint64_t cnt = std::min(step, info.rows - begin);
+    buf.resize(cnt * k);
+    ds.read_rows(begin, cnt, nullptr, buf.data());
+    for (std::size_t i = 0; i < buf.size(); ++i) {
+      if (!std::isfinite(buf[i])) {
+        ++nonfinite;
+        continue;
+      }
+      all.add(buf[i]);
+      if (!cols.empty()) cols[i % k].add(buf[i]);
+    }
+  }
+  out << "  targets:  ";
+  all.print(out);
+  out << "\n";
+  if (cols.size() > 1)
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      out << "    [" << c << "] ";
+      cols[c].print(out);
+      out << "\n";
+    }
+  if (nonfinite) out << "  NaN/Inf targets: " << nonfinite << "\n";
+}
+
+void inspect_data(const std::string& path, const std::vector<std::string>& sets,
+                  std::ostream& out) {
+  // A list: the sets of all its files, concatenated; stored types as in the first.
+  const bool list = is_file_list(path);
+  const std::vector<std::string> files = list ? read_file_list(path) : std::vector<std::string>{path};
+  out << path << ": " << (list ? "list of " + std::to_string(files.size()) + " data files" : "data file")
+      << ", " << sets.size() << (sets.size() == 1 ? " set" : " sets") << "\n";
+  h5::File f = h5::open_read(files.front(), ExitCode::kData);
+  for (const auto& set : sets) {
+    Dataset ds(path, set);
+    const SetInfo& info = ds.info();
+    h5::DataSet labels = h5::open_dataset(f.get(), "/" + set + "/labels", ExitCode::kData);
+    h5::DataType lt = h5::type_of(labels.get());
+    std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
+    out << "set " << set << ": N = " << info.rows << "\n"
+        << "  features: " << h5::shape_string(fshape) << " "
+        << feature_type_name(info.feature_type)
+        << (info.feature_type == FeatureType::kUint8 ? " (scaled by 1/255)" : "")
+        << ", D = " << info.dim << ", "
+        << (info.chunk_rows ? "chunks of " + std::to_string(info.chunk_rows) + " rows"
+                            : std::string("contiguous"))
+        << ", " << human_bytes(info.rows * info.feature_bytes_per_row()) << "\n";
+    if (info.label_type == LabelType::kClass) {
+      out << "  labels:   class ids, " << h5::type_name(lt.get()) << " [" << info.rows << "]\n";
+      print_histogram(ds, out);
+    } else {
+      out << "  labels:   float targets, " << h5::type_name(lt.get()) << " [" << info.rows
+          << ", " << info.label_width << "]\n";
+      print_targets(ds, out);
+    }
+  }
+}
+
+}  // namespace
+
+void inspect_file(const std::string& path, std::ostream& out) {
+  if (is_file_list(path)) {
+    inspect_data(path, list_sets(path), out);
+    return;
+  }
+  std::string format;
+  bool has_model = false;
+  {
+    h5::File f = h5::open_read(path, ExitCode::kData);
+    if (h5::has_attr(f.get(), "format")) {
+      // Only a short string can name a format; a huge one is not worth reading.
+      h5::Attribute a(H5Aopen(f.get(), "format", H5P_DEFAULT));
+      format = a && H5Aget_storage_size(a.get()) > 4096
+                   ? "(oversized)"
+                   : h5::read_attr_string(f.get(), "format", ExitCode::kCheckpoint);
+    }
+    has_model = h5::is_group(f.get(), "/model");
+  }
+  if (format == "dptrain-checkpoint" || (format.empty() && has_model)) {
+    inspect_checkpoint(path, !format.empty(), out);
+    return;
+  }
+  const std::vector<std::string> sets = list_sets(path);
+  if (!sets.empty()) {
+    inspect_data(path, sets, out);
+    return;
+  }
+  if (!format.empty())
+    throw Error(ExitCode::kCheckpoint,
+                "not a dptrain checkpoint (format attribute is '" + format + "') nor a data file",
+                path);
+  throw Error(ExitCode::kData,
+              "neither a dptrain checkpoint (no format attribute, no /model group) nor a data "
+              "file (no group holding features and labels)",
+              path);
+}
+
+ExitCode run_inspect(const Options& opts, MpiSession& mpi) {
+  // Agreed, so every rank exits with rank 0's verdict on the file.
+  agree(mpi.world(), [&] {
+    if (mpi.rank() != 0) return;
+    inspect_file(opts.file, std::cout);
+    std::cout.flush();
+  });
+  return ExitCode::kOk;
+}
+
+}  // namespace dptrain

@@ -1,0 +1,11 @@
+// Implements: the factory of the CPU reference backend (internal header; the
+// factory by name, make_backend("cpu", ...), is what callers use).
+#pragma once
+
+#include <memory>
+
+#include "dptrain/backends/backend.hpp"
+
+namespace dptrain {
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);
+}

@@ -1,0 +1,50 @@
+// Implements: the CPU dense kernels — bias add and bias gradient as vector
+// loops over rows (src/backends/cpu/vector_clones.hpp), bitwise the same on every
+// instruction set.
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+
+#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/vector_clones.hpp"
+
+namespace dptrain {
+namespace {
+
+DPT_VECTOR_CLONES
+void add_bias_rows(float* __restrict y, const float* __restrict bias, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = y + static_cast<std::size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+// Rows are added in order, each column on its own: vectorising across
+// columns keeps every column's sum in row order.
+DPT_VECTOR_CLONES
+void sum_rows(const float* __restrict dy, float* __restrict db, int rows, int cols) {
+  std::fill_n(db, cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict row = dy + static_cast<std::size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) db[c] += row[c];
+  }
+}
+
+class CpuDenseKernels final : public DenseKernels {
+ public:
+  void add_bias(float* y, const float* bias, int rows, int cols) override {
+    add_bias_rows(y, bias, rows, cols);
+  }
+
+  void bias_grad(const float* dy, float* db, int rows, int cols) override {
+    sum_rows(dy, db, rows, cols);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DenseKernels> make_cpu_dense_kernels() {
+  return std::make_unique<CpuDenseKernels>();
+}
+
+}  // namespace dptrain

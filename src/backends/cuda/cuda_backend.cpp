@@ -1,0 +1,358 @@
+// Implements: the core of the CUDA backend — device memory and copies on one
+// non-blocking compute stream, input uploads from pinned memory on a copy
+// stream ordered by per-slot events, device markers, cuBLAS GEMMs (fp32,
+// tf32, bf16 inputs) on row-major data through operand order, the NCCL
+// communicator on its device, and the kernel tables of kernel_tables.hpp, all
+// launching on the compute stream. Semantics are those of the CPU reference
+// (src/backends/cpu/), which the GPU tests check.
+#include "backends/cuda/cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "backends/cuda/cuda_handles.hpp"
+#include "backends/cuda/error_cuda.hpp"
+#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/nccl_comm.hpp"
+#include "dptrain/common/error.hpp"
+
+namespace dptrain {
+namespace {
+
+// cudaMalloc aligns to 256 bytes anyway; a zero-byte request still gets a
+// real pointer so that deallocate and DeviceBuffer never special-case it.
+constexpr std::size_t kMinAllocation = 256;
+constexpr int kBlocksPerSm = 8;  // grid-stride kernels: a few waves, no more
+
+// cudaGetDeviceCount, or 0 and the reason. Clears the error, which is not
+// sticky, so later runtime calls in the process are unaffected.
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
+    return 0;
+  }
+  if (n == 0 && why) *why = "cudaGetDeviceCount found 0 devices";
+  return n;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& opts)
+      : device_(opts.device_index), precision_(opts.precision) {
+    DPT_CUDA_CHECK(cudaSetDevice(device_));
+    stream_ = cuda::Stream::create();
+    cublas_ = cuda::CublasHandle::create();
+    DPT_CUBLAS_CHECK(cublasSetStream(cublas_.get(), stream_.get()));
+    int sms = 0;
+    DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+    launch_ = {stream_.get(), std::max(1, sms) * kBlocksPerSm};
+    kernels_.activations = cuda::make_activation_kernels(launch_);
+    kernels_.norm = cuda::make_norm_kernels(launch_);
+    kernels_.dropout = cuda::make_dropout_kernels(launch_);
+    kernels_.augment = cuda::make_augment_kernels(launch_);
+    kernels_.dense = cuda::make_dense_kernels(launch_);
+    kernels_.losses = cuda::make_loss_kernels(launch_);
+    kernels_.optimizers = cuda::make_optimizer_kernels(launch_);
+    kernels_.spatial = cuda::make_spatial_kernels(launch_, precision_);
+    counter_ = cuda::DeviceMemory(sizeof(unsigned long long));
+    host_counter_ = cuda::PinnedMemory(sizeof(unsigned long long));
+    // Everything the upload path needs exists before the first step. Each
+    // event is recorded once here, so that every wait has a defined target.
+    copy_ = cuda::Stream::create();
+    for (int s = 0; s < kUploadSlots; ++s) {
+      released_[s] = cuda::Event::create();
+      uploaded_[s] = cuda::Event::create();
+      DPT_CUDA_CHECK(cudaEventRecord(released_[s].get(), stream_.get()));
+      DPT_CUDA_CHECK(cudaEventRecord(uploaded_[s].get(), copy_.get()));
+    }
+    for (cuda::Event& m : markers_) {
+      m = cuda::Event::create_timed();
+      DPT_CUDA_CHECK(cudaEventRecord(m.get(), stream_.get()));
+    }
+  }
+  ~CudaBackend() override {
+    // Members free memory next; nothing queued may still be using it.
+    if (stream_.get()) cudaStreamSynchronize(stream_.get());
+    if (copy_.get()) cudaStreamSynchronize(copy_.get());
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  std::string placement() const override { return "cuda:" + std::to_string(device_); }
+  std::string gemm_library() const override {
+    int v = 0;
+    cublasGetVersion(cublas_.get(), &v);
+    return "cuBLAS " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+           std::to_string(v % 100) + ", " + cuda::spatial_library();
+  }
+  // Device memory is not the host's; the host only queues work, so shards
+  // are staged and uploaded, and phases are timed by events.
+  BackendCaps caps() const override {
+    return {.staged_uploads = true, .device_clock = true, .host_addressable_memory = false};
+  }
+  // NCCL orders its collectives after and before this backend's compute
+  // stream, on this backend's device.
+  std::unique_ptr<Communicator> make_communicator(MPI_Comm world) override {
+    return make_nccl_communicator(world, stream_.get(), device_);
+  }
+
+  void* allocate(std::size_t bytes) override {
+    const std::size_t size = std::max(bytes, kMinAllocation);
+    void* p = nullptr;
+    const cudaError_t rc = cudaMalloc(&p, size);
+    if (rc == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      std::size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw Error(ExitCode::kOther, "GPU " + std::to_string(device_) + " is out of memory: " +
+                                        std::to_string(bytes) + " bytes requested, " +
+                                        std::to_string(free_b >> 20) + " of " +
+                                        std::to_string(total_b >> 20) + " MiB free");
+    }
+    DPT_CUDA_CHECK(rc);
+    // On our stream, not the legacy one, which a non-blocking stream does
+    // not wait for: later work on the stream sees the zeros.
+    const cudaError_t set = cudaMemsetAsync(p, 0, size, stream_.get());
+    if (set != cudaSuccess) {
+      cudaFree(p);
+      DPT_CUDA_CHECK(set);
+    }
+    return p;
+  }
+
+  void deallocate(void* p) noexcept override {
+    if (!p) return;
+    // Kernels queued on the stream may still read p, uploads write it.
+    cudaStreamSynchronize(stream_.get());
+    cudaStreamSynchronize(copy_.get());
+    cudaFree(p);
+  }
+
+  void* allocate_host(std::size_t bytes) override {
+    void* p = nullptr;
+    DPT_CUDA_CHECK(cudaHostAlloc(&p, std::max(bytes, kMinAllocation), cudaHostAllocDefault));
+    return p;
+  }
+
+  void deallocate_host(void* p) noexcept override {
+    if (!p) return;
+    cudaStreamSynchronize(copy_.get());  // an upload may still read p
+    cudaFreeHost(p);
+  }
+
+  // The copy stream never waits for the compute stream as a whole, only
+  // for the slot's release: the upload of batch t+1 runs under step t.
+  void release_slot(int slot) override {
+    DPT_CUDA_CHECK(cudaEventRecord(released_[index(slot)].get(), stream_.get()));
+  }
+
+  void upload_async(int slot, void* dst, const void* src, std::size_t bytes) override {
+    const std::size_t s = index(slot);
+    if (!bytes) return;
+    DPT_CUDA_CHECK(cudaStreamWaitEvent(copy_.get(), released_[s].get(), 0));
+    DPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy_.get()));
+    DPT_CUDA_CHECK(cudaEventRecord(uploaded_[s].get(), copy_.get()));
+  }
+
+  void wait_upload(int slot) override {
+    DPT_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), uploaded_[index(slot)].get(), 0));
+  }
+
+  void mark(int i) override {
+    DPT_CUDA_CHECK(cudaEventRecord(marker(i), stream_.get()));
+  }
+  double marker_ms(int from, int to) override {
+    DPT_CUDA_CHECK(cudaEventSynchronize(marker(to)));
+    float ms = 0.0f;
+    DPT_CUDA_CHECK(cudaEventElapsedTime(&ms, marker(from), marker(to)));
+    return ms;
+  }
+
+  void sync_upload(int slot) override {
+    DPT_CUDA_CHECK(cudaEventSynchronize(uploaded_[index(slot)].get()));
+  }
+
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes) return;
+    DPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+    // The caller may reuse src at once (the CPU backend's memcpy contract).
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  }
+
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes) return;
+    DPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_.get()));
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  }
+
+  void copy_device(void* dst, const void* src, std::size_t bytes) override {
+    if (!bytes || dst == src) return;
+    const auto* s = static_cast<const char*>(src);
+    const auto* d = static_cast<const char*>(dst);
+    if (d < s + bytes && s < d + bytes) {
+      // cudaMemcpy is undefined for overlap; the CPU backend's memmove is
+      // not, so bounce through a temporary (rare: never on the step path).
+      cuda::DeviceMemory tmp(bytes);
+      DPT_CUDA_CHECK(cudaMemcpyAsync(tmp.get(), src, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+      DPT_CUDA_CHECK(cudaMemcpyAsync(dst, tmp.get(), bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+      DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+      return;
+    }
+    DPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+  }
+
+  void fill(float* x, float value, std::size_t n) override { cuda::fill(launch_, x, value, n); }
+
+  void synchronize() override { DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+      cuda::scale_matrix(launch_, c, m, n, ldc, beta);
+      return;
+    }
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
+    // stored row-major matrices are already the column-major transposes, so
+    // swapping the operands (and m, n) needs no copies.
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const void* ga = a;
+    const void* gb = b;
+    cudaDataType_t in_type = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    if (precision_ == Precision::kTf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (precision_ == Precision::kBf16) {
+      const std::size_t a_elems = stored_elements(trans_a ? k : m, trans_a ? m : k, lda);
+      const std::size_t b_elems = stored_elements(trans_b ? n : k, trans_b ? k : n, ldb);
+      grow(bf16_a_, a_elems * kBf16Bytes);
+      grow(bf16_b_, b_elems * kBf16Bytes);
+      cuda::to_bf16(launch_, a, bf16_a_.get(), a_elems);
+      cuda::to_bf16(launch_, b, bf16_b_.get(), b_elems);
+      ga = bf16_a_.get();
+      gb = bf16_b_.get();
+      in_type = CUDA_R_16BF;
+    }
+    DPT_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), op_b, op_a, n, m, k, &alpha, gb, in_type, ldb, ga,
+                                  in_type, lda, &beta, c, CUDA_R_32F, ldc, compute,
+                                  CUBLAS_GEMM_DEFAULT));
+  }
+
+  void add(const float* x, float* y, std::size_t n) override {
+    // cuBLAS counts in int: chunks below 2^31 values.
+    constexpr std::size_t kChunk = std::size_t(1) << 30;
+    const float one = 1.0f;
+    for (std::size_t done = 0; done < n; done += kChunk) {
+      const int count = static_cast<int>(std::min(kChunk, n - done));
+      DPT_CUBLAS_CHECK(cublasSaxpy(cublas_.get(), count, &one, x + done, 1, y + done, 1));
+    }
+  }
+
+  std::size_t count_nonfinite(const float* x, std::size_t n) override {
+    auto* counter = static_cast<unsigned long long*>(counter_.get());
+    auto* host = static_cast<unsigned long long*>(host_counter_.get());
+    cuda::count_nonfinite(launch_, x, n, counter);
+    DPT_CUDA_CHECK(cudaMemcpyAsync(host, counter, sizeof *host, cudaMemcpyDeviceToHost, stream_.get()));
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+    return static_cast<std::size_t>(*host);
+  }
+
+ protected:
+  KernelTables& kernels() override { return kernels_; }
+
+
+ private:
+  static constexpr std::size_t kBf16Bytes = 2;
+
+  static std::size_t index(int slot) {
+    if (slot < 0 || slot >= kUploadSlots)
+      throw Error(ExitCode::kOther, "upload slot " + std::to_string(slot) + " out of range [0, " +
+                                        std::to_string(kUploadSlots) + ")");
+    return static_cast<std::size_t>(slot);
+  }
+
+  // Elements spanned by a row-major rows x cols matrix with row stride ld.
+  static std::size_t stored_elements(int rows, int cols, int ld) {
+    return static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) +
+           static_cast<std::size_t>(cols);
+  }
+
+  // Scratch grows only when a larger GEMM is first seen (the first step), so
+  // the steady state allocates nothing.
+  void grow(cuda::DeviceMemory& buf, std::size_t bytes) {
+    if (buf.bytes() >= bytes) return;
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // queued GEMMs may read the old one
+    buf = cuda::DeviceMemory();
+    buf = cuda::DeviceMemory(bytes);
+  }
+
+  int device_;
+  Precision precision_;
+  cuda::Stream stream_;
+  cuda::CublasHandle cublas_;
+  cuda::Launch launch_;
+  KernelTables kernels_;  // destroyed before the stream and handles they use
+  cuda::DeviceMemory counter_;
+  cuda::PinnedMemory host_counter_;
+  cuda::DeviceMemory bf16_a_, bf16_b_;
+  cuda::Stream copy_;  // host-to-device uploads of the input
+  std::array<cuda::Event, kUploadSlots> released_, uploaded_;
+  std::array<cuda::Event, kMarkers> markers_;
+  cudaEvent_t marker(int i) const {
+    if (i < 0 || i >= kMarkers)
+      throw Error(ExitCode::kOther, "device marker " + std::to_string(i) + " out of range");
+    return markers_[static_cast<std::size_t>(i)].get();
+  }  // phase boundaries of a step
+};
+
+}  // namespace
+
+int cuda_visible_devices() {
+  try {
+    return device_count(nullptr);
+  } catch (...) {
+    return 0;  // a device query must never end the process
+  }
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
+  std::string why;
+  const int n = device_count(&why);
+  if (n == 0) throw Error(ExitCode::kUsage, "--device cuda: no usable GPU is visible (" + why + ")");
+  if (opts.device_index < 0 || opts.device_index >= n)
+    throw Error(ExitCode::kUsage, "--device cuda: GPU " + std::to_string(opts.device_index) +
+                                      " requested but only " + std::to_string(n) +
+                                      " are visible");
+  return std::make_unique<CudaBackend>(opts);
+}
+
+std::string cuda_device_uuid(int device) {
+  try {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+    char text[64];
+    std::snprintf(text, sizeof text,
+                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                  u[14], u[15]);
+    return text;
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace dptrain

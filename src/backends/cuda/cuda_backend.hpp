@@ -1,0 +1,19 @@
+// Implements: the factory of the CUDA backend (internal header; plain C++,
+// no CUDA types, so callers need no CUDA headers). src/backends/none/cuda_none.cpp
+// implements it in a build without CUDA.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dptrain/backends/backend.hpp"
+
+namespace dptrain {
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);
+int cuda_visible_devices();  // 0 when no GPU is usable
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" as nvidia-smi prints it, so that
+// ranks can tell whether two of them were given the same GPU; empty when the
+// device cannot be queried. Never throws.
+std::string cuda_device_uuid(int device);
+}  // namespace dptrain

@@ -1,0 +1,37 @@
+// Implements: the CUDA dropout kernel table — forward (the mask drawn on the
+// device, bitwise the CPU's) and backward as one launch each on the compute
+// stream (dropout.cu).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backends/cuda/kernel_tables.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+class CudaDropoutKernels final : public DropoutKernels {
+ public:
+  explicit CudaDropoutKernels(const Launch& l) : launch_(l) {}
+
+  void forward(const float* x, float* y, std::uint8_t* keep, int rows, int width,
+               std::uint64_t step_key, std::uint64_t first_row, std::uint64_t threshold,
+               float scale) override {
+    dropout_forward(launch_, x, y, keep, rows, width, step_key, first_row, threshold, scale);
+  }
+  void backward(const float* dy, const std::uint8_t* keep, float* dx, std::size_t n,
+                float scale) override {
+    dropout_backward(launch_, dy, keep, dx, n, scale);
+  }
+
+ private:
+  Launch launch_;
+};
+
+}  // namespace
+
+std::unique_ptr<DropoutKernels> make_dropout_kernels(const Launch& l) {
+  return std::make_unique<CudaDropoutKernels>(l);
+}
+
+}  // namespace dptrain::cuda

@@ -1,0 +1,194 @@
+// Implements: the elementwise CUDA kernels — fill, GEMM's beta scaling, bf16
+// conversion, bias add and bias gradient, activations forward/backward, and
+// the NaN/Inf count. Math follows src/backends/cpu/activation_kernels.cpp (precise
+// erff/tanhf/expf: no fast-math, so the CPU reference stays a tight bound).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backends/cuda/error_cuda.hpp"
+#include "backends/cuda/kernels.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
+
+// Bias gradient tile: 32 columns (one warp, coalesced rows) x 16 row lanes.
+constexpr int kBiasCols = 32;
+constexpr int kBiasRows = 16;
+
+__device__ inline std::size_t first_index() {
+  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::size_t grid_stride() {
+  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
+}
+
+__global__ void fill_kernel(float* x, float value, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) x[i] = value;
+}
+
+__global__ void scale_matrix_kernel(float* c, int m, int n, int ldc, float beta) {
+  const std::size_t total = static_cast<std::size_t>(m) * n;
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    float* p = c + (i / n) * static_cast<std::size_t>(ldc) + i % n;
+    *p = beta == 0.0f ? 0.0f : *p * beta;
+  }
+}
+
+__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void add_bias_kernel(float* y, const float* bias, std::size_t total, int cols) {
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[i % cols];
+}
+
+// Each thread sums a fixed subset of rows of one column, then row lane 0 adds
+// the 16 partials in order: the result does not depend on scheduling.
+__global__ void bias_grad_kernel(const float* dy, float* db, int rows, int cols) {
+  __shared__ float part[kBiasRows][kBiasCols + 1];
+  const int c = blockIdx.x * kBiasCols + threadIdx.x;
+  float s = 0.0f;
+  if (c < cols)
+    for (int r = threadIdx.y; r < rows; r += kBiasRows) s += dy[static_cast<std::size_t>(r) * cols + c];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.0f;
+    for (int j = 0; j < kBiasRows; ++j) t += part[j][threadIdx.x];
+    db[c] = t;
+  }
+}
+
+template <Activation F>
+__global__ void activation_forward_kernel(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    if constexpr (F == Activation::kRelu) y[i] = v > 0.0f ? v : 0.0f;
+    if constexpr (F == Activation::kTanh) y[i] = tanhf(v);
+    if constexpr (F == Activation::kGelu) y[i] = 0.5f * v * (1.0f + erff(v * kInvSqrt2));
+    if constexpr (F == Activation::kSigmoid) y[i] = 1.0f / (1.0f + expf(-v));
+  }
+}
+
+template <Activation F>
+__global__ void activation_backward_kernel(const float* x, const float* y, const float* dy,
+                                           float* dx, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    if constexpr (F == Activation::kRelu) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    if constexpr (F == Activation::kTanh) dx[i] = (1.0f - y[i] * y[i]) * dy[i];
+    if constexpr (F == Activation::kGelu) {
+      const float v = x[i];
+      const float cdf = 0.5f * (1.0f + erff(v * kInvSqrt2));
+      const float pdf = kInvSqrt2Pi * expf(-0.5f * v * v);
+      dx[i] = (cdf + v * pdf) * dy[i];
+    }
+    if constexpr (F == Activation::kSigmoid) dx[i] = y[i] * (1.0f - y[i]) * dy[i];
+  }
+}
+
+// Integer counts: the atomics make the total exact whatever the order.
+__global__ void count_nonfinite_kernel(const float* x, std::size_t n, unsigned long long* out) {
+  unsigned long long count = 0;
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    count += (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u ? 1 : 0;
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
+  __shared__ unsigned long long warp_counts[kThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_counts[warp] = count;
+  __syncthreads();
+  if (warp == 0) {
+    count = lane < static_cast<int>(blockDim.x / 32) ? warp_counts[lane] : 0;
+    for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
+    if (lane == 0 && count) atomicAdd(out, count);
+  }
+}
+
+}  // namespace
+
+void fill(const Launch& l, float* x, float value, std::size_t n) {
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(x, value, n);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void scale_matrix(const Launch& l, float* c, int m, int n, int ldc, float beta) {
+  if (m <= 0 || n <= 0) return;
+  const std::size_t total = static_cast<std::size_t>(m) * n;
+  scale_matrix_kernel<<<grid_for(total, l), kThreads, 0, l.stream>>>(c, m, n, ldc, beta);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void to_bf16(const Launch& l, const float* x, void* y, std::size_t n) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(x, static_cast<__nv_bfloat16*>(y), n);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols) {
+  if (rows <= 0 || cols <= 0) return;
+  const std::size_t total = static_cast<std::size_t>(rows) * cols;
+  add_bias_kernel<<<grid_for(total, l), kThreads, 0, l.stream>>>(y, bias, total, cols);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void bias_grad(const Launch& l, const float* dy, float* db, int rows, int cols) {
+  if (cols <= 0) return;
+  const unsigned blocks = static_cast<unsigned>((cols + kBiasCols - 1) / kBiasCols);
+  bias_grad_kernel<<<blocks, dim3(kBiasCols, kBiasRows), 0, l.stream>>>(dy, db, rows < 0 ? 0 : rows,
+                                                                        cols);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void activation_forward(const Launch& l, Activation f, const float* x, float* y, std::size_t n) {
+  if (n == 0) return;
+  const unsigned g = grid_for(n, l);
+  switch (f) {
+    case Activation::kRelu:
+      activation_forward_kernel<Activation::kRelu><<<g, kThreads, 0, l.stream>>>(x, y, n);
+      break;
+    case Activation::kTanh:
+      activation_forward_kernel<Activation::kTanh><<<g, kThreads, 0, l.stream>>>(x, y, n);
+      break;
+    case Activation::kGelu:
+      activation_forward_kernel<Activation::kGelu><<<g, kThreads, 0, l.stream>>>(x, y, n);
+      break;
+    case Activation::kSigmoid:
+      activation_forward_kernel<Activation::kSigmoid><<<g, kThreads, 0, l.stream>>>(x, y, n);
+      break;
+  }
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void activation_backward(const Launch& l, Activation f, const float* x, const float* y,
+                         const float* dy, float* dx, std::size_t n) {
+  if (n == 0) return;
+  const unsigned g = grid_for(n, l);
+  switch (f) {
+    case Activation::kRelu:
+      activation_backward_kernel<Activation::kRelu><<<g, kThreads, 0, l.stream>>>(x, y, dy, dx, n);
+      break;
+    case Activation::kTanh:
+      activation_backward_kernel<Activation::kTanh><<<g, kThreads, 0, l.stream>>>(x, y, dy, dx, n);
+      break;
+    case Activation::kGelu:
+      activation_backward_kernel<Activation::kGelu><<<g, kThreads, 0, l.stream>>>(x, y, dy, dx, n);
+      break;
+    case Activation::kSigmoid:
+      activation_backward_kernel<Activation::kSigmoid>
+          <<<g, kThreads, 0, l.stream>>>(x, y, dy, dx, n);
+      break;
+  }
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void count_nonfinite(const Launch& l, const float* x, std::size_t n, unsigned long long* counter) {
+  DPT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof *counter, l.stream));
+  if (n == 0) return;
+  count_nonfinite_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(x, n, counter);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dptrain::cuda

@@ -1,0 +1,95 @@
+// Implements: the launchers of the CUDA kernels (internal to src/backends/cuda/). Each
+// launches on the given stream, checks the launch, and returns at once; the
+// kernel tables (kernel_tables.hpp) and the CudaBackend map the Backend
+// interface onto them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "dptrain/backends/kernels/activation_kernels.hpp"
+#include "dptrain/backends/kernels/augment_kernels.hpp"
+#include "dptrain/backends/kernels/norm_kernels.hpp"
+
+namespace dptrain::cuda {
+
+constexpr int kThreads = 256;
+// Partial sums of the loss kernels: one slot pair per block, summed in block
+// order by a second launch so the loss is the same bit for bit every run.
+constexpr int kMaxLossBlocks = 1024;
+
+struct Launch {
+  cudaStream_t stream = nullptr;
+  int max_blocks = 1;  // grid cap for grid-stride loops (a few waves of the GPU)
+};
+
+inline unsigned grid_for(std::size_t n, const Launch& l) {
+  const std::size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(blocks, l.max_blocks)));
+}
+
+// --- elementwise.cu ---
+void fill(const Launch& l, float* x, float value, std::size_t n);
+// C[m, n] (row stride ldc) = beta * C, and exactly 0 when beta == 0 (C unread).
+void scale_matrix(const Launch& l, float* c, int m, int n, int ldc, float beta);
+// y[i] = bf16(x[i]), round to nearest even; y is __nv_bfloat16[n].
+void to_bf16(const Launch& l, const float* x, void* y, std::size_t n);
+void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols);
+// Deterministic column sums (fixed summation order).
+void bias_grad(const Launch& l, const float* dy, float* db, int rows, int cols);
+void activation_forward(const Launch& l, Activation f, const float* x, float* y, std::size_t n);
+void activation_backward(const Launch& l, Activation f, const float* x, const float* y,
+                         const float* dy, float* dx, std::size_t n);
+// Zeroes *counter, then adds the number of NaN/Inf among x[0, n) to it.
+void count_nonfinite(const Launch& l, const float* x, std::size_t n,
+                     unsigned long long* counter);
+
+// --- loss.cu --- partials: device scratch of 2 * kMaxLossBlocks doubles.
+void softmax_xent(const Launch& l, const float* logits, const std::int32_t* labels, int rows,
+                  int cols, float grad_scale, float* dlogits, float* stats, double* partials);
+void mse(const Launch& l, const float* pred, const float* target, int rows, int cols,
+         float grad_scale, float* dpred, float* stats, double* partials);
+
+// --- optimizer.cu --- one launch each over the whole arena.
+void sgd_step(const Launch& l, float* w, const float* g, float* velocity, std::size_t n,
+              float lr, float momentum, float weight_decay, bool nesterov);
+// l2: weight decay folded into g (Adam); shrink: 1 - lr * wd (AdamW, else 1);
+// inv_bc1/2: 1 / (1 - beta^t), computed in double on the host.
+void adam_step(const Launch& l, float* w, const float* g, float* m, float* v, std::size_t n,
+               float lr, float beta1, float beta2, float eps, float l2, float shrink,
+               float inv_bc1, float inv_bc2);
+
+// --- norm.cu --- batch norm over [rows, channels, spatial] (norm_kernels.hpp
+// says what each computes). The sums reduce each channel in a fixed order
+// into norm_partials(s) doubles of device scratch, then in a second launch.
+std::size_t norm_partials(const NormShape& s);
+void norm_batch_sums(const Launch& l, const float* x, const NormShape& s, const float* shift,
+                     float* sums, double* partials);
+void norm_batch_stats(const Launch& l, const float* sums, const float* shift, int channels,
+                      double count, float eps, float momentum, float* mean, float* invstd,
+                      float* running_mean, float* running_var);
+void norm_inverse_std(const Launch& l, const float* var, int channels, float eps, float* invstd);
+void norm_normalize(const Launch& l, const float* x, const NormShape& s, const float* mean,
+                    const float* invstd, const float* weight, const float* bias, float* y);
+void norm_grad_sums(const Launch& l, const float* x, const float* dy, const NormShape& s,
+                    const float* mean, const float* invstd, float* sums, double* partials);
+void norm_input_grad(const Launch& l, const float* x, const float* dy, const NormShape& s,
+                     const float* mean, const float* invstd, const float* weight,
+                     const float* sums, double count, float* dx);
+
+// --- dropout.cu --- the draw of dropout_kernels.hpp, element by element.
+void dropout_forward(const Launch& l, const float* x, float* y, std::uint8_t* keep, int rows,
+                     int width, std::uint64_t step_key, std::uint64_t first_row,
+                     std::uint64_t threshold, float scale);
+void dropout_backward(const Launch& l, const float* dy, const std::uint8_t* keep, float* dx,
+                      std::size_t n, float scale);
+
+// --- augment.cu --- x[rows, planes, H, W] rebuilt from source, a device copy
+// of it (in-place crops would read pixels already moved).
+void augment(const Launch& l, const float* source, float* x, int rows, const AugmentGeometry& g,
+             std::uint64_t seed, std::uint64_t epoch, std::uint64_t first_row);
+
+}  // namespace dptrain::cuda

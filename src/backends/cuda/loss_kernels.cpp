@@ -1,0 +1,41 @@
+// Implements: the CUDA loss kernel table — softmax cross-entropy and MSE on
+// the compute stream (loss.cu), with the device scratch of their per-block
+// partial sums, allocated once with the table.
+#include <cstdint>
+#include <memory>
+
+#include "backends/cuda/cuda_handles.hpp"
+#include "backends/cuda/kernel_tables.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+class CudaLossKernels final : public LossKernels {
+ public:
+  explicit CudaLossKernels(const Launch& l)
+      : launch_(l), partials_(2 * kMaxLossBlocks * sizeof(double)) {}
+
+  // dlogits / dpred may be null (evaluation), as on the CPU backend.
+  void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
+                    float grad_scale, float* dlogits, float* stats) override {
+    cuda::softmax_xent(launch_, logits, labels, rows, cols, grad_scale, dlogits, stats,
+                       static_cast<double*>(partials_.get()));
+  }
+  void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
+           float* dpred, float* stats) override {
+    cuda::mse(launch_, pred, target, rows, cols, grad_scale, dpred, stats,
+              static_cast<double*>(partials_.get()));
+  }
+
+ private:
+  Launch launch_;
+  DeviceMemory partials_;  // 2 * kMaxLossBlocks doubles
+};
+
+}  // namespace
+
+std::unique_ptr<LossKernels> make_loss_kernels(const Launch& l) {
+  return std::make_unique<CudaLossKernels>(l);
+}
+
+}  // namespace dptrain::cuda

@@ -1,0 +1,260 @@
+// Implements: batch norm on the GPU, the kernels behind the CUDA NormKernels
+// table (norm_kernels.hpp defines what each computes; src/backends/cpu/norm_kernels.cpp
+// is the reference). A [rows, channels, spatial] tensor is cut per channel
+// into chunks of its rows·spatial values; a block of the (channel, chunk)
+// grid visits its chunk. The sums accumulate in double, each thread over a
+// fixed stride of its chunk, then a fixed shared-memory tree per block, and
+// a second launch adds the chunks of a channel the same way: no atomics, and
+// the chunk count is a function of the shape alone, so the same inputs give
+// the same bits every run. The per-channel and elementwise arithmetic uses
+// explicitly rounded operations (__dmul_rn, __fadd_rn, ...), which the
+// compiler never fuses into FMAs, so given the same statistics the output is
+// bitwise the CPU's (built with -ffp-contract=off).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cuda/error_cuda.hpp"
+#include "backends/cuda/kernels.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+constexpr int kNormThreads = 256;             // a power of two: the tree halves it
+constexpr std::uint64_t kChunkValues = 8192;  // at least 32 values a thread per chunk
+constexpr std::uint64_t kMaxChunks = 1024;
+
+enum class Sums { kShifted, kGrad };
+
+__host__ __device__ inline std::uint64_t channel_values(const NormShape& s) {
+  if (s.rows <= 0 || s.spatial <= 0) return 0;
+  return static_cast<std::uint64_t>(s.rows) * static_cast<std::uint64_t>(s.spatial);
+}
+
+unsigned chunks_for(const NormShape& s) {
+  const std::uint64_t chunks = (channel_values(s) + kChunkValues - 1) / kChunkValues;
+  return static_cast<unsigned>(std::clamp<std::uint64_t>(chunks, 1, kMaxChunks));
+}
+
+dim3 channel_grid(const NormShape& s) {
+  return dim3(static_cast<unsigned>(s.channels), chunks_for(s));
+}
+
+// Calls f(offset) for each value of channel c in this block's chunk
+// (blockIdx.y of gridDim.y) that this thread visits, in increasing order.
+// (row, position) advance by the block's stride without a division per value.
+template <typename F>
+__device__ inline void for_chunk_values(const NormShape& s, int c, F f) {
+  const std::uint64_t values = channel_values(s);
+  const std::uint64_t chunk = (values + gridDim.y - 1) / gridDim.y;
+  const std::uint64_t first = blockIdx.y * chunk;
+  const std::uint64_t end = first + chunk < values ? first + chunk : values;
+  std::uint64_t j = first + threadIdx.x;
+  if (j >= end) return;
+  const std::uint64_t spatial = static_cast<std::uint64_t>(s.spatial);
+  const std::uint64_t row_stride = static_cast<std::uint64_t>(s.channels) * spatial;
+  const std::uint64_t base = static_cast<std::uint64_t>(c) * spatial;
+  const std::uint64_t step_rows = kNormThreads / spatial, step_pos = kNormThreads % spatial;
+  std::uint64_t n = j / spatial, i = j % spatial;
+  for (; j < end; j += kNormThreads) {
+    f(n * row_stride + base + i);
+    n += step_rows;
+    i += step_pos;
+    if (i >= spatial) {
+      i -= spatial;
+      ++n;
+    }
+  }
+}
+
+// Every thread's (a, b) added in a fixed tree order; all threads of the
+// block must call it, and all get the block's totals.
+__device__ inline void block_sum(double& a, double& b) {
+  __shared__ double sa[kNormThreads], sb[kNormThreads];
+  const int t = threadIdx.x;
+  sa[t] = a;
+  sb[t] = b;
+  __syncthreads();
+  for (int half = kNormThreads / 2; half > 0; half >>= 1) {
+    if (t < half) {
+      sa[t] += sa[t + half];
+      sb[t] += sb[t + half];
+    }
+    __syncthreads();
+  }
+  a = sa[0];
+  b = sb[0];
+}
+
+// partials[2 (c · chunks + chunk) + {0, 1}] = this chunk's
+//   kShifted: Σ (x - center[c]), Σ (x - center[c])²
+//   kGrad:    Σ dy · (x - center[c]), Σ dy
+template <Sums K>
+__global__ void __launch_bounds__(kNormThreads)
+    chunk_sums_kernel(const float* x, const float* dy, NormShape s, const float* center,
+                      double* partials) {
+  const int c = blockIdx.x;
+  const double k = center[c];
+  double a = 0.0, b = 0.0;
+  for_chunk_values(s, c, [&](std::uint64_t o) {
+    const double d = static_cast<double>(x[o]) - k;
+    if constexpr (K == Sums::kShifted) {
+      a += d;
+      b += d * d;
+    } else {
+      const double g = dy[o];
+      a += g * d;
+      b += g;
+    }
+  });
+  block_sum(a, b);
+  if (threadIdx.x == 0) {
+    double* p = partials + 2 * (static_cast<std::size_t>(c) * gridDim.y + blockIdx.y);
+    p[0] = a;
+    p[1] = b;
+  }
+}
+
+// One block per channel: sums[c] = Σ a (times invstd[c] for kGrad, as the
+// CPU scales the total), sums[C + c] = Σ b over the channel's chunks.
+template <Sums K>
+__global__ void __launch_bounds__(kNormThreads)
+    finish_sums_kernel(const double* partials, unsigned chunks, int channels,
+                       const float* invstd, float* sums) {
+  const int c = blockIdx.x;
+  double a = 0.0, b = 0.0;
+  for (unsigned k = threadIdx.x; k < chunks; k += kNormThreads) {
+    const double* p = partials + 2 * (static_cast<std::size_t>(c) * chunks + k);
+    a += p[0];
+    b += p[1];
+  }
+  block_sum(a, b);
+  if (threadIdx.x == 0) {
+    if constexpr (K == Sums::kGrad) a = __dmul_rn(a, static_cast<double>(invstd[c]));
+    sums[c] = static_cast<float>(a);
+    sums[channels + c] = static_cast<float>(b);
+  }
+}
+
+__global__ void batch_stats_kernel(const float* sums, const float* shift, int channels,
+                                   double count, double eps, double momentum, double unbias,
+                                   float* mean, float* invstd, float* running_mean,
+                                   float* running_var) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t c = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       c < static_cast<std::size_t>(channels); c += stride) {
+    const double m1 = __ddiv_rn(static_cast<double>(sums[c]), count);  // mean - shift
+    const double mu = __dadd_rn(static_cast<double>(shift[c]), m1);  // before running_mean changes
+    const double m2 = __ddiv_rn(static_cast<double>(sums[channels + c]), count);
+    const double var = fmax(0.0, __dsub_rn(m2, __dmul_rn(m1, m1)));
+    const double keep = 1.0 - momentum;
+    mean[c] = static_cast<float>(mu);
+    invstd[c] = static_cast<float>(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, eps))));
+    running_mean[c] = static_cast<float>(__dadd_rn(
+        __dmul_rn(keep, static_cast<double>(running_mean[c])), __dmul_rn(momentum, mu)));
+    running_var[c] = static_cast<float>(
+        __dadd_rn(__dmul_rn(keep, static_cast<double>(running_var[c])),
+                  __dmul_rn(__dmul_rn(momentum, var), unbias)));
+  }
+}
+
+__global__ void inverse_std_kernel(const float* var, int channels, double eps, float* invstd) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t c = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       c < static_cast<std::size_t>(channels); c += stride)
+    invstd[c] = static_cast<float>(
+        __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(static_cast<double>(var[c]), eps))));
+}
+
+__global__ void __launch_bounds__(kNormThreads)
+    normalize_kernel(const float* x, NormShape s, const float* mean, const float* invstd,
+                     const float* weight, const float* bias, float* y) {
+  const int c = blockIdx.x;
+  const float m = mean[c], k = __fmul_rn(invstd[c], weight[c]), b = bias[c];
+  for_chunk_values(s, c, [&](std::uint64_t o) {
+    y[o] = __fadd_rn(__fmul_rn(__fsub_rn(x[o], m), k), b);
+  });
+}
+
+__global__ void __launch_bounds__(kNormThreads)
+    input_grad_kernel(const float* x, const float* dy, NormShape s, const float* mean,
+                      const float* invstd, const float* weight, const float* sums, double count,
+                      float* dx) {
+  const int c = blockIdx.x;
+  const float m = mean[c], is = invstd[c], k = __fmul_rn(is, weight[c]);
+  const auto mean_dyxhat = static_cast<float>(__ddiv_rn(static_cast<double>(sums[c]), count));
+  const auto mean_dy =
+      static_cast<float>(__ddiv_rn(static_cast<double>(sums[s.channels + c]), count));
+  for_chunk_values(s, c, [&](std::uint64_t o) {
+    const float xhat = __fmul_rn(__fsub_rn(x[o], m), is);
+    dx[o] = __fmul_rn(k, __fsub_rn(__fsub_rn(dy[o], mean_dy), __fmul_rn(xhat, mean_dyxhat)));
+  });
+}
+
+template <Sums K>
+void channel_sums(const Launch& l, const float* x, const float* dy, const NormShape& s,
+                  const float* center, const float* invstd, float* sums, double* partials) {
+  if (s.channels <= 0) return;
+  const dim3 grid = channel_grid(s);
+  chunk_sums_kernel<K><<<grid, kNormThreads, 0, l.stream>>>(x, dy, s, center, partials);
+  DPT_CUDA_CHECK(cudaGetLastError());
+  finish_sums_kernel<K><<<grid.x, kNormThreads, 0, l.stream>>>(partials, grid.y, s.channels,
+                                                               invstd, sums);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+std::size_t norm_partials(const NormShape& s) {
+  if (s.channels <= 0) return 0;
+  return 2 * static_cast<std::size_t>(s.channels) * chunks_for(s);
+}
+
+void norm_batch_sums(const Launch& l, const float* x, const NormShape& s, const float* shift,
+                     float* sums, double* partials) {
+  channel_sums<Sums::kShifted>(l, x, nullptr, s, shift, nullptr, sums, partials);
+}
+
+void norm_grad_sums(const Launch& l, const float* x, const float* dy, const NormShape& s,
+                    const float* mean, const float* invstd, float* sums, double* partials) {
+  channel_sums<Sums::kGrad>(l, x, dy, s, mean, invstd, sums, partials);
+}
+
+void norm_batch_stats(const Launch& l, const float* sums, const float* shift, int channels,
+                      double count, float eps, float momentum, float* mean, float* invstd,
+                      float* running_mean, float* running_var) {
+  if (channels <= 0) return;
+  const double unbias = count > 1.0 ? count / (count - 1.0) : 1.0;  // as the CPU computes it
+  batch_stats_kernel<<<grid_for(static_cast<std::size_t>(channels), l), kThreads, 0, l.stream>>>(
+      sums, shift, channels, count, static_cast<double>(eps), static_cast<double>(momentum),
+      unbias, mean, invstd, running_mean, running_var);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void norm_inverse_std(const Launch& l, const float* var, int channels, float eps, float* invstd) {
+  if (channels <= 0) return;
+  inverse_std_kernel<<<grid_for(static_cast<std::size_t>(channels), l), kThreads, 0, l.stream>>>(
+      var, channels, static_cast<double>(eps), invstd);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void norm_normalize(const Launch& l, const float* x, const NormShape& s, const float* mean,
+                    const float* invstd, const float* weight, const float* bias, float* y) {
+  if (s.channels <= 0 || channel_values(s) == 0) return;
+  normalize_kernel<<<channel_grid(s), kNormThreads, 0, l.stream>>>(x, s, mean, invstd, weight,
+                                                                    bias, y);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void norm_input_grad(const Launch& l, const float* x, const float* dy, const NormShape& s,
+                     const float* mean, const float* invstd, const float* weight,
+                     const float* sums, double count, float* dx) {
+  if (s.channels <= 0 || channel_values(s) == 0) return;
+  input_grad_kernel<<<channel_grid(s), kNormThreads, 0, l.stream>>>(x, dy, s, mean, invstd,
+                                                                     weight, sums, count, dx);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dptrain::cuda

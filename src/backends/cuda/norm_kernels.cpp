@@ -1,0 +1,66 @@
+// Implements: the CUDA normalization kernel table — batch norm as custom
+// kernels on the compute stream (norm.cu), with the device scratch of the
+// per-chunk partial sums grown once to the largest shape. Not cuDNN's
+// batch-norm API: its training forward computes the batch statistics inside
+// one call, with no point where `bn` could sum them over the replicas of
+// the global batch (docs/gpu.md).
+#include <cstddef>
+#include <memory>
+
+#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/scratch.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+// Partials for up to 65536 (channel, chunk) pairs, e.g. 64 channels of
+// 8 million values each, before the scratch has to grow.
+constexpr std::size_t kInitialPartials = 2 * 65536;
+
+class CudaNormKernels final : public NormKernels {
+ public:
+  explicit CudaNormKernels(const Launch& l)
+      : launch_(l), partials_(l.stream, kInitialPartials * sizeof(double)) {}
+
+  void batch_sums(const float* x, const NormShape& s, const float* shift, float* sums) override {
+    norm_batch_sums(launch_, x, s, shift, sums, partials(s));
+  }
+  void batch_stats(const float* sums, const float* shift, int channels, double count, float eps,
+                   float momentum, float* mean, float* invstd, float* running_mean,
+                   float* running_var) override {
+    norm_batch_stats(launch_, sums, shift, channels, count, eps, momentum, mean, invstd,
+                     running_mean, running_var);
+  }
+  void inverse_std(const float* var, int channels, float eps, float* invstd) override {
+    norm_inverse_std(launch_, var, channels, eps, invstd);
+  }
+  void normalize(const float* x, const NormShape& s, const float* mean, const float* invstd,
+                 const float* weight, const float* bias, float* y) override {
+    norm_normalize(launch_, x, s, mean, invstd, weight, bias, y);
+  }
+  void grad_sums(const float* x, const float* dy, const NormShape& s, const float* mean,
+                 const float* invstd, float* sums) override {
+    norm_grad_sums(launch_, x, dy, s, mean, invstd, sums, partials(s));
+  }
+  void input_grad(const float* x, const float* dy, const NormShape& s, const float* mean,
+                  const float* invstd, const float* weight, const float* sums, double count,
+                  float* dx) override {
+    norm_input_grad(launch_, x, dy, s, mean, invstd, weight, sums, count, dx);
+  }
+
+ private:
+  // One scratch for every bn layer: their kernels run one after another on
+  // the stream.
+  double* partials(const NormShape& s) { return partials_.get<double>(norm_partials(s)); }
+
+  Launch launch_;
+  Scratch partials_;
+};
+
+}  // namespace
+
+std::unique_ptr<NormKernels> make_norm_kernels(const Launch& l) {
+  return std::make_unique<CudaNormKernels>(l);
+}
+
+}  // namespace dptrain::cuda

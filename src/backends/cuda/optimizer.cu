@@ -1,0 +1,64 @@
+// Implements: the fused optimizer kernels — SGD (momentum, Nesterov, L2) and
+// Adam/AdamW — one launch over the whole parameter arena, with the update
+// formulas of src/backends/cpu/optimizer_kernels.cpp (torch.optim semantics).
+#include <cuda_runtime.h>
+
+#include "backends/cuda/error_cuda.hpp"
+#include "backends/cuda/kernels.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+__global__ void sgd_kernel(float* w, const float* g, float* velocity, std::size_t n, float lr,
+                           float mu, float wd, bool nesterov) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float wi = w[i];
+    const float gi = g[i] + wd * wi;
+    if (mu > 0.0f) {
+      const float v = mu * velocity[i] + gi;
+      velocity[i] = v;
+      w[i] = wi - lr * (nesterov ? gi + mu * v : v);
+    } else {
+      w[i] = wi - lr * gi;
+    }
+  }
+}
+
+__global__ void adam_kernel(float* w, const float* g, float* m, float* v, std::size_t n, float lr,
+                            float b1, float b2, float eps, float l2, float shrink, float inv_bc1,
+                            float inv_bc2) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float w0 = w[i];
+    const float gi = g[i] + l2 * w0;
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = w0 * shrink - lr * (mi * inv_bc1) / (sqrtf(vi * inv_bc2) + eps);
+  }
+}
+
+}  // namespace
+
+void sgd_step(const Launch& l, float* w, const float* g, float* velocity, std::size_t n, float lr,
+              float momentum, float weight_decay, bool nesterov) {
+  if (n == 0) return;
+  sgd_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(w, g, velocity, n, lr, momentum,
+                                                        weight_decay, nesterov);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void adam_step(const Launch& l, float* w, const float* g, float* m, float* v, std::size_t n,
+               float lr, float beta1, float beta2, float eps, float l2, float shrink,
+               float inv_bc1, float inv_bc2) {
+  if (n == 0) return;
+  adam_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(w, g, m, v, n, lr, beta1, beta2, eps, l2,
+                                                         shrink, inv_bc1, inv_bc2);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dptrain::cuda

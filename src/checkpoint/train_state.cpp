@@ -1,0 +1,170 @@
+// Implements: restore_state, save_state, check_towers (see train_state.hpp).
+#include "dptrain/checkpoint/train_state.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "dptrain/common/error.hpp"
+
+namespace dptrain {
+namespace {
+
+// What rank 0 found, broadcast to every rank as one message.
+struct RestoreHeader {
+  std::int64_t resumed = 0;         // 1: training state restored, not only weights
+  std::int64_t step = 0;            // the checkpoint's step
+  std::int64_t optimizer_step = 0;  // the optimizer's step count
+  std::int64_t have_weights = 0;    // 1: weights (and buffers) to broadcast
+};
+
+}  // namespace
+
+StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt, Model& model,
+                         Optimizer& opt, LossKind loss, const BatchPlan& plan) {
+  Backend& be = *rt.backend;
+  StartPoint sp;
+  RestoreHeader header;
+  agree(mpi.world(), [&] {
+    if (mpi.rank() != 0) return;
+    std::string path;
+    if (opts.resume == "auto") {
+      if (!opts.checkpoint_dir.empty() && std::filesystem::is_directory(opts.checkpoint_dir))
+        path = find_resume_checkpoint(opts.checkpoint_dir);
+    } else if (opts.resume != "never") {
+      path = opts.resume;
+    }
+    const bool resuming = !path.empty();
+    if (!resuming) path = opts.init_from;
+    if (path.empty()) return;
+    // A /model-only file (PyTorch via h5py) is read in this model's layout.
+    const ModelLayout expect{model.param_layout(), model.buffer_layout(), model.output_shape()};
+    CheckpointData ck = read_checkpoint(path, !resuming, &expect);
+    check_layout(ck, model.param_layout(), model.buffer_layout(), path);
+    if (resuming) {
+      DPT_REQUIRE(ck.has_training_state, ExitCode::kCheckpoint,
+                  path + ": holds only /model; use --init-from to start from its weights");
+      DPT_REQUIRE(ck.meta.model == model.spec() && ck.meta.loss == loss_name(loss),
+                  ExitCode::kCheckpoint,
+                  path + ": written for --model " + ck.meta.model + " --loss " + ck.meta.loss +
+                      ", this run has --model " + model.spec() + " --loss " + loss_name(loss));
+      const BatchSlot slot = plan.slot(static_cast<std::uint64_t>(ck.meta.step));
+      DPT_REQUIRE(slot.epoch == static_cast<std::uint64_t>(ck.meta.epoch) &&
+                      slot.position == static_cast<std::uint64_t>(ck.meta.epoch_position),
+                  ExitCode::kCheckpoint,
+                  path + ": its cursor (epoch " + std::to_string(ck.meta.epoch) + ", sample " +
+                      std::to_string(ck.meta.epoch_position) +
+                      ") is not a batch boundary of this run; resume with the same --batch-size "
+                      "and data");
+      const auto state = opt.state();
+      DPT_REQUIRE(ck.meta.optimizer == opts.optimizer && ck.optimizer_state.size() == state.size(),
+                  ExitCode::kCheckpoint,
+                  path + ": optimizer state is for '" + ck.meta.optimizer + "', this run uses '" +
+                      opts.optimizer + "'");
+      for (std::size_t i = 0; i < state.size(); ++i) {
+        DPT_REQUIRE(ck.optimizer_state[i].name == state[i].name &&
+                        ck.optimizer_state[i].values.size() == opt.size(),
+                    ExitCode::kCheckpoint, path + ": optimizer state '" + state[i].name + "' missing or misshaped");
+        be.copy_to_device(state[i].data, ck.optimizer_state[i].values.data(), opt.size() * sizeof(float));
+      }
+      header.resumed = 1;
+      header.step = ck.meta.step;
+      header.optimizer_step = ck.meta.optimizer_step;
+    }
+    be.copy_to_device(model.params(), ck.params.data(), ck.params.size() * sizeof(float));
+    if (!ck.buffers.empty())
+      be.copy_to_device(model.buffers(), ck.buffers.data(), ck.buffers.size() * sizeof(float));
+    header.have_weights = 1;
+    sp.from = path;
+    std::printf("dptrain: %s %s (step %lld)\n", resuming ? "resuming from" : "initialising from",
+                path.c_str(), static_cast<long long>(ck.meta.step));
+    std::fflush(stdout);
+  });
+  static_assert(sizeof(RestoreHeader) == 4 * sizeof(std::int64_t));
+  DPT_MPI_CHECK(MPI_Bcast(&header, 4, MPI_INT64_T, 0, mpi.world()));
+  if (header.have_weights) {
+    rt.comm->broadcast(model.params(), model.num_params() * sizeof(float), 0);
+    if (model.num_buffers())
+      rt.comm->broadcast(model.buffers(), model.num_buffers() * sizeof(float), 0);
+  }
+  if (header.resumed) {
+    for (auto& s : opt.state()) rt.comm->broadcast(s.data, opt.size() * sizeof(float), 0);
+    opt.set_step_count(header.optimizer_step);
+    sp.resumed = true;
+    sp.step = static_cast<std::uint64_t>(header.step);
+  }
+  return sp;
+}
+
+void save_state(const std::string& path, bool in_checkpoint_dir, const Options& opts,
+                const MpiSession& mpi, Runtime& rt, Model& model, Optimizer& opt, LossKind loss,
+                const BatchPlan& plan, std::uint64_t step) {
+  Backend& be = *rt.backend;
+  agree(mpi.world(), [&] {
+    if (mpi.rank() != 0) return;
+    // Refuse to persist a broken state: a resumed run must never start from it.
+    DPT_REQUIRE(be.count_nonfinite(model.params(), model.num_params()) == 0, ExitCode::kNumeric,
+                "refusing to write checkpoint " + path + ": parameters hold NaN/Inf at step " +
+                    std::to_string(step));
+    CheckpointData ck;
+    const BatchSlot slot = plan.slot(step);
+    ck.meta.model = model.spec();
+    ck.meta.loss = loss_name(loss);
+    ck.meta.step = static_cast<std::int64_t>(step);
+    ck.meta.epoch = static_cast<std::int64_t>(slot.epoch);
+    ck.meta.epoch_position = static_cast<std::int64_t>(slot.position);
+    ck.meta.seed = opts.seed;
+    ck.meta.world_size = mpi.size();
+    ck.meta.config = opts.config_text;
+    ck.meta.optimizer = optimizer_name(opt.config().kind);
+    ck.meta.optimizer_step = opt.step_count();
+    for (int i = 0; i < model.input_shape().rank(); ++i)
+      ck.input_shape.push_back(static_cast<std::size_t>(model.input_shape()[i]));
+    ck.param_layout = model.param_layout();
+    ck.params.resize(model.num_params());
+    be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));
+    ck.buffer_layout = model.buffer_layout();
+    ck.buffers.resize(model.num_buffers());
+    if (!ck.buffers.empty())
+      be.copy_to_host(ck.buffers.data(), model.buffers(), ck.buffers.size() * sizeof(float));
+    for (auto& s : opt.state()) {
+      CheckpointData::State st{s.name, std::vector<float>(opt.size())};
+      be.copy_to_host(st.values.data(), s.data, opt.size() * sizeof(float));
+      ck.optimizer_state.push_back(std::move(st));
+    }
+    ck.has_training_state = true;
+    if (in_checkpoint_dir) std::filesystem::create_directories(opts.checkpoint_dir);
+    write_checkpoint(path, ck);
+    if (in_checkpoint_dir) prune_checkpoints(opts.checkpoint_dir, static_cast<int>(opts.keep_checkpoints));
+    std::printf("checkpoint: step %llu -> %s\n", static_cast<unsigned long long>(step), path.c_str());
+    std::fflush(stdout);
+  });
+}
+
+void check_towers(const MpiSession& mpi, Backend& be, Model& model, std::uint64_t step) {
+  std::vector<float> p(model.num_params());
+  be.copy_to_host(p.data(), model.params(), p.size() * sizeof(float));
+  // Identical bits give an identical sum; any drift changes it (almost surely).
+  double sum = 0, weighted = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    sum += p[i];
+    weighted += p[i] * static_cast<double>((i % 1021) + 1);
+  }
+  double mine[2] = {sum + weighted, -(sum + weighted)};
+  double red[2] = {0, 0};
+  DPT_MPI_CHECK(MPI_Allreduce(mine, red, 2, MPI_DOUBLE, MPI_MIN, mpi.world()));
+  if (red[0] == -red[1]) return;
+  std::vector<double> all(static_cast<std::size_t>(mpi.size()));
+  DPT_MPI_CHECK(MPI_Gather(&mine[0], 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, mpi.world()));
+  if (mpi.rank() == 0) {
+    std::string ranks;
+    for (int r = 1; r < mpi.size(); ++r)
+      if (all[static_cast<std::size_t>(r)] != all[0]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    report_error("tower consistency check failed at step " + std::to_string(step) +
+                     ": parameters of rank(s) " + ranks + " differ from rank 0",
+                 0, 1);
+  }
+  throw AgreedFailure(ExitCode::kNumeric);
+}
+
+}  // namespace dptrain

@@ -1,0 +1,385 @@
+// Implements: Dataset (dataset.hpp) on the h5 wrappers: structural checks of
+// each file at open (one file, or every file of a list, each holding the
+// first one's layout), a bounded-memory validation pass, and hyperslab row
+// reads that may span files.
+#include "dptrain/data/dataset.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "data/feature_hdf5.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/h5.hpp"
+#include "dptrain/data/dataset_files.hpp"
+
+namespace dptrain {
+namespace {
+
+#define DPT_DATA_FAIL(msg) ::dptrain::throw_error(ExitCode::kData, (msg), __FILE__, __LINE__)
+
+// Sizes above this are a broken or hostile file, not data we could train on;
+// refusing early turns a would-be OOM into a message.
+constexpr std::uint64_t kMaxSetBytes = std::uint64_t(1) << 40;
+// validate() and the input queue hold at least one whole row, so a bound on
+// the set alone would still let one [1, 2^38] row allocate a terabyte.
+constexpr std::uint64_t kMaxRowBytes = std::uint64_t(256) << 20;
+constexpr std::size_t kValidateBytes = std::size_t(16) << 20;  // per validation pass
+constexpr std::size_t kMinChunkCache = std::size_t(1) << 20;
+constexpr std::size_t kMaxChunkCache = std::size_t(256) << 20;
+
+// a * b, or 0 on overflow (callers reject 0 separately).
+std::uint64_t mul_or_zero(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? 0 : r;
+}
+
+std::size_t next_prime(std::size_t n) {
+  auto prime = [](std::size_t x) {
+    for (std::size_t d = 2; d * d <= x; ++d)
+      if (x % d == 0) return false;
+    return x >= 2;
+  };
+  while (!prime(n)) ++n;
+  return n;
+}
+
+// A chunk cache that holds every chunk one row-run touches, so reading row
+// by row (full shuffle, streaming) decompresses each chunk once, not per row.
+h5::PropList chunk_cache_for(const std::vector<hsize_t>& shape, const std::vector<hsize_t>& chunk,
+                             std::size_t elem_bytes) {
+  h5::PropList dapl(h5::check(H5Pcreate(H5P_DATASET_ACCESS), ExitCode::kData, "dataset access"));
+  if (chunk.size() != shape.size() || chunk.empty()) return dapl;
+  std::uint64_t chunk_bytes = elem_bytes, run_chunks = 1;
+  for (std::size_t i = 0; i < chunk.size(); ++i) {
+    chunk_bytes *= chunk[i];
+    if (i > 0) run_chunks *= (shape[i] + chunk[i] - 1) / chunk[i];
+  }
+  std::size_t bytes = std::clamp<std::uint64_t>(chunk_bytes * run_chunks, kMinChunkCache,
+                                                kMaxChunkCache);
+  std::size_t slots = next_prime(100 * std::max<std::uint64_t>(1, bytes / chunk_bytes) + 1);
+  H5Pset_chunk_cache(dapl.get(), slots, bytes, 1.0);
+  return dapl;
+}
+
+std::string float_name(float v) { return std::isnan(v) ? "NaN" : (v > 0 ? "Inf" : "-Inf"); }
+
+std::string set_group(const std::string& set) {
+  std::string g = set;
+  while (!g.empty() && g.front() == '/') g.erase(g.begin());
+  return "/" + g;
+}
+
+}  // namespace
+
+namespace {
+
+// Features: dtype, rank, shape (as stored, N first) into info.
+void read_feature_layout(hid_t feat, const std::string& name, SetInfo& info) {
+  h5::DataType ft = h5::type_of(feat);
+  const std::optional<FeatureType> type = feature_type_of(ft.get());
+  if (!type)
+    DPT_DATA_FAIL(name + ": dtype " + h5::type_name(ft.get()) +
+                  " is not supported (need float32, float16, int16 or uint8)");
+  info.feature_type = *type;
+  const std::vector<hsize_t> fshape = h5::shape(feat);
+  // [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W] (docs/design.md section 3).
+  if (fshape.size() < 2 || fshape.size() > 5)
+    DPT_DATA_FAIL(name + ": rank " + std::to_string(fshape.size()) + " shape " +
+                  h5::shape_string(fshape) +
+                  " is not supported (need [N, F], [N, H, W], [N, C, H, W] or [N, C, D, H, W])");
+  info.feature_shape.assign(fshape.begin(), fshape.end());
+}
+
+// Labels: class ids [N] or targets [N, K] into info; returns their shape.
+std::vector<hsize_t> read_label_layout(hid_t lab, const std::string& name, SetInfo& info) {
+  h5::DataType lt = h5::type_of(lab);
+  const std::vector<hsize_t> lshape = h5::shape(lab);
+  const std::string ltype = h5::type_name(lt.get());
+  if (ltype == "int32" || ltype == "int64") {
+    if (lshape.size() != 1)
+      DPT_DATA_FAIL(name + ": " + ltype + " labels of shape " + h5::shape_string(lshape) +
+                    " must be [N] class ids (or float32 [N, K] targets)");
+    info.label_type = LabelType::kClass;
+    info.label_width = 1;
+  } else if (ltype == "float32") {
+    if (lshape.size() != 2)
+      DPT_DATA_FAIL(name + ": float32 labels of shape " + h5::shape_string(lshape) +
+                    " must be [N, K] targets (or int32/int64 [N] class ids)");
+    info.label_type = LabelType::kTarget;
+    info.label_width = lshape[1];
+    if (info.label_width == 0) DPT_DATA_FAIL(name + ": targets have width K = 0");
+  } else {
+    DPT_DATA_FAIL(name + ": dtype " + ltype +
+                  " is not supported (need int32/int64 class ids or float32 targets)");
+  }
+  return lshape;
+}
+
+// N and sizes, before anything is allocated: sets info.rows and info.dim.
+void check_sizes(const SetPart& m, const std::string& group, const std::vector<hsize_t>& lshape,
+                 SetInfo& info) {
+  const std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
+  info.rows = fshape[0];
+  if (lshape[0] != fshape[0])
+    DPT_DATA_FAIL(m.file + ": " + group + ": features have " + std::to_string(fshape[0]) +
+                  " rows but labels have " + std::to_string(lshape[0]));
+  if (info.rows == 0) DPT_DATA_FAIL(m.features_name + ": no rows (N = 0)");
+  std::uint64_t dim = 1;
+  for (std::size_t i = 1; i < fshape.size(); ++i) dim = mul_or_zero(dim, fshape[i]);
+  bool zero_dim = std::find(fshape.begin() + 1, fshape.end(), hsize_t(0)) != fshape.end();
+  if (zero_dim) DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) + " has D = 0");
+  info.dim = dim;
+  const std::uint64_t item = feature_item_bytes(info.feature_type);
+  // Checked products: dim * item itself may overflow on a hostile shape.
+  const std::uint64_t row_bytes = mul_or_zero(dim, item);
+  const std::uint64_t feature_bytes = row_bytes == 0 ? 0 : mul_or_zero(info.rows, row_bytes);
+  if (feature_bytes == 0 || feature_bytes > kMaxSetBytes)
+    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
+                  " is too large (over 2^40 bytes)");
+  if (row_bytes > kMaxRowBytes)
+    DPT_DATA_FAIL(m.features_name + ": shape " + h5::shape_string(fshape) +
+                  " has rows larger than 256 MiB");
+  if (info.label_bytes_per_row() > kMaxRowBytes)
+    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
+                  " has rows larger than 256 MiB");
+  const std::uint64_t label_bytes = mul_or_zero(info.rows, mul_or_zero(info.label_width, 4));
+  if (label_bytes == 0 || label_bytes > kMaxSetBytes)
+    DPT_DATA_FAIL(m.labels_name + ": shape " + h5::shape_string(lshape) +
+                  " is too large (over 2^40 bytes)");
+}
+
+// Opens m.file's set `set` into m's handles (features with a chunk cache
+// sized from their chunk layout) and checks its structure: datasets exist,
+// every source of a virtual dataset exists, ranks, dtypes, N equal, N > 0,
+// sizes sane. Returns what the file holds.
+SetInfo open_part(SetPart& m, const std::string& set) {
+  const std::string& file = m.file;
+  SetInfo info;
+  info.file = file;
+  info.set = set;
+  m.handle = h5::open_read(file, ExitCode::kData);
+  const hid_t f = m.handle.get();
+  const std::string group = set_group(set);
+  if (!h5::is_group(f, group)) {
+    std::string known;
+    for (const auto& s : list_sets(file)) known += (known.empty() ? "" : ", ") + s;
+    DPT_DATA_FAIL(file + ": no set '" + set + "' (group " + group + " not found; sets in the file: " +
+                  (known.empty() ? "none" : known) + ")");
+  }
+  m.features_name = file + ": " + group + "/features";
+  m.labels_name = file + ": " + group + "/labels";
+  if (!h5::exists(f, group + "/features")) DPT_DATA_FAIL(m.features_name + ": missing");
+  if (!h5::exists(f, group + "/labels")) DPT_DATA_FAIL(m.labels_name + ": missing");
+
+  h5::DataSet feat = h5::open_dataset(f, group + "/features", ExitCode::kData);
+  check_virtual_sources(feat.get(), file, m.features_name);
+  read_feature_layout(feat.get(), m.features_name, info);
+  h5::DataSet lab = h5::open_dataset(f, group + "/labels", ExitCode::kData);
+  check_virtual_sources(lab.get(), file, m.labels_name);
+  const std::vector<hsize_t> lshape = read_label_layout(lab.get(), m.labels_name, info);
+  check_sizes(m, group, lshape, info);
+
+  // Reopen the features with a chunk cache sized from their chunk layout.
+  const std::vector<hsize_t> chunk = h5::chunk_shape(feat.get());
+  info.chunk_rows = chunk.empty() ? 0 : chunk[0];
+  feat.reset();
+  const std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());
+  h5::PropList dapl = chunk_cache_for(fshape, chunk, feature_item_bytes(info.feature_type));
+  m.features = h5::open_dataset(f, group + "/features", ExitCode::kData, dapl.get());
+  m.labels = std::move(lab);
+  return info;
+}
+
+std::string layout_text(const SetInfo& i) {
+  std::vector<hsize_t> trailing(i.feature_shape.begin() + 1, i.feature_shape.end());
+  std::string dims = h5::shape_string(trailing);
+  return std::string(feature_type_name(i.feature_type)) + " features [N, " +
+         dims.substr(1) + " and " +
+         (i.label_type == LabelType::kClass ? std::string("class ids")
+                                            : std::to_string(i.label_width) + " float32 targets");
+}
+
+// Every listed file must hold what the first one does, but for N.
+void check_same_layout(const SetInfo& first, const SetInfo& other, const std::string& list) {
+  const bool same = first.feature_type == other.feature_type &&
+                    first.label_type == other.label_type &&
+                    first.label_width == other.label_width &&
+                    std::equal(first.feature_shape.begin() + 1, first.feature_shape.end(),
+                               other.feature_shape.begin() + 1, other.feature_shape.end());
+  if (!same)
+    DPT_DATA_FAIL(list + ": " + other.file + ": /" + other.set + " holds " + layout_text(other) +
+                  ", but " + first.file + " holds " + layout_text(first) +
+                  "; every listed file must hold the same layout");
+}
+
+}  // namespace
+
+struct Dataset::Impl {
+  std::string set;
+  PartPool pool;
+  SetPart& use(std::size_t i) {
+    return pool.use(i, [this](SetPart& p) { open_part(p, set); });
+  }
+};
+
+Dataset::Dataset(const std::string& file, const std::string& set)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.set = set;
+  const std::vector<std::string> files =
+      is_file_list(file) ? read_file_list(file) : std::vector<std::string>{file};
+  std::vector<SetPart>& parts = m.pool.parts();
+  parts.resize(files.size());
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    parts[i].file = files[i];
+    parts[i].first = total;
+    SetInfo part;
+    m.pool.use(i, [&](SetPart& p) { part = open_part(p, set); });
+    parts[i].rows = part.rows;
+    if (i == 0) info_ = part;
+    else check_same_layout(info_, part, file);
+    total += part.rows;
+  }
+  info_.file = file;
+  info_.rows = total;
+  info_.feature_shape[0] = total;
+  const std::uint64_t feature_bytes = mul_or_zero(total, info_.feature_bytes_per_row());
+  const std::uint64_t label_bytes = mul_or_zero(total, info_.label_bytes_per_row());
+  if (feature_bytes == 0 || feature_bytes > kMaxSetBytes || label_bytes == 0 || label_bytes > kMaxSetBytes)
+    DPT_DATA_FAIL(file + ": /" + set + ": the listed files hold more than 2^40 bytes");
+}
+
+Dataset::~Dataset() = default;
+
+namespace {
+
+// validate() over one file's rows; indices in messages are the file's own.
+std::int64_t validate_part(const SetPart& m, const SetInfo& info, std::int64_t num_classes) {
+  const std::uint64_t n = m.rows, d = info.dim, k = info.label_width;
+  // Integers are always finite; float16 may hold Inf and NaN like float32.
+  const bool check_features =
+      info.feature_type == FeatureType::kFloat32 || info.feature_type == FeatureType::kFloat16;
+  const std::uint64_t row_bytes = (check_features ? d * 6 : 0) + k * 8;
+  const std::uint64_t step = std::max<std::uint64_t>(1, kValidateBytes / row_bytes);
+  std::vector<float> fbuf, tbuf;
+  std::vector<std::uint16_t> half_buf;
+  std::vector<std::int64_t> lbuf;
+  std::int64_t max_label = -1;
+  constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
+
+  for (std::uint64_t begin = 0; begin < n; begin += step) {
+    const std::uint64_t cnt = std::min(step, n - begin);
+    std::uint64_t bad_feature = kNone, bad_label = kNone;
+    std::string feature_msg, label_msg;
+    if (check_features) {
+      fbuf.resize(cnt * d);
+      if (info.feature_type == FeatureType::kFloat16) {
+        half_buf.resize(cnt * d);
+        h5::read_rows(m.features.get(), feature_memory_type(FeatureType::kFloat16), begin, cnt,
+                      half_buf.data(), ExitCode::kData);
+        convert_features(FeatureType::kFloat16, half_buf.data(), half_buf.size(), fbuf.data());
+      } else {
+        h5::read_rows(m.features.get(), H5T_NATIVE_FLOAT, begin, cnt, fbuf.data(), ExitCode::kData);
+      }
+      auto it = std::find_if(fbuf.begin(), fbuf.end(), [](float v) { return !std::isfinite(v); });
+      if (it != fbuf.end()) {
+        std::uint64_t at = it - fbuf.begin();
+        bad_feature = begin + at / d;
+        feature_msg = m.features_name + ": " + float_name(*it) + " at index " +
+                      std::to_string(bad_feature) + " (element " + std::to_string(at % d) +
+                      " of the row)";
+      }
+    }
+    if (info.label_type == LabelType::kClass) {
+      lbuf.resize(cnt);
+      h5::read_rows(m.labels.get(), H5T_NATIVE_INT64, begin, cnt, lbuf.data(), ExitCode::kData);
+      for (std::uint64_t i = 0; i < cnt && bad_label == kNone; ++i) {
+        const std::int64_t v = lbuf[i];
+        std::string why;
+        if (num_classes > 0 && (v < 0 || v >= num_classes))
+          why = " is outside [0, " + std::to_string(num_classes) + ")";
+        else if (v < 0)
+          why = " is negative";
+        else if (v > std::numeric_limits<std::int32_t>::max())
+          why = " does not fit in int32";
+        if (!why.empty()) {
+          bad_label = begin + i;
+          label_msg = m.labels_name + ": label " + std::to_string(v) + " at index " +
+                      std::to_string(bad_label) + why;
+        }
+        max_label = std::max(max_label, v);
+      }
+    } else {
+      tbuf.resize(cnt * k);
+      h5::read_rows(m.labels.get(), H5T_NATIVE_FLOAT, begin, cnt, tbuf.data(), ExitCode::kData);
+      auto it = std::find_if(tbuf.begin(), tbuf.end(), [](float v) { return !std::isfinite(v); });
+      if (it != tbuf.end()) {
+        std::uint64_t at = it - tbuf.begin();
+        bad_label = begin + at / k;
+        label_msg = m.labels_name + ": " + float_name(*it) + " at index " +
+                    std::to_string(bad_label) + " (target " + std::to_string(at % k) + ")";
+      }
+    }
+    if (bad_feature != kNone || bad_label != kNone)
+      DPT_DATA_FAIL(bad_feature <= bad_label ? feature_msg : label_msg);
+  }
+  return info.label_type == LabelType::kClass ? max_label : -1;
+}
+
+}  // namespace
+
+std::int64_t Dataset::validate(std::int64_t num_classes) {
+  Impl& m = *impl_;
+  std::int64_t max_label = -1;
+  for (std::size_t i = 0; i < m.pool.parts().size(); ++i)
+    max_label = std::max(max_label, validate_part(m.use(i), info_, num_classes));
+  return max_label;
+}
+
+void Dataset::read_rows(std::uint64_t begin, std::uint64_t count, void* features, void* labels) {
+  DPT_REQUIRE(begin <= info_.rows && count <= info_.rows - begin, ExitCode::kOther,
+              info_.file + ": /" + info_.set + ": rows [" + std::to_string(begin) + ", " +
+                  std::to_string(begin + count) + ") are past the end (" +
+                  std::to_string(info_.rows) + " rows)");
+  Impl& m = *impl_;
+  const hid_t ftype = feature_memory_type(info_.feature_type);
+  // HDF5 converts int64 ids to int32 here (clipping); validate() has
+  // already refused ids that do not fit.
+  const hid_t ltype = info_.label_type == LabelType::kClass ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+  auto* fout = static_cast<unsigned char*>(features);
+  auto* lout = static_cast<unsigned char*>(labels);
+  // A run of rows may span files: read each file's share of it.
+  for (std::size_t i = count ? m.pool.part_of(begin) : 0; count > 0; ++i) {
+    const SetPart& p = m.use(i);
+    const std::uint64_t local = begin - p.first, n = std::min(count, p.rows - local);
+    if (fout) {
+      h5::read_rows(p.features.get(), ftype, local, n, fout, ExitCode::kData);
+      fout += n * info_.feature_bytes_per_row();
+    }
+    if (lout) {
+      h5::read_rows(p.labels.get(), ltype, local, n, lout, ExitCode::kData);
+      lout += n * info_.label_bytes_per_row();
+    }
+    begin += n;
+    count -= n;
+  }
+}
+
+std::vector<std::string> list_sets(const std::string& file) {
+  // A list's sets are those of its first file (every file holds the same).
+  if (is_file_list(file)) return list_sets(read_file_list(file).front());
+  h5::File f = h5::open_read(file, ExitCode::kData);
+  std::vector<std::string> out;
+  for (const auto& name : h5::children(f.get())) {
+    const std::string g = "/" + name;
+    if (h5::is_group(f.get(), g) && h5::is_dataset(f.get(), g + "/features") &&
+        h5::is_dataset(f.get(), g + "/labels"))
+      out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace dptrain

@@ -1,0 +1,117 @@
+// Implements: opening a set on rank 0 and sharing its shape (see
+// shared_set.hpp).
+#include "dptrain/data/shared_set.hpp"
+
+#include <algorithm>
+
+#include "dptrain/common/error.hpp"
+#include "dptrain/run/control_plane.hpp"
+
+namespace dptrain {
+
+namespace {
+
+// What every rank needs to know about a set that only rank 0 opened.
+struct SetShape {
+  std::uint64_t rows, dim, label_width, chunk_rows;
+  std::int32_t feature_type, label_type;
+  std::int64_t max_label;
+  std::uint64_t feature_dims[kMaxFeatureRank];  // the stored shape, N first
+  std::int32_t feature_rank;
+};
+
+std::string shape_text(const SetInfo& i) {
+  return std::to_string(i.rows) + " rows of " + std::to_string(i.dim) + " " +
+         feature_type_name(i.feature_type) + " values, " +
+         (i.label_type == LabelType::kClass ? "class ids"
+                                            : std::to_string(i.label_width) + " targets");
+}
+
+// A reader other than rank 0 must read the very set rank 0 validated (a
+// node-local copy of the file may be stale or another one).
+void check_same_set(const SetInfo& mine, const SetInfo& rank0, const MpiSession& mpi) {
+  const bool same = mine.rows == rank0.rows && mine.dim == rank0.dim &&
+                    mine.feature_type == rank0.feature_type &&
+                    mine.label_type == rank0.label_type && mine.label_width == rank0.label_width;
+  DPT_REQUIRE(same, ExitCode::kData,
+              mine.file + ": /" + mine.set + " on " + mpi.host() + " holds " + shape_text(mine) +
+                  ", but rank 0 sees " + shape_text(rank0) +
+                  "; every input reader must see the same set");
+}
+
+}  // namespace
+
+SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::string& set,
+                   LabelType labels, int outputs, bool reader) {
+  SharedSet ds;
+  agree(mpi.world(), [&] {
+    if (mpi.rank() != 0) return;
+    ds.data = std::make_unique<Dataset>(file, set);
+    const SetInfo& info = ds.data->info();
+    const std::string where = file + ": /" + set + "/labels";
+    if (labels == LabelType::kClass) {
+      DPT_REQUIRE(info.label_type == LabelType::kClass, ExitCode::kData,
+                  where + " holds float targets [N, K]; --loss xent needs integer class ids [N]");
+    } else {
+      DPT_REQUIRE(info.label_type == LabelType::kTarget, ExitCode::kData,
+                  where + " holds integer class ids; --loss mse needs float32 targets [N, K]");
+      DPT_REQUIRE(info.label_width == static_cast<std::uint64_t>(outputs), ExitCode::kUsage,
+                  where + " has " + std::to_string(info.label_width) +
+                      " targets per sample but the model's last dense layer has " +
+                      std::to_string(outputs) + " outputs");
+    }
+    ds.max_label = ds.data->validate(labels == LabelType::kClass ? outputs : 0);
+  });
+  SetShape s{};
+  if (mpi.rank() == 0) {
+    const SetInfo& i = ds.data->info();
+    s = {i.rows,
+         i.dim,
+         i.label_width,
+         i.chunk_rows,
+         static_cast<std::int32_t>(i.feature_type),
+         static_cast<std::int32_t>(i.label_type),
+         ds.max_label,
+         {},
+         static_cast<std::int32_t>(i.feature_shape.size())};
+    std::copy(i.feature_shape.begin(), i.feature_shape.end(), s.feature_dims);
+  }
+  broadcast_value(mpi.world(), s);
+  if (mpi.rank() == 0) {
+    ds.info = ds.data->info();
+  } else {
+    ds.info.file = file;
+    ds.info.set = set;
+    ds.info.rows = s.rows;
+    ds.info.dim = s.dim;
+    ds.info.label_width = s.label_width;
+    ds.info.chunk_rows = s.chunk_rows;
+    ds.info.feature_type = static_cast<FeatureType>(s.feature_type);
+    ds.info.label_type = static_cast<LabelType>(s.label_type);
+    ds.info.feature_shape.assign(s.feature_dims, s.feature_dims + s.feature_rank);
+    ds.max_label = s.max_label;
+  }
+  agree(mpi.world(), [&] {
+    if (!reader || mpi.rank() == 0) return;
+    ds.data = std::make_unique<Dataset>(file, set);
+    check_same_set(ds.data->info(), ds.info, mpi);
+  });
+  return ds;
+}
+
+Shape sample_shape(const SetInfo& info) {
+  const auto& f = info.feature_shape;
+  auto d = [&](std::size_t i) { return static_cast<int>(f[i]); };
+  switch (f.size()) {
+    case 2: return Shape{d(1)};               // [N, F]
+    case 3: return Shape{1, d(1), d(2)};      // [N, H, W]: one channel
+    case 4: return Shape{d(1), d(2), d(3)};   // [N, C, H, W]
+    case 5: return Shape{d(1), d(2), d(3), d(4)};  // [N, C, D, H, W]
+    default:
+      throw Error(ExitCode::kData, info.file + ": /" + info.set + "/features has rank " +
+                                       std::to_string(f.size()) + "; need 2 to " +
+                                       std::to_string(kMaxFeatureRank));
+  }
+}
+
+}  // namespace dptrain

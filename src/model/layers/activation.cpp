@@ -1,0 +1,83 @@
+// Implements: the activation layer family — relu, tanh, gelu (the erf form)
+// and sigmoid — elementwise over any shape, through the backend's
+// activation kernels. No parameters; backward reads the forward's input and
+// output, which the model keeps.
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/model.hpp"
+#include "model/layers/family.hpp"
+
+namespace dptrain {
+namespace {
+
+constexpr Activation kActivations[] = {Activation::kRelu, Activation::kTanh, Activation::kGelu,
+                                       Activation::kSigmoid};
+
+class ActivationLayer final : public Layer {
+ public:
+  ActivationLayer(const LayerContext& ctx, Activation f) : Layer(ctx, ctx.input), f_(f) {}
+
+  std::string spec() const override { return activation_name(f_); }
+  bool rectifies() const override { return f_ == Activation::kRelu || f_ == Activation::kGelu; }
+
+  void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
+    be.activations().forward(f_, x.data, y.data, x.count());
+  }
+
+  void backward_input(Backend& be, ConstTensorView x, ConstTensorView y, ConstTensorView dy,
+                      TensorView dx) override {
+    be.activations().backward(f_, x.data, y.data, dy.data, dx.data, x.count());
+  }
+
+ private:
+  Activation f_;
+};
+
+// The activation a kind names; throws BadLayerToken for any other.
+Activation activation_of(const std::string& kind) {
+  for (Activation a : kActivations)
+    if (kind == activation_name(a)) return a;
+  throw BadLayerToken();
+}
+
+LayerSpec parse_activation(const std::string& token) {
+  activation_of(token);  // a token with arguments ("relu:2") names none
+  return {token, {}, token};
+}
+
+std::unique_ptr<Layer> make_activation(const LayerSpec& spec, const LayerContext& ctx) {
+  DPT_REQUIRE(spec.args.empty(), ExitCode::kUsage,
+              "activation layer '" + spec.token + "' takes no arguments");
+  try {
+    return std::make_unique<ActivationLayer>(ctx, activation_of(spec.kind));
+  } catch (const BadLayerToken&) {
+    throw Error(ExitCode::kUsage, "'" + spec.kind + "' is not an activation");
+  }
+}
+
+}  // namespace
+
+std::string activation_name(Activation a) {
+  switch (a) {
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kTanh:
+      return "tanh";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kSigmoid:
+      return "sigmoid";
+  }
+  return "unknown";
+}
+
+LayerFamily activation_family() {
+  std::vector<std::string> kinds;
+  std::string usage;
+  for (Activation a : kActivations) {
+    kinds.push_back(activation_name(a));
+    usage += (usage.empty() ? "" : ", ") + kinds.back();
+  }
+  return {kinds, usage, parse_activation, make_activation, nullptr, ""};
+}
+
+}  // namespace dptrain

@@ -1,0 +1,99 @@
+// Implements: the dense layer family, `dense:N` — y = x · Wᵀ + b with
+// torch.nn.Linear's layout (weight [out, in], bias [out]), a spatial input
+// read as flat. Forward and backward are one GEMM each (plus the bias), the
+// weight gradient a third; init is He-uniform before a rectifier, else
+// Glorot-uniform, with zero biases.
+#include <charconv>
+#include <cmath>
+
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/random.hpp"
+#include "model/layers/family.hpp"
+
+namespace dptrain {
+namespace {
+
+// The N of "dense:N"; throws BadLayerToken with the reason.
+int parse_units(const std::string& num) {
+  int units = 0;
+  const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), units);
+  if (num.empty() || ec != std::errc() || end != num.data() + num.size())
+    throw BadLayerToken("width must be an integer");
+  if (units < 1) throw BadLayerToken("width must be >= 1");
+  return units;
+}
+
+class Dense final : public Layer {
+ public:
+  Dense(const LayerContext& ctx, int units)
+      : Layer(ctx, Shape{units}),
+        in_(ctx.input.flattened()[0]),
+        out_(units),
+        index_(ctx.index),
+        weight_(add_param("weight", {std::size_t(out_), std::size_t(in_)})),
+        bias_(add_param("bias", {std::size_t(out_)})) {}
+
+  std::string spec() const override { return "dense:" + std::to_string(out_); }
+
+  void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
+    const double limit = next_rectifies ? std::sqrt(6.0 / in_) : std::sqrt(6.0 / (in_ + out_));
+    // Seeded by the dense index alone, so a layer's draws do not depend on
+    // the layers of other kinds around it.
+    Rng rng(mix_seed(seed, kInitPurpose, static_cast<std::uint64_t>(index_)));
+    float* w = host.params + weight_;
+    const std::size_t n = static_cast<std::size_t>(in_) * out_;
+    for (std::size_t i = 0; i < n; ++i)
+      w[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * limit);
+  }
+
+  void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
+    const float* w = arenas().params + weight_;
+    be.gemm(false, true, x.rows, out_, in_, 1.0f, x.data, in_, w, in_, 0.0f, y.data, out_);
+    be.dense().add_bias(y.data, arenas().params + bias_, x.rows, out_);
+  }
+
+  void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
+    // dW[out,in] = dy^T [out,rows] . x [rows,in]
+    be.gemm(true, false, out_, in_, x.rows, 1.0f, dy.data, out_, x.data, in_, 0.0f,
+            arenas().grads + weight_, in_);
+    be.dense().bias_grad(dy.data, arenas().grads + bias_, x.rows, out_);
+  }
+
+  void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
+                      TensorView dx) override {
+    // dx[rows,in] = dy [rows,out] . W [out,in]
+    be.gemm(false, false, x.rows, in_, out_, 1.0f, dy.data, out_, arenas().params + weight_, in_,
+            0.0f, dx.data, in_);
+  }
+
+ private:
+  int in_, out_, index_;
+  std::size_t weight_, bias_;  // arena offsets
+};
+
+LayerSpec parse_dense(const std::string& token) {
+  const auto colon = token.find(':');
+  if (colon == std::string::npos) throw BadLayerToken();
+  return {"dense", {std::to_string(parse_units(token.substr(colon + 1)))}, token};
+}
+
+int units_of(const LayerSpec& spec) {
+  try {
+    DPT_REQUIRE(spec.args.size() == 1, ExitCode::kUsage, "dense takes one argument");
+    return parse_units(spec.args[0]);
+  } catch (const BadLayerToken& e) {
+    throw Error(ExitCode::kUsage, "dense layer '" + spec.token + "': " + e.what());
+  }
+}
+
+std::unique_ptr<Layer> make_dense(const LayerSpec& spec, const LayerContext& ctx) {
+  return std::make_unique<Dense>(ctx, units_of(spec));
+}
+
+}  // namespace
+
+LayerFamily dense_family() {
+  return {{"dense"}, "dense:N (N >= 1)", parse_dense, make_dense, units_of, "dense:N"};
+}
+
+}  // namespace dptrain

@@ -1,0 +1,155 @@
+// Implements: the batch-norm layer family, `bn` and `bn:local` (docs/design.md
+// section 2) — per channel on [N, C, ...] samples, per feature on flat ones,
+// with torch.nn.BatchNorm*d's tensors (bn<i>/weight, bias, running_mean,
+// running_var [C]), eps 1e-5 and momentum 0.1.
+//
+// `bn` normalizes with the statistics of the GLOBAL batch: each pass makes
+// exactly one ReplicaSum call — forward: the per-channel shifted sums and
+// sums of squares; backward: the two per-channel gradient sums (Σdy·x̂,
+// Σdy). The weight and bias gradients this rank writes are its own shard's
+// sums, which the gradient all-reduce adds up like every other gradient.
+// A rank with an empty shard makes the same calls with zeros (forward_empty,
+// backward_empty) and updates its running statistics from the same global
+// sums, so every tower keeps identical buffers. `bn:local` uses the shard's
+// own statistics, with no collective (torch DDP without SyncBatchNorm).
+#include "dptrain/common/error.hpp"
+#include "model/layers/family.hpp"
+
+namespace dptrain {
+namespace {
+
+constexpr float kEps = 1e-5f;
+constexpr float kMomentum = 0.1f;
+constexpr const char* kLocal = "local";
+
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(const LayerContext& ctx, bool global)
+      : Layer(ctx, ctx.input),
+        global_(global),
+        channels_(ctx.input[0]),
+        spatial_(static_cast<int>(ctx.input.size() / static_cast<std::size_t>(ctx.input[0]))),
+        weight_(add_param("weight", {std::size_t(channels_)})),
+        bias_(add_param("bias", {std::size_t(channels_)})),
+        running_mean_(add_buffer("running_mean", {std::size_t(channels_)})),
+        running_var_(add_buffer("running_var", {std::size_t(channels_)})) {}
+
+  std::string spec() const override { return global_ ? "bn" : std::string("bn:") + kLocal; }
+  bool differs_in_eval() const override { return true; }
+  bool communicates() const override { return global_; }
+
+  void allocate(Backend& be, int /*max_rows*/) override {
+    norm_ = &be.norm();  // a backend without these kernels says so here, at build time
+    const auto c = static_cast<std::size_t>(channels_);
+    mean_ = DeviceBuffer<float>(be, c);
+    invstd_ = DeviceBuffer<float>(be, c);
+    eval_invstd_ = DeviceBuffer<float>(be, c);
+    sums_ = DeviceBuffer<float>(be, 2 * c);
+  }
+
+  void init(std::uint64_t, bool, const ArenaPointers& host) const override {
+    // The arenas arrive zero-filled: bias and running_mean stay 0.
+    for (int c = 0; c < channels_; ++c) {
+      host.params[weight_ + c] = 1.0f;
+      host.buffers[running_var_ + c] = 1.0f;
+    }
+  }
+
+  void forward(Backend&, ConstTensorView x, TensorView y, Mode mode) override {
+    const float* mean = mean_.get();
+    const float* invstd = invstd_.get();
+    if (mode == Mode::kEval) {
+      mean = arenas().buffers + running_mean_;
+      norm_->inverse_std(arenas().buffers + running_var_, channels_, kEps, eval_invstd_.get());
+      invstd = eval_invstd_.get();
+    } else {
+      batch_statistics(x.data, x.rows);
+    }
+    norm_->normalize(x.data, shape(x.rows), mean, invstd, arenas().params + weight_,
+                     arenas().params + bias_, y.data);
+  }
+  void forward_empty(Backend&) override { batch_statistics(nullptr, 0); }
+
+  // The collective of the backward pass happens here, since the model calls
+  // this for every layer with parameters (and backward_input only for layers
+  // after the first one that has some); backward_input reads its result.
+  void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
+    norm_->grad_sums(x.data, dy.data, shape(x.rows), mean_.get(), invstd_.get(), sums_.get());
+    // weight then bias, adjacent in the arena: the layout of sums_. The
+    // arena gets this shard's sums; the replica sum works on sums_, which
+    // backward_input reads, since the gradient buckets may start reducing
+    // the arena in place as soon as this returns.
+    be.copy_device(arenas().grads + weight_, sums_.get(), 2 * channels_ * sizeof(float));
+    sum_over_replicas();
+  }
+  void backward_empty(Backend& be) override {
+    be.fill(sums_.get(), 0.0f, 2 * static_cast<std::size_t>(channels_));
+    sum_over_replicas();
+  }
+
+  void backward_input(Backend&, ConstTensorView x, ConstTensorView, ConstTensorView dy,
+                      TensorView dx) override {
+    norm_->input_grad(x.data, dy.data, shape(x.rows), mean_.get(), invstd_.get(),
+                      arenas().params + weight_, sums_.get(), batch_values(x.rows), dx.data);
+  }
+
+ private:
+  NormShape shape(int rows) const { return {rows, channels_, spatial_}; }
+  bool over_replicas() const { return global_ && step().replicas; }
+
+  // Values per channel in the batch the statistics cover: the global batch
+  // for `bn` on several replicas, else this shard.
+  double batch_values(int rows) const {
+    std::uint64_t n = static_cast<std::uint64_t>(rows);
+    if (over_replicas() && step().batch_rows) n = step().batch_rows;
+    return static_cast<double>(n) * spatial_;
+  }
+
+  void sum_over_replicas() {
+    if (over_replicas()) step().replicas->sum(sums_.get(), 2 * static_cast<std::size_t>(channels_));
+  }
+
+  // The batch mean and 1/std into mean_ and invstd_, and the running
+  // statistics' update. The sums are shifted by the running mean, which
+  // every replica holds bit for bit.
+  void batch_statistics(const float* x, int rows) {
+    float* running_mean = arenas().buffers + running_mean_;
+    norm_->batch_sums(x, shape(rows), running_mean, sums_.get());
+    sum_over_replicas();
+    const double count = batch_values(rows);
+    if (count == 0) return;  // no rows anywhere: nothing to normalize or learn
+    norm_->batch_stats(sums_.get(), running_mean, channels_, count, kEps, kMomentum, mean_.get(),
+                       invstd_.get(), running_mean, arenas().buffers + running_var_);
+  }
+
+  bool global_;
+  int channels_, spatial_;
+  std::size_t weight_, bias_, running_mean_, running_var_;  // arena offsets
+  NormKernels* norm_ = nullptr;
+  // The batch's statistics, kept from forward for backward; the eval
+  // 1/std; the sums handed to the replicas (forward, then backward).
+  DeviceBuffer<float> mean_, invstd_, eval_invstd_, sums_;
+};
+
+LayerSpec parse_bn(const std::string& token) {
+  if (token == "bn") return {"bn", {}, token};
+  if (token == std::string("bn:") + kLocal) return {"bn", {kLocal}, token};
+  throw BadLayerToken("bn takes no argument but 'local', for each rank's own statistics");
+}
+
+std::unique_ptr<Layer> make_bn(const LayerSpec& spec, const LayerContext& ctx) {
+  const bool local = spec.args.size() == 1 && spec.args[0] == kLocal;
+  DPT_REQUIRE(spec.args.empty() || local, ExitCode::kUsage,
+              "bn layer '" + spec.token + "': the only argument is 'local'");
+  DPT_REQUIRE(ctx.input.rank() >= 1, ExitCode::kUsage,
+              "bn layer '" + spec.token + "' needs an input with channels or features");
+  return std::make_unique<BatchNorm>(ctx, !local);
+}
+
+}  // namespace
+
+LayerFamily norm_family() {
+  return {{"bn"}, "bn, bn:local", parse_bn, make_bn, nullptr, ""};
+}
+
+}  // namespace dptrain

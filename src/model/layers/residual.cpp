@@ -1,0 +1,205 @@
+// Implements: the residual block family, `res(L,...)` — y = f(x) + s(x),
+// f the layers inside, s the identity when f keeps the shape, else a 1×1
+// convolution with f's total stride and f's output channels, then bn (the
+// projection shortcut of ResNet), named res<j>/proj and res<j>/proj_bn.
+// The parts are built by the model's LayerBuilder, so they are named and
+// laid out in spec order among the model's layers; the block keeps their
+// activations and gradients in buffers of its own.
+#include <algorithm>
+#include <string>
+
+#include "dptrain/common/error.hpp"
+#include "model/layers/family.hpp"
+
+namespace dptrain {
+namespace {
+
+// The product of the strides of a block's layers (conv:C:K:S:P, pooling
+// K:S; nested blocks recursively), read from their canonical arguments.
+int total_stride(const std::vector<LayerSpec>& layers) {
+  int stride = 1;
+  for (const LayerSpec& l : layers) {
+    if (l.kind == "conv" && l.args.size() >= 3) stride *= std::stoi(l.args[2]);
+    if ((l.kind == "maxpool" || l.kind == "avgpool") && !l.args.empty())
+      stride *= std::stoi(l.args.size() >= 2 ? l.args[1] : l.args[0]);
+    if (l.kind == "res") stride *= total_stride(l.inner);
+  }
+  return stride;
+}
+
+using Parts = std::vector<std::unique_ptr<Layer>>;
+
+class Residual final : public Layer {
+ public:
+  Residual(const LayerContext& ctx, const Shape& output, Parts body, Parts shortcut)
+      : Layer(ctx, output), body_(std::move(body)), shortcut_(std::move(shortcut)) {
+    for (const auto& p : body_) adopt_tensors(*p);
+    for (const auto& p : shortcut_) adopt_tensors(*p);
+  }
+
+  std::string spec() const override {
+    std::string s = "res(";
+    for (std::size_t i = 0; i < body_.size(); ++i) {
+      if (i) s += ',';
+      s += body_[i]->spec();
+    }
+    return s + ")";
+  }
+  bool differs_in_eval() const override { return any([](const Layer& l) { return l.differs_in_eval(); }); }
+  bool communicates() const override { return any([](const Layer& l) { return l.communicates(); }); }
+
+  void bind(const ArenaPointers& arenas, const StepInfo* step = nullptr) override {
+    Layer::bind(arenas, step);
+    for (auto* parts : {&body_, &shortcut_})
+      for (const auto& p : *parts) p->bind(arenas, step);
+  }
+
+  void allocate(Backend& be, int max_rows) override {
+    const auto rows = static_cast<std::size_t>(max_rows);
+    std::size_t widest = input_shape().size();
+    for (auto* parts : {&body_, &shortcut_})
+      for (const auto& p : *parts) {
+        p->allocate(be, max_rows);
+        acts_.emplace_back(be, rows * p->output_shape().size());
+        widest = std::max(widest, p->output_shape().size());
+      }
+    grad_a_ = DeviceBuffer<float>(be, rows * widest);
+    grad_b_ = DeviceBuffer<float>(be, rows * widest);
+    dx_ = DeviceBuffer<float>(be, rows * input_shape().size());
+  }
+
+  void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
+    init_chain(body_, seed, next_rectifies, host);
+    init_chain(shortcut_, seed, false, host);
+  }
+
+  void forward(Backend& be, ConstTensorView x, TensorView y, Mode mode) override {
+    const ConstTensorView f = run_chain(be, body_, 0, x, mode);
+    const ConstTensorView s = shortcut_.empty() ? x : run_chain(be, shortcut_, body_.size(), x, mode);
+    be.copy_device(y.data, f.data, f.count() * sizeof(float));
+    be.add(s.data, y.data, y.count());
+  }
+
+  // The whole backward runs here (backward_params is called for every
+  // block, backward_input only when a layer before it trains): both
+  // branches' parameter gradients, and their input gradients summed in dx_.
+  void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
+    const ConstTensorView df = back_chain(be, body_, 0, x, dy);
+    be.copy_device(dx_.get(), df.data, df.count() * sizeof(float));
+    const ConstTensorView ds = shortcut_.empty() ? dy : back_chain(be, shortcut_, body_.size(), x, dy);
+    be.add(ds.data, dx_.get(), x.count());
+  }
+
+  void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView,
+                      TensorView dx) override {
+    be.copy_device(dx.data, dx_.get(), x.count() * sizeof(float));
+  }
+
+  void forward_empty(Backend& be) override {
+    for (auto* parts : {&body_, &shortcut_})
+      for (const auto& p : *parts)
+        if (p->communicates()) p->forward_empty(be);
+  }
+  // In the order backward_params reaches the parts: the body last part
+  // first, then the shortcut's.
+  void backward_empty(Backend& be) override {
+    for (auto* parts : {&body_, &shortcut_})
+      for (std::size_t i = parts->size(); i-- > 0;)
+        if ((*parts)[i]->communicates()) (*parts)[i]->backward_empty(be);
+  }
+
+ private:
+  template <typename F>
+  bool any(F f) const {
+    return std::any_of(body_.begin(), body_.end(), [&](const auto& p) { return f(*p); }) ||
+           std::any_of(shortcut_.begin(), shortcut_.end(), [&](const auto& p) { return f(*p); });
+  }
+
+  static void init_chain(const Parts& parts, std::uint64_t seed, bool last_next_rectifies,
+                         const ArenaPointers& host) {
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const bool next = i + 1 < parts.size() ? parts[i + 1]->rectifies() : last_next_rectifies;
+      parts[i]->init(seed, next, host);
+    }
+  }
+
+  // Forward through a chain whose activations start at acts_[first];
+  // returns the chain's output.
+  ConstTensorView run_chain(Backend& be, const Parts& parts, std::size_t first, ConstTensorView x,
+                            Mode mode) {
+    ConstTensorView in = x;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const TensorView out{acts_[first + i].get(), x.rows, parts[i]->output_shape()};
+      parts[i]->forward(be, in, out, mode);
+      in = out;
+    }
+    return in;
+  }
+
+  // Backward through a chain from dy; returns the gradient w.r.t. x, in
+  // grad_a_ or grad_b_ (the next chain may reuse them once it is copied).
+  ConstTensorView back_chain(Backend& be, const Parts& parts, std::size_t first, ConstTensorView x,
+                             ConstTensorView dy) {
+    ConstTensorView g = dy;
+    for (std::size_t i = parts.size(); i-- > 0;) {
+      Layer& l = *parts[i];
+      const ConstTensorView in =
+          i == 0 ? x : ConstTensorView{acts_[first + i - 1].get(), x.rows, parts[i - 1]->output_shape()};
+      if (!l.params().empty()) l.backward_params(be, in, g);
+      const TensorView dx{g.data == grad_a_.get() ? grad_b_.get() : grad_a_.get(), x.rows,
+                          l.input_shape()};
+      l.backward_input(be, in, {acts_[first + i].get(), x.rows, l.output_shape()}, g, dx);
+      g = dx;
+    }
+    return g;
+  }
+
+  Parts body_, shortcut_;
+  std::vector<DeviceBuffer<float>> acts_;  // each part's output: body's, then the shortcut's
+  DeviceBuffer<float> grad_a_, grad_b_, dx_;
+};
+
+LayerSpec parse_residual(const std::string& token) {
+  if (token.size() < 5 || token.compare(0, 4, "res(") != 0 || token.back() != ')')
+    throw BadLayerToken("a block is res(L,...)");
+  const std::string inside = token.substr(4, token.size() - 5);
+  if (inside.find_first_not_of(" \t") == std::string::npos) throw BadLayerToken("empty block");
+  LayerSpec spec{"res", {}, token};
+  spec.inner = parse_layer_list(inside, token);
+  return spec;
+}
+
+std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const LayerContext& ctx) {
+  DPT_REQUIRE(ctx.builder, ExitCode::kOther, ctx.name + ": a block needs the model's builder");
+  Parts body;
+  Shape shape = ctx.input;
+  for (const LayerSpec& l : spec.inner) {
+    body.push_back(ctx.builder->build(l, shape));
+    shape = body.back()->output_shape();
+  }
+  Parts shortcut;
+  if (!(shape == ctx.input)) {
+    DPT_REQUIRE(shape.rank() >= 2 && ctx.input.rank() == shape.rank(), ExitCode::kUsage,
+                "--model: " + ctx.name + " '" + spec.token + "' maps " + ctx.input.to_string() +
+                    " to " + shape.to_string() +
+                    "; a projection shortcut needs a spatial output of the input's rank");
+    const LayerSpec proj{"conv", {std::to_string(shape[0]), "1", std::to_string(total_stride(spec.inner)), "0"},
+                         "conv:" + std::to_string(shape[0]) + ":1"};
+    shortcut.push_back(ctx.builder->build_named(proj, ctx.input, ctx.name + "/proj", 1000 + ctx.index));
+    shortcut.push_back(ctx.builder->build_named(LayerSpec{"bn", {}, "bn"}, shortcut[0]->output_shape(),
+                                                ctx.name + "/proj_bn", 1000 + ctx.index));
+    DPT_REQUIRE(shortcut.back()->output_shape() == shape, ExitCode::kUsage,
+                "--model: " + ctx.name + " '" + spec.token + "': its projection gives " +
+                    shortcut.back()->output_shape().to_string() + ", the block " + shape.to_string() +
+                    " (use padding that keeps size / stride)");
+  }
+  return std::make_unique<Residual>(ctx, shape, std::move(body), std::move(shortcut));
+}
+
+}  // namespace
+
+LayerFamily residual_family() {
+  return {{"res"}, "res(L,...)", parse_residual, make_residual, nullptr, ""};
+}
+
+}  // namespace dptrain

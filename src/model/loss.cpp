@@ -1,0 +1,25 @@
+// Implements: the loss of --loss (see loss.hpp).
+#include "dptrain/model/loss.hpp"
+
+#include "dptrain/common/error.hpp"
+
+namespace dptrain {
+
+LossKind parse_loss(const std::string& name) {
+  if (name == "xent") return LossKind::kXent;
+  if (name == "mse") return LossKind::kMse;
+  throw_bad_choice("loss", name, "xent, mse");
+}
+
+const char* loss_name(LossKind loss) { return loss == LossKind::kXent ? "xent" : "mse"; }
+
+void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard, int width,
+                float grad_scale, float* dout, float* stats) {
+  if (shard.rows == 0) return;
+  if (loss == LossKind::kXent)
+    be.losses().softmax_xent(out, shard.labels, shard.rows, width, grad_scale, dout, stats);
+  else
+    be.losses().mse(out, shard.targets, shard.rows, width, grad_scale, dout, stats);
+}
+
+}  // namespace dptrain

@@ -1,0 +1,157 @@
+// Implements: the Model (model.hpp) — arenas and per-layer buffers sized
+// once from the layers' shapes, and forward, backward and init as walks over
+// the layers that know no layer kind. Talks to the device only through
+// Backend, so the same code runs on the CPU and CUDA backends.
+#include "dptrain/model/model.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "dptrain/common/error.hpp"
+
+namespace dptrain {
+namespace {
+
+Shape flat_input(int input_dim) {
+  DPT_REQUIRE(input_dim >= 1, ExitCode::kData, "the input width must be at least 1");
+  return Shape{input_dim};
+}
+
+}  // namespace
+
+Model::Model(Backend& backend, const std::vector<LayerSpec>& specs, int input_dim, int max_rows)
+    : Model(backend, specs, flat_input(input_dim), max_rows) {}
+
+Model::Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input,
+             int max_rows)
+    : Model(backend, build_layers(specs, input), input, max_rows) {}
+
+Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
+             int max_rows)
+    : be_(backend), layers_(std::move(layers)), input_(input), max_rows_(max_rows) {
+  DPT_REQUIRE(!layers_.empty(), ExitCode::kUsage, "the model needs at least one layer");
+  DPT_REQUIRE(input_.rank() >= 1, ExitCode::kData, "the model input needs at least one dimension");
+  DPT_REQUIRE(max_rows_ >= 0, ExitCode::kOther, "max_rows must not be negative");
+
+  Shape shape = input_;
+  std::size_t max_input = 0;  // largest input of a layer, per sample
+  first_trained_ = layers_.size();
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const Layer& l = *layers_[li];
+    DPT_REQUIRE(l.input_shape() == shape, ExitCode::kOther,
+                l.name() + " was built for input " + l.input_shape().to_string() + ", it gets " +
+                    shape.to_string());
+    for (const ParamInfo& p : l.params()) {
+      DPT_REQUIRE(p.offset == num_params(), ExitCode::kOther,
+                  p.path() + ": arena offset out of order");
+      params_layout_.push_back(p);
+    }
+    for (const ParamInfo& p : l.buffers()) {
+      DPT_REQUIRE(p.offset == num_buffers(), ExitCode::kOther,
+                  p.path() + ": buffer offset out of order");
+      buffers_layout_.push_back(p);
+    }
+    if (!l.params().empty() && first_trained_ == layers_.size()) first_trained_ = li;
+    max_input = std::max(max_input, shape.size());
+    shape = l.output_shape();
+  }
+
+  const auto rows = static_cast<std::size_t>(max_rows_);
+  params_ = DeviceBuffer<float>(be_, num_params());
+  grads_ = DeviceBuffer<float>(be_, num_params());
+  buffers_ = DeviceBuffer<float>(be_, num_buffers());
+  for (const auto& l : layers_) acts_.emplace_back(be_, rows * l->output_shape().size());
+  dout_ = DeviceBuffer<float>(be_, rows * output_shape().size());
+  dbuf_a_ = DeviceBuffer<float>(be_, rows * max_input);
+  dbuf_b_ = DeviceBuffer<float>(be_, rows * max_input);
+  const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get()};
+  for (const auto& l : layers_) {
+    l->bind(arenas, &step_);
+    l->allocate(be_, max_rows_);
+  }
+}
+
+void Model::init(std::uint64_t seed) {
+  std::vector<float> params(num_params(), 0.0f), buffers(num_buffers(), 0.0f);
+  const ArenaPointers host{params.data(), nullptr, buffers.data()};
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const bool next_rectifies = li + 1 < layers_.size() && layers_[li + 1]->rectifies();
+    layers_[li]->init(seed, next_rectifies, host);
+  }
+  if (!params.empty())
+    be_.copy_to_device(params_.get(), params.data(), params.size() * sizeof(float));
+  if (!buffers.empty())
+    be_.copy_to_device(buffers_.get(), buffers.data(), buffers.size() * sizeof(float));
+}
+
+ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const {
+  if (li == 0) return {x, rows, input_};
+  return {acts_[li - 1].get(), rows, layers_[li - 1]->output_shape()};
+}
+
+const float* Model::forward(const float* x, int rows, LayerHooks* hooks, Mode mode) {
+  DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
+              "forward with " + std::to_string(rows) + " rows, more than max_rows " +
+                  std::to_string(max_rows_));
+  if (rows == 0) {
+    if (mode == Mode::kTrain)
+      for (const auto& l : layers_)
+        if (l->communicates()) l->forward_empty(be_);
+    return acts_.back().get();
+  }
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const TensorView out{acts_[li].get(), rows, layers_[li]->output_shape()};
+    layers_[li]->forward(be_, input_of(li, x, rows), out, mode);
+    if (hooks) hooks->between_layers();
+  }
+  return acts_.back().get();
+}
+
+void Model::backward(const float* x, const float* dout, int rows, LayerHooks* hooks) {
+  DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
+              "backward with " + std::to_string(rows) + " rows, more than max_rows " +
+                  std::to_string(max_rows_));
+  if (rows == 0 || first_trained_ == layers_.size()) {
+    // An empty shard still takes part in the all-reduce: it adds exact zeros.
+    if (num_params()) be_.fill(grads_.get(), 0.0f, num_params());
+    if (rows == 0)  // the peers' collectives, last layer first as in backward
+      for (std::size_t li = layers_.size(); li-- > 0;)
+        if (layers_[li]->communicates()) layers_[li]->backward_empty(be_);
+    if (hooks) hooks->grads_ready(0);
+    return;
+  }
+  // Layers before the first one with parameters have none to train, so the
+  // gradient need not flow past it.
+  ConstTensorView dy{dout, rows, output_shape()};
+  for (std::size_t li = layers_.size(); li-- > first_trained_;) {
+    Layer& l = *layers_[li];
+    const ConstTensorView x_in = input_of(li, x, rows);
+    if (!l.params().empty()) {
+      l.backward_params(be_, x_in, dy);
+      // Arena order is layer order, so this layer and all later ones are done.
+      if (hooks) hooks->grads_ready(l.params().front().offset);
+      if (li == first_trained_) break;
+    }
+    const TensorView dx{dy.data == dbuf_a_.get() ? dbuf_b_.get() : dbuf_a_.get(), rows,
+                        l.input_shape()};
+    l.backward_input(be_, x_in, {acts_[li].get(), rows, l.output_shape()}, dy, dx);
+    if (hooks) hooks->between_layers();
+    dy = dx;
+  }
+}
+
+bool Model::communicates() const {
+  return std::any_of(layers_.begin(), layers_.end(),
+                     [](const auto& l) { return l->communicates(); });
+}
+
+std::string Model::spec() const {
+  std::string s;
+  for (const auto& l : layers_) {
+    if (!s.empty()) s += ',';
+    s += l->spec();
+  }
+  return s;
+}
+
+}  // namespace dptrain

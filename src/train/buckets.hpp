@@ -1,0 +1,62 @@
+// Implements: gradient buckets (docs/design.md section 1, "buckets, last layer
+// first"). The gradient arena is cut at layer boundaries into buckets of
+// about --bucket-mb, last layer first; backward reports each finished layer
+// and a bucket's all-reduce starts as soon as all its layers are done, while
+// earlier layers still compute. Each bucket is summed exactly as the whole
+// arena would be (an elementwise sum over ranks), so results do not depend
+// on the bucket size.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/model/model.hpp"
+
+namespace dptrain {
+
+struct BucketRange {
+  std::size_t begin = 0, end = 0;  // arena offsets in floats, [begin, end)
+};
+
+// Buckets of at least bucket_bytes (a layer larger than that is a bucket of
+// its own; layers are never split: a layer is the run of `params` entries
+// with one layer name), in start order: the first covers the last layers.
+// bucket_bytes == 0 gives one bucket for the whole arena.
+std::vector<BucketRange> plan_buckets(const std::vector<ParamInfo>& params, std::size_t num_params,
+                                      std::size_t bucket_bytes);
+
+class GradientBuckets final : public LayerHooks {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `also` gets every between_layers() call too (e.g. the input pipeline).
+  GradientBuckets(Communicator& comm, float* grads, std::vector<BucketRange> plan,
+                  LayerHooks* also = nullptr);
+
+  void begin_step();  // before backward: no bucket started yet
+  void between_layers() override;
+  void grads_ready(std::size_t begin) override;
+  // Starts the buckets not started yet and waits for all of them.
+  void finish();
+
+  const std::vector<BucketRange>& plan() const { return plan_; }
+  // When bucket i was started and first seen complete, this step.
+  Clock::time_point started_at(std::size_t i) const { return started_[i]; }
+  Clock::time_point done_at(std::size_t i) const { return done_[i]; }
+
+ private:
+  void start_next();
+  void poll();
+
+  Communicator& comm_;
+  float* grads_;
+  std::vector<BucketRange> plan_;
+  LayerHooks* also_;
+  std::size_t next_ = 0;  // first bucket not started
+  std::vector<int> ticket_;
+  std::vector<char> seen_done_;
+  std::vector<Clock::time_point> started_, done_;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,57 @@
+// Implements: forward passes over a set, and evaluation (see evaluate.hpp).
+#include "dptrain/train/evaluate.hpp"
+
+#include <memory>
+
+#include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/scatter.hpp"
+#include "dptrain/data/shard_transfer.hpp"
+
+namespace dptrain {
+
+void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& model, LossKind loss,
+                  std::uint64_t batch_size, std::size_t cache_bytes, const BatchOutputs& on_batch) {
+  const BatchPlan plan(set.info.rows, batch_size);
+  const FeatureType wire = feature_wire(set.info);
+  std::unique_ptr<InputQueue> queue;
+  agree(mpi.world(), [&] {
+    if (mpi.rank() != 0) return;
+    InputQueueConfig qc;
+    qc.batch_size = batch_size;
+    qc.shuffle.mode = ShuffleMode::kNone;
+    qc.first_step = 0;
+    qc.end_step = plan.steps_per_epoch();
+    qc.cache_bytes = cache_bytes;
+    qc.raw_features = true;
+    queue = std::make_unique<InputQueue>(*set.data, qc);
+  });
+  ShardBuffers shard(be, max_shard_rows(batch_size, mpi.size()), set.info.dim,
+                     set.info.label_width, label_type(loss), 0, wire);
+  Scatter scatter(mpi.world(), set.info.dim, set.info.label_width, class_labels(loss), wire);
+  for (std::uint64_t s = 0; s < plan.steps_per_epoch(); ++s) {
+    const BatchSlot slot = plan.slot(s);
+    const Shard& dev = next_shard(queue.get(), scatter, slot.rows, shard);
+    const float* out = dev.rows > 0 ? model.forward(dev.features, dev.rows, nullptr, Mode::kEval) : nullptr;
+    on_batch(slot, dev, out);
+  }
+}
+
+EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, SharedSet& set,
+                    Model& model, LossKind loss, std::uint64_t batch_size, std::size_t cache_bytes) {
+  DeviceBuffer<float> stats(be, 2);
+  forward_pass(mpi, be, set, model, loss, batch_size, cache_bytes,
+               [&](const BatchSlot&, const Shard& shard, const float* out) {
+                 apply_loss(be, loss, out, shard, model.output_dim(), 0.0f, model.output_grad(),
+                            stats.get());
+               });
+  comm.allreduce_sum(stats.get(), 2);
+  float host[2] = {0, 0};
+  be.copy_to_host(host, stats.get(), sizeof host);
+  EvalResult r;
+  r.samples = set.info.rows;
+  r.loss = static_cast<double>(host[0]) / static_cast<double>(set.info.rows);
+  r.accuracy = static_cast<double>(host[1]) / static_cast<double>(set.info.rows);
+  return r;
+}
+
+}  // namespace dptrain

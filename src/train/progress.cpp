@@ -1,0 +1,80 @@
+// Implements: progress lines and metrics events (see progress.hpp).
+#include "train/progress.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace dptrain {
+
+Progress::Progress(const MpiSession& mpi, Backend& be, Communicator& comm, MetricsWriter& metrics,
+                   PhaseTimer& timer, std::uint64_t total_steps)
+    : mpi_(mpi), be_(be), comm_(comm), metrics_(metrics), timer_(timer),
+      total_steps_(total_steps), stats_(be, 2) {}
+
+void Progress::add_step(std::uint64_t rows, double ms) {
+  train_ms_ += ms;
+  interval_ms_ += ms;
+  samples_ += rows;
+  interval_samples_ += rows;
+  ++interval_steps_;
+}
+
+void Progress::report(std::uint64_t step, std::uint64_t epoch, float lr) {
+  comm_.allreduce_sum(stats_.get(), 2);
+  float host[2] = {0, 0};
+  be_.copy_to_host(host, stats_.get(), sizeof host);
+  be_.fill(stats_.get(), 0.0f, 2);
+  if (mpi_.rank() == 0) {
+    const double mean_loss = host[0] / static_cast<double>(interval_samples_);
+    const double sps = interval_samples_ / (interval_ms_ / 1000.0);
+    const nlohmann::json ms = timer_.per_step_json(static_cast<double>(interval_steps_));
+    metrics_.write({{"event", "train"}, {"step", step + 1}, {"epoch", epoch}, {"loss", mean_loss},
+                    {"lr", lr}, {"samples_per_s", std::round(sps)}, {"ms", ms}});
+    std::printf("step %llu/%llu epoch %llu loss %.4f lr %.3g %.0f samples/s | ms/step data %.2f "
+                "fwd %.2f bwd %.2f comm %.2f opt %.2f\n",
+                static_cast<unsigned long long>(step + 1),
+                static_cast<unsigned long long>(total_steps_),
+                static_cast<unsigned long long>(epoch), mean_loss, lr, sps,
+                ms["data"].get<double>(), ms["forward"].get<double>(),
+                ms["backward"].get<double>(), ms["comm"].get<double>(),
+                ms["optimizer"].get<double>());
+    std::fflush(stdout);
+  }
+  timer_.reset();
+  interval_ms_ = 0;
+  interval_samples_ = 0;
+  interval_steps_ = 0;
+}
+
+void Progress::eval(std::uint64_t steps, std::uint64_t epoch, const std::string& set,
+                    LossKind loss, const EvalResult& r) {
+  if (mpi_.rank() != 0) return;
+  nlohmann::json e = {{"event", "eval"}, {"step", steps}, {"epoch", epoch}, {"set", set},
+                      {"loss", r.loss}};
+  if (loss == LossKind::kXent) {
+    e["accuracy"] = r.accuracy;
+    std::printf("eval  step %llu epoch %llu %s: loss %.4f accuracy %.4f\n",
+                static_cast<unsigned long long>(steps), static_cast<unsigned long long>(epoch),
+                set.c_str(), r.loss, r.accuracy);
+  } else {
+    std::printf("eval  step %llu epoch %llu %s: loss %.6f\n", static_cast<unsigned long long>(steps),
+                static_cast<unsigned long long>(epoch), set.c_str(), r.loss);
+  }
+  std::fflush(stdout);
+  metrics_.write(e);
+}
+
+void Progress::summary(std::uint64_t steps, const std::string& device) {
+  if (mpi_.rank() != 0) return;
+  const double wall_s = train_ms_ / 1000.0;
+  const double sps = wall_s > 0 ? samples_ / wall_s : 0.0;
+  metrics_.write({{"event", "summary"}, {"steps", steps}, {"samples", samples_},
+                  {"wall_s", std::round(wall_s * 1000.0) / 1000.0},
+                  {"samples_per_s", std::round(sps)}, {"ranks", mpi_.size()}, {"device", device}});
+  std::printf("done: %llu steps, %llu samples in %.2f s (%.0f samples/s, %d ranks, %s)\n",
+              static_cast<unsigned long long>(steps), static_cast<unsigned long long>(samples_),
+              wall_s, sps, mpi_.size(), device.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace dptrain

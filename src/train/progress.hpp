@@ -1,0 +1,49 @@
+// Implements: what the step loop tells the user (internal): the progress line
+// and `train` event every --log-every steps, `eval` events, and the closing
+// summary (docs/design.md section 5). Rank 0 prints and writes; the loss sums are
+// all-reduced so they cover every rank's shard.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/model/loss.hpp"
+#include "dptrain/run/mpi_session.hpp"
+#include "dptrain/telemetry/metrics.hpp"
+#include "dptrain/train/evaluate.hpp"
+
+namespace dptrain {
+
+class Progress {
+ public:
+  Progress(const MpiSession& mpi, Backend& be, Communicator& comm, MetricsWriter& metrics,
+           PhaseTimer& timer, std::uint64_t total_steps);
+
+  // Device sums the steps add to: [0] loss, [1] correct predictions.
+  float* stats() { return stats_.get(); }
+  // After every step: its rows and wall time.
+  void add_step(std::uint64_t rows, double ms);
+  // Collective: the progress line and train event for the steps since the
+  // last report, which end with `step` (0-based) at learning rate lr.
+  void report(std::uint64_t step, std::uint64_t epoch, float lr);
+  // Rank 0: an evaluation's line and eval event, after `steps` steps.
+  void eval(std::uint64_t steps, std::uint64_t epoch, const std::string& set, LossKind loss,
+            const EvalResult& r);
+  // Rank 0: the summary of the training steps of this run.
+  void summary(std::uint64_t steps, const std::string& device);
+
+ private:
+  const MpiSession& mpi_;
+  Backend& be_;
+  Communicator& comm_;
+  MetricsWriter& metrics_;
+  PhaseTimer& timer_;
+  std::uint64_t total_steps_;
+  DeviceBuffer<float> stats_;
+  double train_ms_ = 0.0, interval_ms_ = 0.0;
+  std::uint64_t samples_ = 0, interval_samples_ = 0, interval_steps_ = 0;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,242 @@
+// Implements: setting up a training run (see training_run.hpp): the data,
+// the model and its starting state, the input queue, and the start-up
+// summary. Every step that can fail on some ranks is agreed first.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "dptrain/run/control_plane.hpp"
+#include "dptrain/run/thread_binding.hpp"
+#include "train/training_run.hpp"
+
+namespace dptrain {
+namespace {
+
+// --timeline keeps up to this many events a rank (about 40 MB), enough for
+// about 50k steps of a small model; later ones are counted, not kept.
+constexpr std::size_t kTimelineMaxEvents = 500000;
+
+OptimizerConfig optimizer_config(const Options& o) {
+  OptimizerConfig c;
+  c.kind = parse_optimizer(o.optimizer);
+  c.momentum = static_cast<float>(o.momentum);
+  c.nesterov = o.nesterov;
+  c.weight_decay = static_cast<float>(o.weight_decay);
+  c.beta1 = static_cast<float>(o.beta1);
+  c.beta2 = static_cast<float>(o.beta2);
+  c.eps = static_cast<float>(o.eps);
+  return c;
+}
+
+LrScheduleConfig schedule_config(const Options& o, std::uint64_t total_steps) {
+  LrScheduleConfig s;
+  s.kind = parse_lr_schedule(o.lr_schedule);
+  s.base_lr = static_cast<float>(o.lr);
+  s.warmup_steps = o.warmup_steps;
+  s.total_steps = static_cast<std::int64_t>(total_steps);
+  s.step_size = o.lr_step_size;
+  s.gamma = static_cast<float>(o.lr_gamma);
+  s.min_lr = static_cast<float>(o.min_lr);
+  return s;
+}
+
+ShuffleMode shuffle_mode(const Options& o, const SetInfo& info, std::size_t cache_bytes) {
+  const std::uint64_t bytes =
+      info.rows * (info.feature_bytes_per_row() + info.label_bytes_per_row());
+  return parse_shuffle(o.shuffle, bytes <= cache_bytes);
+}
+
+// --shuffle-block-rows, or by default whole chunks of the file (a multiple
+// of its chunk rows near 1024), so that every block read decompresses each
+// chunk it touches once and touches no chunk it does not use.
+std::uint64_t block_rows(const Options& o, const SetInfo& info) {
+  if (o.shuffle_block_rows > 0) return static_cast<std::uint64_t>(o.shuffle_block_rows);
+  constexpr std::uint64_t kTarget = 1024;
+  const std::uint64_t chunk = info.chunk_rows;
+  if (chunk == 0) return kTarget;
+  return std::max<std::uint64_t>(1, (kTarget + chunk / 2) / chunk) * chunk;
+}
+
+// Creates and removes path.tmp: Error(kUsage) naming the option and path
+// when the file cannot be written there.
+void check_writable(const std::string& path, const char* option) {
+  const std::string probe = path + ".tmp";
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f)
+    throw Error(ExitCode::kUsage, std::string(option) + ": cannot write '" + path + "': " +
+                                      std::strerror(errno));
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
+// main() installed the signal handlers before MPI started (again here in
+// case MPI_Init replaced them): a SIGTERM during a slow start-up is seen.
+Runtime start_runtime(const Options& opts, const MpiSession& mpi, Watchdog& watchdog) {
+  install_stop_signal_handlers();
+  Runtime rt = make_runtime(opts, mpi, &watchdog);
+  // make_runtime's agreements passed: every rank has the handlers.
+  if (mpi.rank() == 0) announce_stop_signal_handlers();
+  return rt;
+}
+
+LoopPolicy loop_policy(const Options& o, std::uint64_t total_steps) {
+  LoopPolicy p;
+  p.total_steps = total_steps;
+  p.log_every = static_cast<std::uint64_t>(std::max<std::int64_t>(1, o.log_every));
+  p.check_every = static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.check_every));
+  p.checkpoint_every = static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.checkpoint_every));
+  p.has_val_set = !o.val_set.empty();
+  p.has_checkpoint_dir = !o.checkpoint_dir.empty();
+  p.has_save_file = !o.save.empty();
+  return p;
+}
+
+}  // namespace
+
+TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
+    : opts_(opts),
+      mpi_(mpi),
+      loss_(parse_loss(opts.loss)),
+      layers_(parse_model_spec(opts.model)),
+      cache_bytes_(static_cast<std::size_t>(opts.input_cache_mb) << 20),
+      watchdog_(opts.comm_timeout, mpi.rank(), mpi.size()),
+      rt_(start_runtime(opts, mpi, watchdog_)),
+      watching_(&watchdog_, rt_.comm.get()),
+      readers_(mpi, parse_reader_mode(opts.input_readers)) {
+  if (!opts_.timeline.empty()) {
+    // Found out now, not after hours of training.
+    agree(mpi_.world(), [&] {
+      if (mpi_.rank() == 0) check_writable(opts_.timeline, "--timeline");
+    });
+    timeline_.enable(kTimelineMaxEvents);
+  }
+  open_data();
+  build_model();
+  policy_ = loop_policy(opts_, total_steps_);
+  agree(mpi_.world(), [&] {
+    // A resumed run appends, so one file holds the whole history.
+    if (mpi_.rank() == 0 && !opts_.metrics.empty()) metrics_.open(opts_.metrics, start_.resumed);
+  });
+  make_input_queue();
+  print_summary();
+
+  Backend& be = *rt_.backend;
+  // Batch t+1 moves to its shards while batch t computes; gradient buckets
+  // are reduced while backward goes on (both moved along between layers).
+  input_ = std::make_unique<InputPipeline>(readers_.comm(), be, queue_.get(), model_->max_rows(),
+                                           train_.info.dim, train_.info.label_width, label_type(loss_),
+                                           feature_wire(train_.info), readers_.shards());
+  buckets_ = std::make_unique<GradientBuckets>(
+      *rt_.comm, model_->grads(),
+      plan_buckets(model_->param_layout(), model_->num_params(),
+                   static_cast<std::size_t>(opts_.bucket_mb * 1048576.0)),
+      input_.get());
+  replica_sum_ = std::make_unique<CommReplicaSum>(*rt_.comm);
+  const AugmentSpec augment = parse_augment(opts_.augment);
+  if (augment.any())
+    agree(mpi_.world(), [&] {
+      augmenter_ = std::make_unique<Augmenter>(augment, model_->input_shape(), be);
+    });
+  saver_ = std::make_unique<StateSaver>(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
+  progress_ = std::make_unique<Progress>(mpi_, be, *rt_.comm, metrics_, timer_, total_steps_);
+  stop_vote_ = std::make_unique<StopVote>(mpi_.world());
+  timer_.attach(&timeline_);
+  // Where the device runs ahead of the host, phases are timed on the device
+  // (markers between phases).
+  if (be.caps().device_clock) timer_.attach_device(&be);
+}
+
+void TrainingRun::open_data() {
+  const int outputs = spec_output_width(layers_);
+  // Evaluation stays rank 0's (validated once, read once); training rows
+  // come from every reader.
+  train_ = open_set(mpi_, opts_.data, opts_.train_set, label_type(loss_), outputs, readers_.reader());
+  if (!opts_.val_set.empty()) {
+    val_.emplace(open_set(mpi_, opts_.data, opts_.val_set, label_type(loss_), outputs));
+    agree(mpi_.world(), [&] {
+      DPT_REQUIRE(sample_shape(val_->info) == sample_shape(train_.info), ExitCode::kData,
+                  opts_.data + ": /" + opts_.val_set + "/features has samples of " +
+                      sample_shape(val_->info).to_string() + ", /" + opts_.train_set +
+                      "/features of " + sample_shape(train_.info).to_string());
+    });
+  }
+  batch_ = static_cast<std::uint64_t>(opts_.batch_size);
+  eval_batch_ = opts_.eval_batch_size > 0 ? static_cast<std::uint64_t>(opts_.eval_batch_size) : batch_;
+  plan_.emplace(train_.info.rows, batch_);
+  total_steps_ = opts_.steps > 0 ? static_cast<std::uint64_t>(opts_.steps)
+                                 : static_cast<std::uint64_t>(opts_.epochs) * plan_->steps_per_epoch();
+}
+
+void TrainingRun::build_model() {
+  const int max_rows =
+      std::max(max_shard_rows(batch_, mpi_.size()), max_shard_rows(eval_batch_, mpi_.size()));
+  agree(mpi_.world(), [&] {
+    model_ = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info),
+                                     max_rows);
+    model_->init(opts_.seed);
+  });
+  // Rank 0's weights are the reference: every tower starts bitwise identical.
+  rt_.comm->broadcast(model_->params(), model_->num_params() * sizeof(float), 0);
+  optimizer_ = std::make_unique<Optimizer>(*rt_.backend, optimizer_config(opts_), model_->num_params());
+  schedule_ = schedule_config(opts_, total_steps_);
+  start_ = restore_state(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
+  first_step_ = std::min(start_.step, total_steps_);
+}
+
+void TrainingRun::make_input_queue() {
+  shuffle_ = shuffle_mode(opts_, train_.info, cache_bytes_);
+  agree(mpi_.world(), [&] {
+    if (!readers_.reader()) return;
+    InputQueueConfig qc;
+    qc.batch_size = batch_;
+    qc.shuffle.mode = shuffle_;
+    qc.shuffle.seed = opts_.seed;
+    qc.shuffle.block_rows = block_rows(opts_, train_.info);
+    qc.shuffle.window_blocks = static_cast<std::uint64_t>(opts_.shuffle_window_blocks);
+    qc.first_step = first_step_;
+    qc.end_step = total_steps_;
+    qc.capacity = static_cast<std::size_t>(opts_.prefetch);
+    qc.cache_bytes = cache_bytes_;
+    qc.timeline = timeline_.enabled() ? &timeline_ : nullptr;
+    qc.raw_features = true;  // they travel as stored (feature_wire)
+    if (readers_.mode() != ReaderMode::kRank0) qc.group = readers_.shards();
+    queue_ = std::make_unique<InputQueue>(*train_.data, qc);
+  });
+}
+
+void TrainingRun::print_summary() const {
+  const Backend& be = *rt_.backend;
+  // Where every rank runs: "host/local rank:cpu" or "host/local rank:cuda:<gpu>".
+  const std::vector<std::string> places = gather_strings(
+      mpi_.world(), mpi_.host() + "/" + std::to_string(mpi_.local_rank()) + ":" + be.placement());
+  const std::string binding =
+      be.name() == "cpu" ? thread_binding_warning(mpi_.world(), rt_.threads) : "";
+  if (mpi_.rank() != 0) return;
+  std::string placement;
+  for (std::size_t r = 0; r < places.size(); ++r)
+    placement += (r ? ", " : "") + std::to_string(r) + "=" + places[r];
+  std::string shuffle_text = shuffle_name(shuffle_);
+  if (shuffle_ == ShuffleMode::kBlock)
+    shuffle_text += " (blocks of " + std::to_string(block_rows(opts_, train_.info)) + " rows, " +
+                    std::to_string(opts_.shuffle_window_blocks) + " per window)";
+  const std::vector<int> shards = shard_counts(batch_, mpi_.size());
+  std::printf(
+      "dptrain: ranks %s\n"
+      "dptrain: %d rank(s) on %d node(s), %d per node, device %s, %d thread(s)/rank, %s\n"
+      "dptrain: GEMM %s\n"
+      "dptrain: data %s: /%s %llu x %llu, shuffle %s, input readers %s (%d); model %s "
+      "(%zu parameters); batch %llu (shards of %d..%d); %llu steps (%llu per epoch)\n",
+      placement.c_str(), mpi_.size(), mpi_.nodes(), mpi_.local_size(), be.name().c_str(),
+      rt_.threads, mpi_.mpi_version().c_str(), be.gemm_library().c_str(), opts_.data.c_str(),
+      opts_.train_set.c_str(), static_cast<unsigned long long>(train_.info.rows),
+      static_cast<unsigned long long>(train_.info.dim), shuffle_text.c_str(),
+      reader_mode_name(readers_.mode()), readers_.readers(), model_->spec().c_str(), model_->num_params(), static_cast<unsigned long long>(batch_),
+      shards.back(), shards.front(), static_cast<unsigned long long>(total_steps_),
+      static_cast<unsigned long long>(plan_->steps_per_epoch()));
+  if (!binding.empty()) std::printf("dptrain: WARNING: %s\n", binding.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace dptrain
