@@ -124,12 +124,13 @@ cuda_families=("cublas libcublas.so.13 libcublas*.so.13" "cudnn libcudnn.so.9 li
 # pick_version WANT < "VERSION FOLDER" lines -> the line to use: the version
 # the bundle was built against, else the newest of its major.minor, else
 # the oldest newer one (a newer minor keeps the older's symbols), else the
-# newest older one; without WANT the first line.
+# newest older one; without WANT, or with no version read, the first line.
 pick_version() {
   local want=$1 lines
   lines=$(cat)
   [[ -n $lines ]] || return 0
-  if [[ -z $want ]]; then head -1 <<<"$lines"; return 0; fi
+  if [[ -z $want ]] || ! grep -q '^[0-9]' <<<"$lines"; then head -1 <<<"$lines"; return 0; fi
+  lines=$(grep '^[0-9]' <<<"$lines")
   local exact mm newer older
   exact=$(awk -v w="$want" '$1 == w' <<<"$lines" | head -1)
   mm=$(awk -v w="${want%.*}" 'index($1, w ".") == 1' <<<"$lines" | sort -V -k1,1 | tail -1)
