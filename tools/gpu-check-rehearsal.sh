@@ -174,6 +174,8 @@ for n in "${need[@]}"; do
   grep -qF -- "$n" "$out" || { note "missing from the table: $n"; missing=1; }
   grep -qF -- "$n" "$outdir/gpu-check/table.md" || { note "missing from table.md: $n"; missing=1; }
 done
+# What the smoke launch printed at exit 0 (it is judged by its exit code).
+sed 's/^/  smoke launch: /' "$outdir/gpu-check/logs/smoke.txt" | head -10
 grep -q "^_finished: exit 77 " "$outdir/gpu-check/table.md" || { note "table.md does not say how the check ended"; missing=1; }
 for f in rows.tsv logs/env-start.txt logs/env-check.txt logs/machine.txt logs/ldd.txt logs/smoke.txt \
   logs/test-list.txt logs/test-list.err logs/tests1.txt logs/cpu-ref.jsonl logs/python.txt logs/cuda-libs.txt; do
@@ -193,7 +195,7 @@ timeout -k 5 120 orterun --oversubscribe --bind-to none -n 2 "$dptrain" train --
   --val-set "" --model dense:64,relu,dense:10 --loss xent --batch-size 128 --steps 5 --device cpu \
   --log-every 5 >"$scratch/two.txt" 2>&1
 two_train=$?
-timeout -k 5 60 orterun --oversubscribe -n 2 "$gpu_tests" >>"$scratch/two.txt" 2>&1
+timeout -k 5 60 orterun --oversubscribe --bind-to none -n 2 "$gpu_tests" >>"$scratch/two.txt" 2>&1
 two_tests=$?
 set -e
 note "2 ranks from the bundle: CPU training exit $two_train (want 0), gpu_tests exit $two_tests (want 77)"
