@@ -146,14 +146,14 @@ pick_version() {
 choose_cuda_libs() {
   local fam name main glob d v want line dir detail=() lines
   cuda_dirs=$(cuda_lib_dirs | paste -sd:)
-  cuda_farm=
+  cuda_chosen=
   [[ -n $cuda_dirs ]] || return 0
   if [[ ! -x $probe ]]; then
     cuda_libs_detail="$cuda_dirs (versions not read: no dptrain_libprobe in the bundle)"
     return 0
   fi
-  cuda_farm=$tmp/cuda-libs
-  mkdir -p "$cuda_farm"
+  cuda_chosen=$tmp/cuda-libs
+  mkdir -p "$cuda_chosen"
   : >"$work/cuda-libs.txt"
   for fam in "${cuda_families[@]}"; do
     read -r name main glob <<<"$fam"
@@ -170,7 +170,7 @@ choose_cuda_libs() {
       continue
     fi
     dir=${line#* }
-    for d in "$dir"/$glob; do [[ -e $d ]] && ln -sf "$d" "$cuda_farm/"; done
+    for d in "$dir"/$glob; do [[ -e $d ]] && ln -sf "$d" "$cuda_chosen/"; done
     detail+=("$name ${line%% *}${want:+ (built with $want)} from $dir")
   done
   echo "chosen: ${detail[*]}" >>"$work/cuda-libs.txt"
@@ -203,7 +203,7 @@ setup_env() {
   mkdir -p "$tmp/hwloc-plugins"
   export HWLOC_HIDE_ERRORS=2 HWLOC_PLUGINS_PATH=$tmp/hwloc-plugins
   choose_cuda_libs
-  local libs=$lib:$root/lib/x86_64-linux-gnu:$B/lib${cuda_farm:+:$cuda_farm}${cuda_dirs:+:$cuda_dirs}
+  local libs=$lib:$root/lib/x86_64-linux-gnu:$B/lib${cuda_chosen:+:$cuda_chosen}${cuda_dirs:+:$cuda_dirs}
   export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   row setup "CUDA libraries" "$([[ -n $cuda_dirs ]] && echo found || echo "NOT FOUND")" \
     "${cuda_libs_detail:-${cuda_dirs:-no /usr/local/cuda and no PyTorch nvidia-* wheels}}"
@@ -259,11 +259,11 @@ check_libraries() {
 # run time where ldd never looks, and names those that fail. The tests go
 # on either way: only the convolution rows need them.
 check_cudnn() {
-  [[ -x $probe && -n $cuda_farm ]] || return 0
-  local libs=("$cuda_farm"/libcudnn*.so.9) out bad
+  [[ -x $probe && -n $cuda_chosen ]] || return 0
+  local libs=("$cuda_chosen"/libcudnn*.so.9) out bad
   [[ -e ${libs[0]} ]] || return 0
   # libcudnn.so.9 first, as the binaries load it.
-  out=$(timeout -k 5 60 "$probe" open "$cuda_farm/libcudnn.so.9" "${libs[@]}" 2>&1)
+  out=$(timeout -k 5 60 "$probe" open "$cuda_chosen/libcudnn.so.9" "${libs[@]}" 2>&1)
   echo "$out" >"$work/cudnn-dlopen.txt"
   bad=$(awk -F'\t' '$1 == "FAILED" {n = split($2, p, "/"); printf "%s%s: %s", sep, p[n], $3; sep = "; "}' <<<"$out")
   if [[ -n $bad ]]; then
