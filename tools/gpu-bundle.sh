@@ -7,21 +7,82 @@
 # on any Linux), checked here to fit the 64 MiB that a GPU machine takes:
 #   tools/gpu-bundle.sh          -> .gpu-bundle/dptrain-gpu.tar.gz (+ MANIFEST)
 # Carry .gpu-bundle/ with the working tree; on the GPU machine run
-# tools/gpu-check.sh, which unpacks it.
+# tools/gpu-check.sh, which unpacks it; or carry the tarball alone, which
+# holds the check's scripts: tar -xzf it and run tools/gpu-check.sh inside
+# (docs/gpu.md, "Checking a GPU machine", has the whole command line).
 #
 # Before packing, every NEEDED entry of every binary, library and plugin is
 # resolved by name: inside the bundle, or among what the GPU machine brings
 # (glibc, the driver's libcuda, and cuBLAS/NCCL/cuDNN from a CUDA 13 toolkit
 # or PyTorch's nvidia-* wheels). Open MPI plugins that need a left-out
 # network transport are dropped, so every plugin left must load. MANIFEST
-# names the newest glibc symbol version anything in the bundle needs.
-# Environment: BUILD_DIR (default build-gpu), JOBS (build jobs), NO_BUILD=1
-# (pack what is built), DEPS_REFRESH=1 (run tools/gpu-deps.sh again).
+# names the newest glibc symbol version anything in the bundle needs, and
+# the cuBLAS, cuDNN and NCCL versions the binaries were built against (read
+# by dptrain_libprobe, a small C program that goes in the bundle: the check
+# prefers those versions among the GPU machine's, and opens each cuDNN
+# sub-library with it).
+#   tools/gpu-bundle.sh --probe FILE   builds dptrain_libprobe alone (tests)
+# Environment: BUILD_DIR (default build-gpu; a ctest build tree serves),
+# JOBS (build jobs), NO_BUILD=1 (pack what is built), DEPS_REFRESH=1 (run
+# tools/gpu-deps.sh again), BUNDLE_OUT (default .gpu-bundle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# dptrain_libprobe version cublas|cudnn|nccl LIB: the library's version
+# (cublasGetProperty, cudnnGetVersion, ncclGetVersion: no GPU needed).
+# dptrain_libprobe open LIB...: dlopen each, "ok" or "FAILED" and why; exit
+# 1 when any failed. Needs only glibc 2.34.
+build_probe() {
+  local src
+  src=$(mktemp --suffix=.c)
+  cat >"$src" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+static int version(const char *family, const char *path) {
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+  if (!strcmp(family, "cublas")) {
+    int (*get)(int, int *) = (int (*)(int, int *))dlsym(lib, "cublasGetProperty");
+    int v[3] = {0, 0, 0}; /* MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL */
+    for (int i = 0; i < 3; i++) if (!get || get(i, &v[i]) != 0) return 1;
+    printf("%d.%d.%d\n", v[0], v[1], v[2]);
+  } else if (!strcmp(family, "cudnn")) { /* cuDNN 9: major * 10000 + minor * 100 + patch */
+    size_t (*get)(void) = (size_t (*)(void))dlsym(lib, "cudnnGetVersion");
+    if (!get) return 1;
+    size_t v = get();
+    printf("%zu.%zu.%zu\n", v / 10000, v / 100 % 100, v % 100);
+  } else if (!strcmp(family, "nccl")) { /* NCCL 2.9+: the same coding */
+    int (*get)(int *) = (int (*)(int *))dlsym(lib, "ncclGetVersion");
+    int v = 0;
+    if (!get || get(&v) != 0) return 1;
+    printf("%d.%d.%d\n", v / 10000, v / 100 % 100, v % 100);
+  } else return 2;
+  return 0;
+}
+int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "version")) return version(argv[2], argv[3]);
+  if (argc < 2 || strcmp(argv[1], "open")) {
+    fprintf(stderr, "usage: dptrain_libprobe version cublas|cudnn|nccl LIB | open LIB...\n");
+    return 2;
+  }
+  int failed = 0;
+  for (int i = 2; i < argc; i++) {
+    if (dlopen(argv[i], RTLD_NOW | RTLD_GLOBAL)) printf("ok\t%s\n", argv[i]);
+    else { printf("FAILED\t%s\t%s\n", argv[i], dlerror()); failed = 1; }
+  }
+  return failed;
+}
+C
+  cc -O2 -o "$1" "$src" -ldl
+  local rc=$?
+  rm -f "$src"
+  return "$rc"
+}
+if [[ ${1:-} == --probe ]]; then build_probe "${2:?--probe FILE}"; exit; fi
+
 build=${BUILD_DIR:-build-gpu}
-out=.gpu-bundle
+out=${BUNDLE_OUT:-.gpu-bundle}
 limit=$((64 << 20))
 note() { echo "gpu-bundle: $*"; }
 targets=(dptrain gpu_tests dptrain_bench dptrain_nccl_rate dptrain_conv_layout)
@@ -51,6 +112,10 @@ stage=$(mktemp -d "${TMPDIR:-/tmp}/gpu-bundle.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
 for b in "${binaries[@]}"; do strip --strip-all -o "$stage/bin/$(basename "$b")" "$b"; done
+build_probe "$stage/bin/dptrain_libprobe"
+# The check itself, for a GPU machine that gets the tarball alone.
+mkdir -p "$stage/tools"
+cp tools/gpu-check.sh tools/gpu-check-env.sh tools/gpu-check-torch.py tools/make_synthetic.py "$stage/tools/"
 cp -a .gpu-deps/root "$stage/root"
 cp -a .gpu-deps/fallback "$stage/fallback"
 [[ -f .gpu-deps/synthetic.h5 ]] && cp .gpu-deps/synthetic.h5 "$stage/data/"
@@ -92,6 +157,12 @@ machine_libs=$(for f in $(elf_files); do needed "$f"; done | sort -u | grep -E "
   echo "glibc=$glibc"
   echo "glibc_binaries=$glibc_bin (the rest: Debian's libraries, e.g. libevent's arc4random)"
   echo "from_machine=$machine_libs"
+  # The versions the binaries were built against, read from the libraries they link here.
+  for fam in cublas:libcublas.so.13 cudnn:libcudnn.so.9 nccl:libnccl.so.2; do
+    path=$(ldd "$build/dptrain" "$build/tests/gpu_tests" | awk -v l="${fam#*:}" '$1 == l && !n++ {print $3}')
+    [[ -n $path ]] || continue
+    v=$("$stage/bin/dptrain_libprobe" version "${fam%%:*}" "$path") && echo "${fam%%:*}=$v"
+  done
   echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +changes)"
   echo "built=$(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(getconf GNU_LIBC_VERSION | cut -d' ' -f2)"
 } >"$stage/MANIFEST"

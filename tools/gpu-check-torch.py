@@ -102,8 +102,8 @@ def main():
     try:
         import torch
         why = None if DEVICE == "cpu" or torch.cuda.is_available() else "PyTorch sees no GPU"
-    except ImportError:
-        torch, why = None, "no PyTorch"
+    except Exception as e:  # ImportError, or OSError from a library torch loads
+        torch, why = None, f"no PyTorch ({type(e).__name__}: {str(e)[:160]})"
     for p in PRECISIONS:
         d = dptrain_stats(work, p)
         if d is None:

@@ -8,21 +8,48 @@
 # against the CPU reference and the speed rows of docs/gpu.md, within 7
 # minutes, and prints one table.
 #   Here (Debian, network):  tools/gpu-bundle.sh     -> .gpu-bundle/ (carry it)
-#   There:                   tools/gpu-check.sh
+#   There:                   tools/gpu-check.sh [--out DIR]
+# (or tools/gpu-check.sh inside the unpacked bundle, which carries it).
+# --out DIR (or DPTRAIN_GPU_CHECK_OUT=DIR): where the results stay, written
+# as they come (a run cut short keeps what it had): table.md (the table,
+# rewritten after every row, its last line saying what ran last or how it
+# ended), rows.tsv, and logs/: every step's output, notes.txt (what the
+# console was told), env-start.txt, env-check.txt, machine.txt (kernel,
+# driver, nvidia-smi, nvcc, MANIFEST), python.txt, cuda-libs.txt, ldd.txt.
+# The folder is never emptied or removed; without it the logs are.
 # Exit: 0 everything ran and passed; 1 something failed; 77 no GPU visible
 # (everything that runs without one passed; the GPU rows say skipped).
-# Environment: BUNDLE (default .gpu-bundle/dptrain-gpu.tar.gz; or a folder
-# laid out as the unpacked tarball, used in place; without root/ in it the
-# machine's own Open MPI runs it), STEPS (training steps per speed run,
-# default 400), BUDGET_S (default 420). For a quick run whose speed figures
+# Environment: BUNDLE (default .gpu-bundle/dptrain-gpu.tar.gz, or this
+# folder when the script runs from an unpacked bundle; or a folder laid out
+# as the unpacked tarball, used in place; without root/ in it the
+# machine's own Open MPI runs it), DPTRAIN_TORCH_PYTHON (the Python that
+# holds PyTorch, where the search of tools/gpu-check-env.sh misses it),
+# DPTRAIN_CUDA_LIB_DIRS (folders of CUDA libraries to consider first),
+# STEPS (training steps per speed run, default 400), BUDGET_S (default
+# 420). For a quick run whose speed figures
 # mean nothing (tests/emulated/test_emulated_gpu_check.sh runs the whole
 # check on the emulated GPU): SPEED_REPEATS (timed repeats of every speed
 # row, after one warm-up; default: each tool's own), SPEED_ROWS (rows per
 # step of the CNN and convolution rows, default 128), ALLREDUCE_MIB
 # (default 1,16,256).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
 
+out_dir=${DPTRAIN_GPU_CHECK_OUT:-}
+while (($#)); do
+  case $1 in
+    --out) out_dir=${2:?"--out needs a folder"}; shift 2 ;;
+    --out=*) out_dir=${1#--out=}; shift ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown argument $1 (usage: tools/gpu-check.sh [--out DIR])" >&2; exit 2 ;;
+  esac
+done
+if [[ -n $out_dir ]] && ! { mkdir -p "$out_dir" && out_dir=$(cd "$out_dir" && pwd); }; then
+  echo "gpu-check: cannot make $out_dir" >&2
+  exit 1
+fi
+here=$(cd "$(dirname "$0")/.." && pwd) && cd "$here" || exit 1
+# Run from inside an unpacked bundle: the bundle is this folder.
+[[ -z ${BUNDLE:-} && -f MANIFEST && -d bin ]] && BUNDLE=$here
 bundle=${BUNDLE:-.gpu-bundle/dptrain-gpu.tar.gz}
 steps=${STEPS:-400}
 deadline=$((SECONDS + ${BUDGET_S:-420}))
@@ -31,25 +58,40 @@ speed=() layout=()
 [[ -n ${SPEED_REPEATS:-} ]] && speed+=(--repeats "$SPEED_REPEATS" --warmup 1) &&
   layout+=(--rounds 1 --passes "$SPEED_REPEATS")
 [[ -n ${SPEED_ROWS:-} ]] && layout+=(--rows "$SPEED_ROWS")
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-rows=$work/rows.tsv
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT  # the unpacked bundle; never the --out folder
+work=${out_dir:+$out_dir/logs}
+work=${work:-$tmp/logs}
+mkdir -p "$work"
+rows=${out_dir:-$tmp}/rows.tsv
 : >"$rows"
-failed=0 ngpu=0 gpu_name="no GPU"
-py=$(command -v python3 || true)
-note() { echo "gpu-check: $*" >&2; }
+failed=0 ngpu=0 gpu_name="no GPU" step="set-up" ended=
+note() { echo "gpu-check: $*" >&2; echo "$*" >>"$work/notes.txt"; }
 row() {
   printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$rows"
   case $3 in FAILED* | "NOT FOUND"* | "TIMED OUT"* | OVER*) failed=1 ;; esac
+  write_table
+}
+# The table under --out, rewritten whole after every row and step.
+write_table() {
+  [[ -n $out_dir ]] || return 0
+  { print_table; echo "_${ended:-still running: $step, $SECONDS s in}_"; } >"$out_dir/table.md.new" &&
+    mv -f "$out_dir/table.md.new" "$out_dir/table.md"
 }
 # shellcheck source=tools/gpu-check-env.sh
 . tools/gpu-check-env.sh
+save_start_env
+# CMD... in the environment the check started with (for timeout and run_for).
+start_cmd=(env -i "${start_env[@]}")
+# What every launch takes, the smoke launch's included.
+mpirun=(orterun --oversubscribe --bind-to none)
 
 # run_for LIMIT OUT CMD...: CMD under timeout, stdout+stderr to OUT, within
 # what is left of the budget; 124 timed out, 125 no time left to start it.
 run_for() {
   local t=$1 out=$2 left=$((deadline - SECONDS))
   shift 2
+  step=${out##*/} && write_table
   ((left < t)) && t=$left
   ((t > 5)) || return 125
   timeout -k 5 "$t" "$@" >"$out" 2>&1
@@ -69,25 +111,29 @@ print_table() {
   echo
 }
 finish() {
-  print_table
   local rc=0
   ((failed)) && rc=1
   ((!failed && ngpu == 0)) && rc=77
-  note "$(wc -l <"$rows") rows, $(grep -c $'\t\\(FAILED\\|TIMED OUT\\|OVER\\|NOT FOUND\\)' "$rows") failed, $((SECONDS)) s; exit $rc"
+  ended="finished: exit $rc after $SECONDS s"
+  write_table
+  print_table
+  note "$(wc -l <"$rows") rows, $(grep -c $'\t\\(FAILED\\|TIMED OUT\\|OVER\\|NOT FOUND\\)' "$rows") failed, $((SECONDS)) s; exit $rc${out_dir:+; table and logs in $out_dir}"
   exit "$rc"
 }
 
 # --- setup: bundle, glibc, libraries, smoke launch ----------------------------------
+find_python
 [[ -e $bundle ]] || { row setup bundle FAILED "no $bundle: run tools/gpu-bundle.sh and carry .gpu-bundle/"; finish; }
-unpack_bundle "$bundle" "$work/bundle" || finish
+unpack_bundle "$bundle" "$tmp/bundle" || finish
 check_glibc || finish
 setup_env
+record_environment
 check_libraries || finish
+check_cudnn
 smoke_launch || finish
-mpirun=(orterun --oversubscribe --bind-to none)
-if command -v nvidia-smi >/dev/null; then
-  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-  gpu_name=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+if as_started sh -c "command -v nvidia-smi" >/dev/null; then
+  ngpu=$(as_started timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  gpu_name=$(as_started timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 else  # the driver's device files, without its tool
   ngpu=$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2>/dev/null | wc -l)
   gpu_name="(no nvidia-smi)"
@@ -96,9 +142,14 @@ row setup GPUs "$ngpu" "${gpu_name}"
 ((ngpu > 0)) || gpu_name="no GPU"
 
 # --- every GPU test, by name ------------------------------------------------------------
-test_names() {
-  "${mpirun[@]}" -n 1 "$gpu_tests" --gtest_list_tests 2>/dev/null |
-    awk '/^[^ ]/ {suite = $1} /^  [^ ]/ {print suite $1}'
+# The listing is the first MPI_Init of a real program (the smoke launch
+# starts none): time-limited, its stderr kept apart and shown on failure.
+list_tests() {
+  local t=60 left=$((deadline - SECONDS))
+  step=test-list.txt && write_table
+  ((left < t)) && t=$left
+  ((t > 5)) || return 125
+  timeout -k 5 "$t" "${mpirun[@]}" -n 1 "$gpu_tests" --gtest_list_tests >"$work/test-list.txt" 2>"$work/test-list.err"
 }
 gpu_test_rows() {  # gpu_test_rows NP LIMIT
   local np=$1 out=$work/tests$1.txt rc t result ms
@@ -121,16 +172,25 @@ gpu_test_rows() {  # gpu_test_rows NP LIMIT
     row "tests ($np ranks)" "gpu_tests exit status" "$(outcome "$rc")" "$(grep -c 'FAILED  \]' "$out") failure lines"
   fi
 }
-names=$(test_names)
-[[ -n $names ]] || row tests "gpu_tests --gtest_list_tests" FAILED "no test names"
+list_tests
+rc=$?
+names=$(awk '/^[^ ]/ {suite = $1} /^  [^ ]/ {print suite $1}' "$work/test-list.txt")
+if ((rc != 0)) || [[ -z $names ]]; then
+  note "gpu_tests --gtest_list_tests: exit $rc, $(wc -w <<<"$names") test names; its stderr (logs/test-list.err):"
+  tail -25 "$work/test-list.err" >&2
+  result=$(outcome "$rc")
+  [[ $result == ok ]] && result=FAILED
+  row tests "gpu_tests --gtest_list_tests" "$result" \
+    "exit $rc, $(wc -w <<<"$names") test names; stderr: $(grep -v '^[[:space:]]*$' "$work/test-list.err" | tail -3 | tr '\n\t|' '   ')"
+fi
 gpu_test_rows 1 150
 if ((ngpu >= 2)); then gpu_test_rows 2 90; else row "tests (2 ranks)" "all GPU tests on 2 ranks" skipped "needs 2 GPUs"; fi
 
 # --- training: speed runs and the accuracy against the CPU reference -------------------------
 data=$B/data/synthetic.h5
-if [[ ! -f $data && -n $py ]] && "$py" -c "import h5py, numpy" 2>/dev/null; then
-  "$py" tools/make_synthetic.py "$work/synthetic.h5" --n 8192 --val-n 1024 --shape 28,28 \
-    --classes 10 --dtype uint8 --seed 1 >/dev/null && data=$work/synthetic.h5
+if [[ ! -f $data && -n $py ]] && as_started "$py" -c "import h5py, numpy" 2>/dev/null; then
+  "${start_cmd[@]}" "$py" tools/make_synthetic.py "$tmp/synthetic.h5" --n 8192 --val-n 1024 --shape 28,28 \
+    --classes 10 --dtype uint8 --seed 1 >/dev/null && data=$tmp/synthetic.h5
 fi
 train() {  # train NAME NP DEVICE PRECISION STEPS LOG_EVERY -> WORK/NAME.{out,jsonl}
   run_for 120 "$work/$1.out" "${mpirun[@]}" -n "$2" "$dptrain" train --data "$data" --val-set "" \
@@ -152,7 +212,7 @@ train_row() {  # train_row SECTION CHECK NAME RC
   else row "$1" "$2" "$result" "$(tail -2 "$work/$3.out" 2>/dev/null | tr '\n\t' '  ')"; fi
 }
 if [[ ! -f $data ]]; then
-  row training "data set" FAILED "no bundled synthetic.h5 and no python3 with h5py to make one"
+  row training "data set" FAILED "no bundled synthetic.h5 and no Python with h5py to make one"
 else
   every=$((steps >= 16 ? steps / 8 : 1))  # 50 at the default 400 steps
   for p in fp32 tf32 bf16; do
@@ -209,12 +269,12 @@ for p in fp32 tf32 bf16; do
 done
 if ((ngpu > 0)); then
   if [[ -n $py ]]; then
-    run_for 120 "$work/torch.tsv" "$py" tools/gpu-check-torch.py "$work"
+    run_for 120 "$work/torch.tsv" "${start_cmd[@]}" "$py" tools/gpu-check-torch.py "$work"
     rc=$?
     grep $'^speed\t' "$work/torch.tsv" >>"$rows" || true
     ((rc == 0)) || row speed "PyTorch rows" "$(outcome "$rc")" "$(tail -1 "$work/torch.tsv")"
   else
-    row speed "PyTorch eager, bare GEMMs, data wait" skipped "no python3"
+    row speed "PyTorch eager, bare GEMMs, data wait" skipped "no Python"
   fi
 fi
 # All-reduce: dptrain's communicator against NCCL's own all-reduce, same bytes.
