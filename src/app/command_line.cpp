@@ -59,6 +59,8 @@ po::options_description model_group(Options& o) {
       ("momentum", po::value(&o.momentum)->default_value(o.momentum), "sgd momentum")
       ("nesterov", po::value(&o.nesterov)->default_value(o.nesterov)->implicit_value(true), "sgd Nesterov momentum")
       ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "L2 (sgd, adam) or decoupled (adamw) weight decay")
+      ("weight-decay-params", po::value(&o.weight_decay_params)->default_value(o.weight_decay_params), "all | matrices (decay only tensors of rank >= 2: weights and embeddings, not biases or norm scales)")
+      ("clip-grad-norm", po::value(&o.clip_grad_norm)->default_value(o.clip_grad_norm), "0 = off; else scale the averaged gradient by min(1, X / (||g|| + 1e-6)) before the step, as torch.nn.utils.clip_grad_norm_; train events then carry grad_norm")
       ("beta1", po::value(&o.beta1)->default_value(o.beta1), "adam beta1")
       ("beta2", po::value(&o.beta2)->default_value(o.beta2), "adam beta2")
       ("eps", po::value(&o.eps)->default_value(o.eps), "adam epsilon")
@@ -152,6 +154,8 @@ void check_train(const Options& o) {
   require_nonnegative(o.momentum, "momentum");
   if (o.nesterov && !(o.momentum > 0)) usage_error("--nesterov needs --momentum > 0");
   require_nonnegative(o.weight_decay, "weight-decay");
+  parse_decay_all(o.weight_decay_params);
+  require_nonnegative(o.clip_grad_norm, "clip-grad-norm");
   if (!(o.beta1 >= 0 && o.beta1 < 1)) usage_error("--beta1 must be in [0, 1)");
   if (!(o.beta2 >= 0 && o.beta2 < 1)) usage_error("--beta2 must be in [0, 1)");
   if (!(o.eps > 0)) usage_error("--eps must be > 0");

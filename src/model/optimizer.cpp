@@ -33,8 +33,52 @@ LrScheduleKind parse_lr_schedule(const std::string& name) {
   throw_bad_choice("lr-schedule", name, "constant, cosine, step");
 }
 
+bool parse_decay_all(const std::string& name) {
+  if (name == "matrices") return false;
+  if (name != "all") throw_bad_choice("weight-decay-params", name, "all, matrices");
+  return true;
+}
+
+std::vector<ArenaRange> matrices_decay_ranges(const std::vector<ParamInfo>& layout) {
+  std::vector<ArenaRange> ranges;
+  for (const ParamInfo& p : layout) {
+    if (p.shape.size() < 2 || p.count == 0) continue;
+    if (!ranges.empty() && ranges.back().offset + ranges.back().count == p.offset)
+      ranges.back().count += p.count;
+    else
+      ranges.push_back({p.offset, p.count});
+  }
+  return ranges;
+}
+
+namespace {
+
+// [0, n) cut at the edges of the decayed ranges (sorted, inside [0, n)).
+std::vector<std::pair<ArenaRange, bool>> decay_segments(const OptimizerConfig& cfg,
+                                                        std::size_t n) {
+  std::vector<std::pair<ArenaRange, bool>> out;
+  if (cfg.decay_all || cfg.weight_decay == 0.0f) {
+    out.push_back({{0, n}, true});
+    return out;
+  }
+  std::size_t at = 0;
+  for (const ArenaRange& r : cfg.decay_ranges) {
+    DPT_REQUIRE(r.offset >= at && r.offset + r.count <= n, ExitCode::kOther,
+                "weight-decay ranges out of order or outside the arena");
+    if (r.offset > at) out.push_back({{at, r.offset - at}, false});
+    out.push_back({r, true});
+    at = r.offset + r.count;
+  }
+  if (at < n) out.push_back({{at, n - at}, false});
+  return out;
+}
+
+}  // namespace
+
 Optimizer::Optimizer(Backend& backend, const OptimizerConfig& cfg, std::size_t n)
     : be_(backend), cfg_(cfg), n_(n) {
+  DPT_REQUIRE(cfg_.clip_grad_norm >= 0.0f, ExitCode::kUsage, "--clip-grad-norm must be >= 0");
+  for (const auto& [range, decay] : decay_segments(cfg_, n_)) segments_.push_back({range, decay});
   // The same checks torch.optim makes, so a bad config fails before step 1.
   DPT_REQUIRE(cfg_.weight_decay >= 0.0f, ExitCode::kUsage, "--weight-decay must be >= 0");
   if (cfg_.kind == OptimizerKind::kSgd) {
@@ -53,26 +97,42 @@ Optimizer::Optimizer(Backend& backend, const OptimizerConfig& cfg, std::size_t n
   }
 }
 
-void Optimizer::step(float* w, const float* g, float lr) {
+// torch.nn.utils.clip_grad_norm_ (1.13): the norm in float, the coefficient
+// max_norm / (norm + 1e-6) in float, clamped to 1 (a product by 1 changes
+// nothing, so it is skipped).
+void Optimizer::clip(float* g) {
+  grad_norm_ = 0.0f;
+  if (cfg_.clip_grad_norm <= 0.0f) return;
+  grad_norm_ = static_cast<float>(std::sqrt(be_.optimizers().sum_squares(g, n_)));
+  const float coef = cfg_.clip_grad_norm / (grad_norm_ + 1e-6f);
+  if (coef < 1.0f) be_.optimizers().scale(g, coef, n_);
+}
+
+void Optimizer::step(float* w, float* g, float lr) {
   ++step_count_;
-  if (cfg_.kind == OptimizerKind::kSgd) {
-    SgdParams p;
+  clip(g);
+  for (const Segment& s : segments_) {
+    const std::size_t at = s.range.offset, count = s.range.count;
+    const float wd = s.decay ? cfg_.weight_decay : 0.0f;
+    if (cfg_.kind == OptimizerKind::kSgd) {
+      SgdParams p;
+      p.lr = lr;
+      p.momentum = cfg_.momentum;
+      p.nesterov = cfg_.nesterov;
+      p.weight_decay = wd;
+      be_.optimizers().sgd_step(w + at, g + at, s1_.get() ? s1_.get() + at : nullptr, count, p);
+      continue;
+    }
+    AdamParams p;
     p.lr = lr;
-    p.momentum = cfg_.momentum;
-    p.nesterov = cfg_.nesterov;
-    p.weight_decay = cfg_.weight_decay;
-    be_.optimizers().sgd_step(w, g, s1_.get(), n_, p);
-    return;
+    p.beta1 = cfg_.beta1;
+    p.beta2 = cfg_.beta2;
+    p.eps = cfg_.eps;
+    p.weight_decay = wd;
+    p.decoupled = cfg_.kind == OptimizerKind::kAdamW;
+    p.step = step_count_;
+    be_.optimizers().adam_step(w + at, g + at, s1_.get() + at, s2_.get() + at, count, p);
   }
-  AdamParams p;
-  p.lr = lr;
-  p.beta1 = cfg_.beta1;
-  p.beta2 = cfg_.beta2;
-  p.eps = cfg_.eps;
-  p.weight_decay = cfg_.weight_decay;
-  p.decoupled = cfg_.kind == OptimizerKind::kAdamW;
-  p.step = step_count_;
-  be_.optimizers().adam_step(w, g, s1_.get(), s2_.get(), n_, p);
 }
 
 std::vector<Optimizer::State> Optimizer::state() {

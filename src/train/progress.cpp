@@ -19,7 +19,7 @@ void Progress::add_step(std::uint64_t rows, double ms) {
   ++interval_steps_;
 }
 
-void Progress::report(std::uint64_t step, std::uint64_t epoch, float lr) {
+void Progress::report(std::uint64_t step, std::uint64_t epoch, float lr, float grad_norm) {
   comm_.allreduce_sum(stats_.get(), 2);
   float host[2] = {0, 0};
   be_.copy_to_host(host, stats_.get(), sizeof host);
@@ -28,13 +28,19 @@ void Progress::report(std::uint64_t step, std::uint64_t epoch, float lr) {
     const double mean_loss = host[0] / static_cast<double>(interval_samples_);
     const double sps = interval_samples_ / (interval_ms_ / 1000.0);
     const nlohmann::json ms = timer_.per_step_json(static_cast<double>(interval_steps_));
-    metrics_.write({{"event", "train"}, {"step", step + 1}, {"epoch", epoch}, {"loss", mean_loss},
-                    {"lr", lr}, {"samples_per_s", std::round(sps)}, {"ms", ms}});
-    std::printf("step %llu/%llu epoch %llu loss %.4f lr %.3g %.0f samples/s | ms/step data %.2f "
+    nlohmann::json event = {{"event", "train"}, {"step", step + 1}, {"epoch", epoch},
+                            {"loss", mean_loss}, {"lr", lr}};
+    if (grad_norm >= 0.0f) event["grad_norm"] = grad_norm;
+    event["samples_per_s"] = std::round(sps);
+    event["ms"] = ms;
+    metrics_.write(event);
+    char norm_text[32] = "";
+    if (grad_norm >= 0.0f) std::snprintf(norm_text, sizeof norm_text, " grad_norm %.3g", grad_norm);
+    std::printf("step %llu/%llu epoch %llu loss %.4f%s lr %.3g %.0f samples/s | ms/step data %.2f "
                 "fwd %.2f bwd %.2f comm %.2f opt %.2f\n",
                 static_cast<unsigned long long>(step + 1),
                 static_cast<unsigned long long>(total_steps_),
-                static_cast<unsigned long long>(epoch), mean_loss, lr, sps,
+                static_cast<unsigned long long>(epoch), mean_loss, norm_text, lr, sps,
                 ms["data"].get<double>(), ms["forward"].get<double>(),
                 ms["backward"].get<double>(), ms["comm"].get<double>(),
                 ms["optimizer"].get<double>());

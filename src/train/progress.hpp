@@ -27,7 +27,8 @@ class Progress {
   void add_step(std::uint64_t rows, double ms);
   // Collective: the progress line and train event for the steps since the
   // last report, which end with `step` (0-based) at learning rate lr.
-  void report(std::uint64_t step, std::uint64_t epoch, float lr);
+  // grad_norm >= 0: that step's gradient norm before clipping, reported too.
+  void report(std::uint64_t step, std::uint64_t epoch, float lr, float grad_norm = -1.0f);
   // Rank 0: an evaluation's line and eval event, after `steps` steps.
   void eval(std::uint64_t steps, std::uint64_t epoch, const std::string& set, LossKind loss,
             const EvalResult& r);

@@ -7,9 +7,9 @@
 
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/comm/communicator.hpp"
-#include "dptrain/data/scatter.hpp"
 #include "dptrain/model/loss.hpp"
 #include "dptrain/model/model.hpp"
+#include "dptrain/model/shard.hpp"
 
 namespace dptrain {
 

@@ -139,7 +139,9 @@ void TrainingRun::after_step(std::uint64_t step) {
   const BatchSlot slot = plan_->slot(step);
   if (policy_->log_due(step)) {
     StepScope scope(watchdog_, timeline_, step, {"log", "loss all-reduce", "log"});
-    progress_->report(step, slot.epoch, lr_);
+    // The last step's gradient norm, when clipping computed one.
+    const float norm = opts_.clip_grad_norm > 0 ? optimizer_->last_grad_norm() : -1.0f;
+    progress_->report(step, slot.epoch, lr_, norm);
   }
   if (policy_->check_due(step)) {
     StepScope scope(watchdog_, timeline_, step, {"check", "tower consistency check"});

@@ -27,6 +27,8 @@ OptimizerConfig optimizer_config(const Options& o) {
   c.beta1 = static_cast<float>(o.beta1);
   c.beta2 = static_cast<float>(o.beta2);
   c.eps = static_cast<float>(o.eps);
+  c.clip_grad_norm = static_cast<float>(o.clip_grad_norm);
+  c.decay_all = parse_decay_all(o.weight_decay_params);
   return c;
 }
 
@@ -179,7 +181,9 @@ void TrainingRun::build_model() {
   });
   // Rank 0's weights are the reference: every tower starts bitwise identical.
   rt_.comm->broadcast(model_->params(), model_->num_params() * sizeof(float), 0);
-  optimizer_ = std::make_unique<Optimizer>(*rt_.backend, optimizer_config(opts_), model_->num_params());
+  OptimizerConfig oc = optimizer_config(opts_);
+  if (!oc.decay_all) oc.decay_ranges = matrices_decay_ranges(model_->param_layout());
+  optimizer_ = std::make_unique<Optimizer>(*rt_.backend, oc, model_->num_params());
   schedule_ = schedule_config(opts_, total_steps_);
   start_ = restore_state(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
   first_step_ = std::min(start_.step, total_steps_);

@@ -157,4 +157,23 @@ TEST_F(CudaLossOptim, AdamAndAdamWSteps) {
     }
 }
 
+// Clipping's norm: the CUDA sum of squares (per-block partials, then one
+// block) against the CPU's, both in double: the orders differ, so they agree
+// to double rounding over n terms, far below float's; and the same bits on
+// a second run. The scale is one float product each, bitwise the CPU's.
+TEST_F(CudaLossOptim, ClippingNormAndScale) {
+  for (std::size_t n : kArenaSizes) {
+    const auto g = random_vector(n, 61);
+    auto gg = upload(*gpu_, g);
+    const double want = cpu_->optimizers().sum_squares(g.data(), n);
+    const double got = gpu_->optimizers().sum_squares(gg.get(), n);
+    EXPECT_NEAR(got, want, 1e-12 * want * static_cast<double>(n)) << "n=" << n;
+    EXPECT_EQ(gpu_->optimizers().sum_squares(gg.get(), n), got) << "n=" << n;
+    auto x = g;
+    cpu_->optimizers().scale(x.data(), 0.37f, n);
+    gpu_->optimizers().scale(gg.get(), 0.37f, n);
+    EXPECT_EQ(download(*gpu_, gg), x) << "n=" << n;
+  }
+}
+
 }  // namespace

@@ -218,5 +218,63 @@ TEST(LrSchedule, StepDecay) {
   EXPECT_FLOAT_EQ(learning_rate(c, 35), 0.01f);
 }
 
+// --clip-grad-norm: the norm is torch's (float of the root of the sum of
+// squares), the gradient is scaled by clip / (norm + 1e-6) only when that is
+// below 1, and the step uses the scaled gradient.
+TEST_F(OptimizerTest, ClipGradNormScalesTheGradientAsTorchDoes) {
+  const std::vector<float> w = {1.0f, -2.0f, 0.5f}, g = {3.0f, 4.0f, 0.0f};  // norm 5
+  OptimizerConfig c = sgd();
+  c.clip_grad_norm = 1.0f;
+  DeviceBuffer<float> dw(*be_, 3), dg(*be_, 3);
+  be_->copy_to_device(dw.get(), w.data(), sizeof(float) * 3);
+  be_->copy_to_device(dg.get(), g.data(), sizeof(float) * 3);
+  Optimizer opt(*be_, c, 3);
+  opt.step(dw.get(), dg.get(), 0.1f);
+  EXPECT_FLOAT_EQ(opt.last_grad_norm(), 5.0f);
+  const float coef = 1.0f / (5.0f + 1e-6f);
+  std::vector<float> got(3), clipped(3);
+  be_->copy_to_host(got.data(), dw.get(), sizeof(float) * 3);
+  be_->copy_to_host(clipped.data(), dg.get(), sizeof(float) * 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(clipped[i], g[i] * coef) << i;
+    EXPECT_EQ(got[i], w[i] - 0.1f * (g[i] * coef)) << i;
+  }
+  // A norm below the clip leaves the gradient as it was.
+  c.clip_grad_norm = 10.0f;
+  EXPECT_EQ(run(c, w, {g}, 0.1f), run(sgd(), w, {g}, 0.1f));
+}
+
+// --weight-decay-params matrices: the ranges of the rank >= 2 tensors,
+// adjacent ones merged, decay there and nowhere else.
+TEST_F(OptimizerTest, WeightDecayOnMatricesOnly) {
+  std::vector<ParamInfo> layout = {{"dense0", "weight", {2, 2}, 0, 4},
+                                   {"dense0", "bias", {2}, 4, 2},
+                                   {"conv0", "weight", {1, 1, 1, 1}, 6, 1},
+                                   {"dense1", "weight", {1, 2}, 7, 2},
+                                   {"dense1", "bias", {1}, 9, 1}};
+  const auto ranges = matrices_decay_ranges(layout);
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].offset, 0u);
+  EXPECT_EQ(ranges[0].count, 4u);
+  EXPECT_EQ(ranges[1].offset, 6u);
+  EXPECT_EQ(ranges[1].count, 3u);
+  OptimizerConfig decay = sgd(0.9f, false, 0.1f);
+  decay.decay_all = false;
+  decay.decay_ranges = ranges;
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const std::vector<std::vector<float>> grads = {std::vector<float>(10, 0.5f),
+                                                 std::vector<float>(10, -0.25f)};
+  const auto got = run(decay, w, grads, 0.1f);
+  const auto with = run(sgd(0.9f, false, 0.1f), w, grads, 0.1f);
+  const auto without = run(sgd(0.9f), w, grads, 0.1f);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const bool matrix = i < 4 || (i >= 6 && i < 9);
+    EXPECT_EQ(got[i], matrix ? with[i] : without[i]) << i;
+  }
+  EXPECT_TRUE(parse_decay_all("all"));
+  EXPECT_FALSE(parse_decay_all("matrices"));
+  EXPECT_THROW(parse_decay_all("biases"), Error);
+}
+
 }  // namespace
 }  // namespace dptrain

@@ -1,5 +1,6 @@
 // Implements: SGD (momentum, Nesterov), Adam and AdamW over the whole
-// parameter arena in one fused backend call, and the learning-rate schedules.
+// parameter arena in one fused backend call (one per stretch of it when only
+// matrices decay), gradient-norm clipping, and the learning-rate schedules.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "dptrain/backends/backend.hpp"
+#include "dptrain/model/layer.hpp"
 
 namespace dptrain {
 
@@ -18,19 +20,43 @@ OptimizerKind parse_optimizer(const std::string& name);     // Error(kUsage) on 
 const char* optimizer_name(OptimizerKind kind);             // as --optimizer spells it
 LrScheduleKind parse_lr_schedule(const std::string& name);  // Error(kUsage) on bad name
 
+// A stretch of the parameter arena: [offset, offset + count) floats.
+struct ArenaRange {
+  std::size_t offset = 0, count = 0;
+};
+
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdam;
   float momentum = 0.0f;
   bool nesterov = false;
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  // --clip-grad-norm: 0 = off; else scale the gradient by
+  // min(1, clip / (||g|| + 1e-6)) before the update (torch's clip_grad_norm_).
+  float clip_grad_norm = 0.0f;
+  // --weight-decay-params: decay_all, or only the arena ranges listed (the
+  // tensors of rank >= 2, matrices_decay_ranges()).
+  bool decay_all = true;
+  std::vector<ArenaRange> decay_ranges;
 };
+
+// --weight-decay-params: "all" or "matrices". Error(kUsage) on another name.
+bool parse_decay_all(const std::string& name);
+// The ranges of the tensors of rank >= 2 (dense and conv weights, embeddings,
+// attention projections) in an arena laid out as `layout`, adjacent ones
+// merged: what --weight-decay-params matrices decays.
+std::vector<ArenaRange> matrices_decay_ranges(const std::vector<ParamInfo>& layout);
 
 class Optimizer {
  public:
   Optimizer(Backend& backend, const OptimizerConfig& cfg, std::size_t n);
-  // One update of w with gradient g at learning rate lr; increments step_count.
-  void step(float* w, const float* g, float lr);
+  // One update of w with gradient g at learning rate lr; increments
+  // step_count. With clipping, g is first scaled in place (so it is not
+  // const), as torch.nn.utils.clip_grad_norm_ does.
+  void step(float* w, float* g, float lr);
+  // The L2 norm of the gradient of the last step, before clipping; computed
+  // only when clipping is on (0 otherwise).
+  float last_grad_norm() const { return grad_norm_; }
   std::int64_t step_count() const { return step_count_; }
   void set_step_count(std::int64_t s) { step_count_ = s; }
   // Named state arenas (device), each of n floats: "velocity" for SGD with
@@ -47,7 +73,17 @@ class Optimizer {
   Backend& be_;
   OptimizerConfig cfg_;
   std::size_t n_;
+  // The arena cut where weight decay switches on or off; one range with
+  // decay when every tensor decays.
+  struct Segment {
+    ArenaRange range;
+    bool decay = true;
+  };
+  void clip(float* g);
+
   std::int64_t step_count_ = 0;
+  float grad_norm_ = 0.0f;
+  std::vector<Segment> segments_;
   DeviceBuffer<float> s1_, s2_;
 };
 

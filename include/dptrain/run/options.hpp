@@ -24,6 +24,8 @@ struct Options {
   std::string optimizer = "adam";
   double lr = 1e-3, momentum = 0.0, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   bool nesterov = false;
+  double clip_grad_norm = 0.0;               // 0 = off
+  std::string weight_decay_params = "all";   // all | matrices
   std::string lr_schedule = "constant";
   std::int64_t warmup_steps = 0, lr_step_size = 1000;
   double lr_gamma = 0.1, min_lr = 0.0;

@@ -29,6 +29,24 @@ void adam_loop(float* __restrict w, const float* __restrict g, float* __restrict
   }
 }
 
+// Four partial sums, combined in a fixed order, so the loop vectorizes
+// without -ffast-math and every clone gives the same bits.
+DPT_VECTOR_CLONES
+double squares_loop(const float* __restrict g, std::size_t n) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (std::size_t k = 0; k < 4; ++k) {
+      const double x = g[i + k];
+      s[k] += x * x;
+    }
+  for (; i < n; ++i) {
+    const double x = g[i];
+    s[0] += x * x;
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 class CpuOptimizerKernels final : public OptimizerKernels {
  public:
   // torch.optim.SGD with dampening 0.
@@ -59,6 +77,12 @@ class CpuOptimizerKernels final : public OptimizerKernels {
     const float l2 = p.decoupled ? 0.0f : p.weight_decay;
     const float shrink = p.decoupled ? 1.0f - p.lr * p.weight_decay : 1.0f;
     adam_loop(w, g, m, v, n, p.lr, b1, b2, eps, inv_bc1, inv_bc2, l2, shrink);
+  }
+
+  double sum_squares(const float* g, std::size_t n) override { return squares_loop(g, n); }
+
+  void scale(float* x, float a, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) x[i] *= a;
   }
 };
 

@@ -54,6 +54,9 @@ void mse(const Launch& l, const float* pred, const float* target, int rows, int 
          float grad_scale, float* dpred, float* stats, double* partials);
 
 // --- optimizer.cu --- one launch each over the whole arena.
+// The sum of x[i]^2 in double into *out: per-block partials (max_blocks of
+// them), then one block adds those in a fixed order, so the bits never vary.
+void sum_squares(const Launch& l, const float* x, std::size_t n, double* partials, double* out);
 void sgd_step(const Launch& l, float* w, const float* g, float* velocity, std::size_t n,
               float lr, float momentum, float weight_decay, bool nesterov);
 // l2: weight decay folded into g (Adam); shrink: 1 - lr * wd (AdamW, else 1);

@@ -42,7 +42,49 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, std::s
   }
 }
 
+// A block's sum of its threads' values, in a fixed order; thread 0 has it.
+__device__ double block_sum(double s) {
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+  __shared__ double warp_sums[kThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_sums[warp] = s;
+  __syncthreads();
+  s = 0.0;
+  if (warp == 0) {
+    s = lane < static_cast<int>(blockDim.x / 32) ? warp_sums[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+  }
+  return s;
+}
+
+__global__ void squares_kernel(const float* x, std::size_t n, double* partials) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  double s = 0.0;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const double v = x[i];
+    s += v * v;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void partials_kernel(const double* partials, unsigned count, double* out) {
+  double s = 0.0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) *out = s;
+}
+
 }  // namespace
+
+void sum_squares(const Launch& l, const float* x, std::size_t n, double* partials, double* out) {
+  const unsigned blocks = grid_for(n, l);
+  squares_kernel<<<blocks, kThreads, 0, l.stream>>>(x, n, partials);
+  DPT_CUDA_CHECK(cudaGetLastError());
+  partials_kernel<<<1, kThreads, 0, l.stream>>>(partials, blocks, out);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
 
 void sgd_step(const Launch& l, float* w, const float* g, float* velocity, std::size_t n, float lr,
               float momentum, float weight_decay, bool nesterov) {

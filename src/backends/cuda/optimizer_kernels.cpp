@@ -7,14 +7,20 @@
 #include <cstdint>
 #include <memory>
 
+#include "backends/cuda/cuda_handles.hpp"
+#include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
 
 class CudaOptimizerKernels final : public OptimizerKernels {
  public:
-  explicit CudaOptimizerKernels(const Launch& l) : launch_(l) {}
+  explicit CudaOptimizerKernels(const Launch& l)
+      : launch_(l),
+        partials_(static_cast<std::size_t>(l.max_blocks + 1) * sizeof(double)),
+        host_sum_(sizeof(double)) {}
 
   void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
                 const SgdParams& p) override {
@@ -33,8 +39,30 @@ class CudaOptimizerKernels final : public OptimizerKernels {
                     inv_bc2);
   }
 
+  double sum_squares(const float* g, std::size_t n) override {
+    auto* partials = static_cast<double*>(partials_.get());
+    auto* host = static_cast<double*>(host_sum_.get());
+    cuda::sum_squares(launch_, g, n, partials, partials + launch_.max_blocks);
+    DPT_CUDA_CHECK(cudaMemcpyAsync(host, partials + launch_.max_blocks, sizeof *host,
+                                   cudaMemcpyDeviceToHost, launch_.stream));
+    DPT_CUDA_CHECK(cudaStreamSynchronize(launch_.stream));
+    return *host;
+  }
+
+  void scale(float* x, float a, std::size_t n) override {
+    // One row of n values: the GEMM epilogue's scaling kernel, in chunks
+    // that fit its int extents.
+    constexpr std::size_t kChunk = std::size_t{1} << 30;
+    for (std::size_t done = 0; done < n; done += kChunk) {
+      const int count = static_cast<int>(std::min(kChunk, n - done));
+      cuda::scale_matrix(launch_, x + done, 1, count, count, a);
+    }
+  }
+
  private:
   Launch launch_;
+  DeviceMemory partials_;  // max_blocks partial sums, then the total
+  PinnedMemory host_sum_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Implements: the optimizer kernel family of a Backend (docs/design.md section 1):
-// one fused update over a whole parameter arena per step, with the semantics
-// of torch.optim.SGD (dampening 0) and torch.optim.Adam / AdamW (amsgrad off).
+// one fused update over a whole parameter arena (or a range of it) per step,
+// with the semantics of torch.optim.SGD (dampening 0) and torch.optim.Adam /
+// AdamW (amsgrad off), and the gradient norm and scaling of clipping.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +39,13 @@ class OptimizerKernels {
   // m and v: first and second moment arenas.
   virtual void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
                          const AdamParams& p) = 0;
+
+  // The sum of g[i]^2 over the arena, accumulated in double in an order
+  // fixed for the backend and n (the same bits every run): the squared L2
+  // norm that --clip-grad-norm clips by. Read back to the host.
+  virtual double sum_squares(const float* g, std::size_t n) = 0;
+  // x[i] *= a (clipping scales the gradient in place, as torch does).
+  virtual void scale(float* x, float a, std::size_t n) = 0;
 
  protected:
   OptimizerKernels() = default;
