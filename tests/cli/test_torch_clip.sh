@@ -1,5 +1,5 @@
-# --clip-grad-norm and --weight-decay-params matrices against PyTorch
-# (tests/cli/torch_clip.py, float64): an MLP trained 20 steps from the same
+# --clip-grad-norm, --weight-decay-params matrices and gelu:tanh against
+# PyTorch (tests/cli/torch_clip.py, float64): an MLP trained 20 steps from the same
 # weights with clip_grad_norm_ and two parameter groups (decay on the weight
 # matrices only), AdamW and SGD with momentum, on 1 rank and on 3 ranks with
 # a global batch of 14 that 3 does not divide. Every tensor and every step's
@@ -28,7 +28,7 @@ for opt in "adamw --lr 0.01" "sgd --lr 0.1 --momentum 0.9"; do
   "$torch_py" "$here/torch_clip.py" train "$WORK/d.h5" "$WORK/init.h5" "$WORK/torch_$name.h5" \
     --layers $layers "${opt_args[@]}" --weight-decay 0.1 --clip 0.3 --batch 14 --steps $steps
   for np in 1 3; do
-    run "$np" 300 train --data "$WORK/d.h5" --model dense:16,relu,dense:16,relu,dense:5 \
+    run "$np" 300 train --data "$WORK/d.h5" --model dense:16,gelu:tanh,dense:16,relu,dense:5 \
       --init-from "$WORK/init.h5" --batch-size 14 --steps $steps --shuffle none --val-set "" \
       --lr-schedule constant --weight-decay 0.1 --weight-decay-params matrices \
       --clip-grad-norm 0.3 "${opt_args[@]}" --device cpu --threads 1 --log-every 1 \

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-# Implements: the PyTorch side of test_torch_clip.sh: an MLP trained with
+# Implements: the PyTorch side of test_torch_clip.sh: an MLP (GELU tanh
+# form, ReLU) trained with
 # torch.nn.utils.clip_grad_norm_ and weight decay on the weight matrices only
 # (two parameter groups, the GPT practice), from the same initial weights as
 # dptrain, in float64, on the global batches in file order.
@@ -17,12 +18,13 @@ import torch
 from torch import nn
 
 
+# The hidden layers alternate GELU's tanh form (dptrain gelu:tanh) and ReLU.
 def make_net(layers):
     mods = []
     for i in range(len(layers) - 1):
         mods.append(nn.Linear(layers[i], layers[i + 1]))
         if i + 2 < len(layers):
-            mods.append(nn.ReLU())
+            mods.append(nn.GELU(approximate="tanh") if i % 2 == 0 else nn.ReLU())
     return nn.Sequential(*mods)
 
 

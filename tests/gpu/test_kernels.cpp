@@ -126,7 +126,8 @@ TEST_F(CudaKernels, BiasGradIsDeterministic) {
 }
 
 TEST_F(CudaKernels, Activations) {
-  for (Activation f : {Activation::kRelu, Activation::kTanh, Activation::kGelu, Activation::kSigmoid}) {
+  for (Activation f : {Activation::kRelu, Activation::kTanh, Activation::kGelu, Activation::kSigmoid,
+                       Activation::kGeluTanh}) {
     for (std::size_t n : kSizes) {
       auto x = random_vector(n, 7, -6.0f, 6.0f);
       if (n > 2) x[1] = 0.0f;  // relu's kink: both sides must agree on it

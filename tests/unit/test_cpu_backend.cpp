@@ -112,7 +112,8 @@ TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
   const auto x = random_floats(257, 7, -6.0, 6.0);
   std::vector<float> y(x.size());
   for (Activation f :
-       {Activation::kRelu, Activation::kTanh, Activation::kGelu, Activation::kSigmoid}) {
+       {Activation::kRelu, Activation::kTanh, Activation::kGelu, Activation::kSigmoid,
+        Activation::kGeluTanh}) {
     be_->activations().forward(f, x.data(), y.data(), x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double v = x[i];
@@ -130,6 +131,9 @@ TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
         case Activation::kSigmoid:
           want = 1.0 / (1.0 + std::exp(-v));
           break;
+        case Activation::kGeluTanh:
+          want = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+          break;
       }
       ASSERT_NEAR(y[i], want, 1e-6 + 1e-6 * std::abs(want)) << "f=" << int(f) << " x=" << v;
     }
@@ -139,6 +143,9 @@ TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
   float y1 = 0.0f;
   be_->activations().forward(Activation::kGelu, &x1, &y1, 1);
   EXPECT_NEAR(y1, 1.3997892f, 1e-6f);
+  // ... and gelu:tanh is the approximation (torch: gelu(1.5, approximate='tanh')).
+  be_->activations().forward(Activation::kGeluTanh, &x1, &y1, 1);
+  EXPECT_NEAR(y1, 1.3995716f, 1e-6f);
 }
 
 TEST_F(CpuBackendTest, SoftmaxXentValuesAndStats) {

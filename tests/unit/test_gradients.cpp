@@ -32,7 +32,7 @@ void expect_grad_near(double analytic, double numeric, const std::string& what) 
 }
 
 const Activation kAllActivations[] = {Activation::kRelu, Activation::kTanh, Activation::kGelu,
-                                      Activation::kSigmoid};
+                                      Activation::kSigmoid, Activation::kGeluTanh};
 
 class GradientTest : public ::testing::Test {
  protected:

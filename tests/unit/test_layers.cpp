@@ -36,6 +36,22 @@ TEST(LayerRegistry, EachFamilyParses) {
   EXPECT_EQ(parse_model_spec("dense:007")[0].token, "dense:007");
 }
 
+// gelu:tanh is a gelu with the argument tanh (it counts among the gelu
+// layers), builds the tanh form, and the model's spec spells it back; any
+// other argument is refused.
+TEST(LayerRegistry, GeluTanhIsAGeluWithAnArgument) {
+  const auto specs = parse_model_spec("dense:4,gelu:tanh,gelu,dense:2");
+  EXPECT_EQ(specs[1].kind, "gelu");
+  EXPECT_EQ(specs[1].args, Args{"tanh"});
+  EXPECT_EQ(specs[2].kind, "gelu");
+  EXPECT_TRUE(specs[2].args.empty());
+  const auto layers = build_layers(specs, Shape{3});
+  EXPECT_EQ(layers[1]->spec(), "gelu:tanh");
+  EXPECT_EQ(layers[2]->spec(), "gelu");
+  EXPECT_THROW(parse_model_spec("dense:4,gelu:erf,dense:2"), Error);
+  EXPECT_THROW(parse_model_spec("dense:4,relu:tanh,dense:2"), Error);
+}
+
 TEST(LayerRegistry, UnknownOrMalformedTokensNameThemselves) {
   struct Case {
     const char* spec;

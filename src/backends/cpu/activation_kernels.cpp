@@ -1,5 +1,5 @@
 // Implements: the CPU activation kernels — relu as vector loops
-// (src/backends/cpu/vector_clones.hpp), tanh, gelu (exact erf form) and sigmoid as
+// (src/backends/cpu/vector_clones.hpp), tanh, gelu (exact erf form and tanh form) and sigmoid as
 // plain loops over the std:: functions, which the CUDA kernels are tested
 // against.
 #include <cmath>
@@ -28,6 +28,26 @@ void relu_backward(const float* __restrict x, const float* __restrict dy, float*
   for (std::size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+// GELU's tanh form and its derivative, as torch 1.13 computes them
+// (aten/src/ATen/native/cpu/Activation.cpp, GeluKernel and GeluBackward).
+constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluKappa = 0.044715f;
+
+float gelu_tanh(float x) {
+  const float inner = kGeluBeta * (x + kGeluKappa * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+float gelu_tanh_grad(float x) {
+  const float x_sq = x * x;
+  const float inner = kGeluBeta * (x + kGeluKappa * x_sq * x);
+  const float t = std::tanh(inner);
+  const float left = 0.5f * x, right = 1.0f + t;
+  const float left_derivative = 0.5f * right;
+  const float right_derivative = left * (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
+  return left_derivative + right_derivative;
+}
+
 class CpuActivationKernels final : public ActivationKernels {
  public:
   void forward(Activation f, const float* x, float* y, std::size_t n) override {
@@ -45,6 +65,9 @@ class CpuActivationKernels final : public ActivationKernels {
         break;
       case Activation::kSigmoid:
         for (std::size_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+        break;
+      case Activation::kGeluTanh:
+        for (std::size_t i = 0; i < n; ++i) y[i] = gelu_tanh(x[i]);
         break;
     }
   }
@@ -67,6 +90,9 @@ class CpuActivationKernels final : public ActivationKernels {
         break;
       case Activation::kSigmoid:
         for (std::size_t i = 0; i < n; ++i) dx[i] = y[i] * (1.0f - y[i]) * dy[i];
+        break;
+      case Activation::kGeluTanh:
+        for (std::size_t i = 0; i < n; ++i) dx[i] = gelu_tanh_grad(x[i]) * dy[i];
         break;
     }
   }

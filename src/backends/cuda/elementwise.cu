@@ -13,6 +13,8 @@ namespace {
 
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
+constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2/pi), GELU tanh form
+constexpr float kGeluKappa = 0.044715f;
 
 // Bias gradient tile: 32 columns (one warp, coalesced rows) x 16 row lanes.
 constexpr int kBiasCols = 32;
@@ -70,6 +72,8 @@ __global__ void activation_forward_kernel(const float* x, float* y, std::size_t 
     if constexpr (F == Activation::kTanh) y[i] = tanhf(v);
     if constexpr (F == Activation::kGelu) y[i] = 0.5f * v * (1.0f + erff(v * kInvSqrt2));
     if constexpr (F == Activation::kSigmoid) y[i] = 1.0f / (1.0f + expf(-v));
+    if constexpr (F == Activation::kGeluTanh)
+      y[i] = 0.5f * v * (1.0f + tanhf(kGeluBeta * (v + kGeluKappa * v * v * v)));
   }
 }
 
@@ -86,6 +90,14 @@ __global__ void activation_backward_kernel(const float* x, const float* y, const
       dx[i] = (cdf + v * pdf) * dy[i];
     }
     if constexpr (F == Activation::kSigmoid) dx[i] = y[i] * (1.0f - y[i]) * dy[i];
+    if constexpr (F == Activation::kGeluTanh) {
+      // torch 1.13's GeluBackward (tanh), term by term as the CPU backend.
+      const float v = x[i], v_sq = v * v;
+      const float t = tanhf(kGeluBeta * (v + kGeluKappa * v_sq * v));
+      const float left = 0.5f * v, right = 1.0f + t;
+      const float right_derivative = left * (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * v_sq);
+      dx[i] = (0.5f * right + right_derivative) * dy[i];
+    }
   }
 }
 
@@ -158,6 +170,9 @@ void activation_forward(const Launch& l, Activation f, const float* x, float* y,
     case Activation::kSigmoid:
       activation_forward_kernel<Activation::kSigmoid><<<g, kThreads, 0, l.stream>>>(x, y, n);
       break;
+    case Activation::kGeluTanh:
+      activation_forward_kernel<Activation::kGeluTanh><<<g, kThreads, 0, l.stream>>>(x, y, n);
+      break;
   }
   DPT_CUDA_CHECK(cudaGetLastError());
 }
@@ -178,6 +193,10 @@ void activation_backward(const Launch& l, Activation f, const float* x, const fl
       break;
     case Activation::kSigmoid:
       activation_backward_kernel<Activation::kSigmoid>
+          <<<g, kThreads, 0, l.stream>>>(x, y, dy, dx, n);
+      break;
+    case Activation::kGeluTanh:
+      activation_backward_kernel<Activation::kGeluTanh>
           <<<g, kThreads, 0, l.stream>>>(x, y, dy, dx, n);
       break;
   }

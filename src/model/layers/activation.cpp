@@ -1,5 +1,5 @@
-// Implements: the activation layer family — relu, tanh, gelu (the erf form)
-// and sigmoid — elementwise over any shape, through the backend's
+// Implements: the activation layer family — relu, tanh, gelu (the erf form),
+// gelu:tanh (the tanh approximation) and sigmoid — elementwise over any shape, through the backend's
 // activation kernels. No parameters; backward reads the forward's input and
 // output, which the model keeps.
 #include "dptrain/common/error.hpp"
@@ -10,14 +10,16 @@ namespace dptrain {
 namespace {
 
 constexpr Activation kActivations[] = {Activation::kRelu, Activation::kTanh, Activation::kGelu,
-                                       Activation::kSigmoid};
+                                       Activation::kGeluTanh, Activation::kSigmoid};
 
 class ActivationLayer final : public Layer {
  public:
   ActivationLayer(const LayerContext& ctx, Activation f) : Layer(ctx, ctx.input), f_(f) {}
 
   std::string spec() const override { return activation_name(f_); }
-  bool rectifies() const override { return f_ == Activation::kRelu || f_ == Activation::kGelu; }
+  bool rectifies() const override {
+    return f_ == Activation::kRelu || f_ == Activation::kGelu || f_ == Activation::kGeluTanh;
+  }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
     be.activations().forward(f_, x.data, y.data, x.count());
@@ -39,18 +41,22 @@ Activation activation_of(const std::string& kind) {
   throw BadLayerToken();
 }
 
+// "gelu:tanh" is kind gelu with the argument tanh: layers count as gelu.
 LayerSpec parse_activation(const std::string& token) {
-  activation_of(token);  // a token with arguments ("relu:2") names none
-  return {token, {}, token};
+  activation_of(token);  // only the names above: "relu:2" names none
+  const std::size_t colon = token.find(':');
+  if (colon == std::string::npos) return {token, {}, token};
+  return {token.substr(0, colon), {token.substr(colon + 1)}, token};
 }
 
 std::unique_ptr<Layer> make_activation(const LayerSpec& spec, const LayerContext& ctx) {
-  DPT_REQUIRE(spec.args.empty(), ExitCode::kUsage,
-              "activation layer '" + spec.token + "' takes no arguments");
+  DPT_REQUIRE(spec.args.size() <= 1, ExitCode::kUsage,
+              "activation layer '" + spec.token + "' takes at most one argument");
+  const std::string name = spec.args.empty() ? spec.kind : spec.kind + ":" + spec.args[0];
   try {
-    return std::make_unique<ActivationLayer>(ctx, activation_of(spec.kind));
+    return std::make_unique<ActivationLayer>(ctx, activation_of(name));
   } catch (const BadLayerToken&) {
-    throw Error(ExitCode::kUsage, "'" + spec.kind + "' is not an activation");
+    throw Error(ExitCode::kUsage, "'" + spec.token + "' is not an activation");
   }
 }
 
@@ -66,6 +72,8 @@ std::string activation_name(Activation a) {
       return "gelu";
     case Activation::kSigmoid:
       return "sigmoid";
+    case Activation::kGeluTanh:
+      return "gelu:tanh";
   }
   return "unknown";
 }
@@ -74,8 +82,9 @@ LayerFamily activation_family() {
   std::vector<std::string> kinds;
   std::string usage;
   for (Activation a : kActivations) {
-    kinds.push_back(activation_name(a));
-    usage += (usage.empty() ? "" : ", ") + kinds.back();
+    const std::string name = activation_name(a);
+    usage += (usage.empty() ? "" : ", ") + name;
+    if (name.find(':') == std::string::npos) kinds.push_back(name);  // gelu:tanh is a gelu
   }
   return {kinds, usage, parse_activation, make_activation, nullptr, ""};
 }
