@@ -53,6 +53,19 @@ expect_one_error() {
   grep -qF -- "$1" "$ERR" || { cat "$ERR" >&2; fail "error line does not mention '$1'"; }
 }
 
+# Sets torch_py to a python that imports torch and h5py, or ends the test
+# as skipped (77): the PyTorch comparisons need one, CI may have none.
+torch_python() {
+  torch_py=""
+  for py in "$PYTHON" /usr/bin/python3 python3; do
+    if "$py" -c "import torch, h5py" 2>/dev/null; then torch_py=$py; break; fi
+  done
+  if [[ -z $torch_py ]]; then
+    echo "SKIP: no python with torch and h5py (Debian: python3-torch python3-h5py)"
+    exit 77
+  fi
+}
+
 synthetic() {  # synthetic OUT [make_synthetic.py options]
   local out=$1
   shift

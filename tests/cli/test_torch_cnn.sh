@@ -7,14 +7,7 @@
 # python here imports torch.
 source "$(dirname "$0")/lib.sh"
 
-torch_py=""
-for py in "$PYTHON" /usr/bin/python3 python3; do
-  if "$py" -c "import torch, h5py" 2>/dev/null; then torch_py=$py; break; fi
-done
-if [[ -z $torch_py ]]; then
-  echo "SKIP: no python with torch and h5py (Debian: python3-torch python3-h5py)"
-  exit 77
-fi
+torch_python  # sets torch_py, or skips (77)
 here=$(dirname "$0")
 spec=$("$torch_py" -c "import sys; sys.path.insert(0, '$here'); import torch_cnn; print(torch_cnn.SPEC)")
 
