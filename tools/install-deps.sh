@@ -2,7 +2,8 @@
 # Installs the Debian packages dptrain needs to build, test and run. Safe to
 # run again: only missing packages are installed.
 #   tools/install-deps.sh            build + test dependencies
-#   tools/install-deps.sh --demo     also the Fashion-MNIST dataset package
+#   tools/install-deps.sh --demo     also the demos' data: Fashion-MNIST and
+#                                    fortunes (text for tools/convert_text.py)
 set -euo pipefail
 
 packages=(
@@ -20,7 +21,7 @@ packages=(
   slurm-wlm munge  # the slurm_jobs test starts its own private daemons with them
 )
 if [[ "${1:-}" == "--demo" ]]; then
-  packages+=(dataset-fashion-mnist)
+  packages+=(dataset-fashion-mnist fortunes)
 fi
 
 missing=()

@@ -53,7 +53,8 @@ LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, 
   *set_out = open_set(mpi, opts.data, set_name, label_type(lm.loss), spec_output_width(layers));
   agree(mpi.world(), [&] {
     lm.model = std::make_unique<Model>(*rt.backend, layers, sample_shape(set_out->info),
-                                       max_shard_rows(batch, mpi.size()));
+                                       max_shard_rows(batch, mpi.size()),
+                                       model_vocab(set_out->info));
     if (mpi.rank() == 0) {
       check_layout(ck, lm.model->param_layout(), lm.model->buffer_layout(), opts.checkpoint);
       rt.backend->copy_to_device(lm.model->params(), ck.params.data(),
@@ -64,6 +65,7 @@ LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, 
       lm.step = ck.meta.step;
     }
   });
+  check_model_output(mpi, set_out->info, lm.model->output_shape(), class_labels(lm.loss));
   rt.comm->broadcast(lm.model->params(), lm.model->num_params() * sizeof(float), 0);
   if (lm.model->num_buffers())
     rt.comm->broadcast(lm.model->buffers(), lm.model->num_buffers() * sizeof(float), 0);

@@ -78,8 +78,11 @@ void print_layer_shapes(const CheckpointData& ck, std::ostream& out) {
                       : d.size() == 2 ? Shape{dim(0), dim(1)}
                       : d.size() == 3 ? Shape{dim(0), dim(1), dim(2)}
                                       : Shape{dim(0), dim(1), dim(2), dim(3)};
-  out << "  input:           " << input.to_string() << " per sample\n  layer outputs:\n";
-  for (const auto& l : build_layers(parse_model_spec(ck.meta.model), input)) {
+  out << "  input:           " << input.to_string()
+      << (ck.vocab_size > 0 ? " token ids of a vocabulary of " + std::to_string(ck.vocab_size) : "")
+      << " per sample\n  layer outputs:\n";
+  const int vocab = static_cast<int>(ck.vocab_size);
+  for (const auto& l : build_layers(parse_model_spec(ck.meta.model), input, vocab)) {
     std::size_t n = 0;
     for (const ParamInfo& p : l->params()) n += p.count;
     out << "    " << std::left << std::setw(13) << l->name() << std::setw(44) << l->spec()
@@ -208,6 +211,22 @@ void print_targets(Dataset& ds, std::ostream& out) {
   if (nonfinite) out << "  NaN/Inf targets: " << nonfinite << "\n";
 }
 
+// A token set: its windows, vocabulary and stored type, and the range of
+// ids (one validation pass, which also refuses ids out of the vocabulary).
+void print_token_set(Dataset& ds, hid_t first_file, const std::string& set, std::ostream& out) {
+  const SetInfo& info = ds.info();
+  h5::DataSet tokens = h5::open_dataset(first_file, "/" + set + "/tokens", ExitCode::kData);
+  const std::string type = h5::type_name(h5::type_of(tokens.get()).get());
+  const std::int64_t max_id = ds.validate(0);
+  out << "set " << set << ": N = " << info.rows << "\n"
+      << "  tokens:   " << type << " [" << info.rows << ", " << info.dim + 1
+      << "] windows (T = " << info.dim << " inputs, each followed by its target), vocab_size "
+      << info.vocab_size << ", largest id " << max_id << ", "
+      << (info.chunk_rows ? "chunks of " + std::to_string(info.chunk_rows) + " rows"
+                          : std::string("contiguous"))
+      << "\n";
+}
+
 void inspect_data(const std::string& path, const std::vector<std::string>& sets,
                   std::ostream& out) {
   // A list: the sets of all its files, concatenated; stored types as in the first.
@@ -219,6 +238,10 @@ void inspect_data(const std::string& path, const std::vector<std::string>& sets,
   for (const auto& set : sets) {
     Dataset ds(path, set);
     const SetInfo& info = ds.info();
+    if (info.tokens()) {
+      print_token_set(ds, f.get(), set, out);
+      continue;
+    }
     h5::DataSet labels = h5::open_dataset(f.get(), "/" + set + "/labels", ExitCode::kData);
     h5::DataType lt = h5::type_of(labels.get());
     std::vector<hsize_t> fshape(info.feature_shape.begin(), info.feature_shape.end());

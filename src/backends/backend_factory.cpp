@@ -69,4 +69,13 @@ std::string device_uuid(const std::string& name, int device) {
 
 void prepare_backends(char** argv) { cpu_gemm::prepare(argv); }
 
+SequenceKernels& Backend::sequence() {
+  SequenceKernels* table = kernels().sequence.get();
+  if (!table)
+    throw Error(ExitCode::kUsage, "the " + name() +
+                                      " backend has no kernels for sequence layers (embed, pos, "
+                                      "ln, attn, seq) yet; run them with --device cpu");
+  return *table;
+}
+
 }  // namespace dptrain

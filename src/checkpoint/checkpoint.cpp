@@ -120,6 +120,7 @@ void write_contents(hid_t f, const CheckpointData& data) {
     h5::write_attr_int64s(f, kInputShapeAttr,
                           std::vector<std::int64_t>(data.input_shape.begin(), data.input_shape.end()),
                           kCode);
+  if (data.vocab_size > 0) h5::write_attr(f, kVocabAttr, data.vocab_size, kCode);
   write_arena(f, "/model", data.param_layout, data.params);
   write_buffers(f, data);
 

@@ -18,6 +18,7 @@ inline constexpr const char* kFormat = "dptrain-checkpoint";
 // version 1 files (MLPs) stay readable.
 inline constexpr std::int64_t kVersion = 2;
 inline constexpr const char* kInputShapeAttr = "input_shape";
+inline constexpr const char* kVocabAttr = "vocab_size";  // token models only
 // Far beyond any model we train (64 GiB of float32), small enough that a
 // hostile shape is refused before it turns into an allocation.
 inline constexpr std::uint64_t kMaxFloats = std::uint64_t(1) << 34;

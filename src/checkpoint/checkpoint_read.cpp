@@ -214,12 +214,22 @@ struct Reader {
     return shape;
   }
 
+  // The vocab_size attribute (token models), or 0.
+  std::int64_t vocab_size() const {
+    if (!h5::has_attr(file, kVocabAttr)) return 0;
+    const std::int64_t v = h5::read_attr_int64(file, kVocabAttr, kCode);
+    if (v < 1 || v > std::numeric_limits<std::int32_t>::max())
+      bad("vocab_size attribute " + std::to_string(v) + " is not in [1, 2^31)");
+    return v;
+  }
+
   // The tensors the model attribute's spec has for this input shape.
-  ModelLayout spec_layout(const std::string& spec, const std::vector<std::size_t>& input) const {
+  ModelLayout spec_layout(const std::string& spec, const std::vector<std::size_t>& input,
+                          std::int64_t vocab) const {
     try {
       const std::vector<LayerSpec> specs = parse_model_spec(spec);
       if (specs.size() > kMaxSpecLayers) bad("model attribute '" + spec + "' has too many layers");
-      return model_layout(specs, shape_of(input));
+      return model_layout(specs, shape_of(input), static_cast<int>(vocab));
     } catch (const Error& e) {
       if (e.code() == kCode) throw;
       bad("model attribute '" + spec + "' does not build for input_shape " + dims_string(input) +
@@ -321,8 +331,9 @@ CheckpointData read_impl(const std::string& path, bool model_only, const ModelLa
   const bool full = has_format && !model_only;
   r.meta(d.meta, full);
   d.input_shape = r.input_shape();
+  d.vocab_size = r.vocab_size();
   if (!d.meta.model.empty() && !d.input_shape.empty()) {
-    const ModelLayout layout = r.spec_layout(d.meta.model, d.input_shape);
+    const ModelLayout layout = r.spec_layout(d.meta.model, d.input_shape, d.vocab_size);
     d.param_layout = layout.params;
     d.buffer_layout = layout.buffers;
     r.layout_source = "the model attribute '" + d.meta.model + "' for input_shape " +

@@ -120,6 +120,7 @@ void save_state(const std::string& path, bool in_checkpoint_dir, const Options& 
     ck.meta.optimizer_step = opt.step_count();
     for (int i = 0; i < model.input_shape().rank(); ++i)
       ck.input_shape.push_back(static_cast<std::size_t>(model.input_shape()[i]));
+    ck.vocab_size = model.vocab();
     ck.param_layout = model.param_layout();
     ck.params.resize(model.num_params());
     be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));

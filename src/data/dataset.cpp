@@ -150,6 +150,48 @@ void check_sizes(const SetPart& m, const std::string& group, const std::vector<h
                   " is too large (over 2^40 bytes)");
 }
 
+// A token set's part: /set/tokens [N, T+1] of uint8, uint16 or int32 with an
+// integer attribute vocab_size >= 1 (docs/design.md section 3). The features
+// are the ids tokens[:, :T], the labels tokens[:, 1:]; one handle reads both.
+SetInfo open_token_part(SetPart& m, const std::string& group, SetInfo info) {
+  const hid_t f = m.handle.get();
+  m.features_name = m.labels_name = m.file + ": " + group + "/tokens";
+  const std::string& name = m.features_name;
+  h5::DataSet tok = h5::open_dataset(f, group + "/tokens", ExitCode::kData);
+  check_virtual_sources(tok.get(), m.file, name);
+  const std::string type = h5::type_name(h5::type_of(tok.get()).get());
+  if (type != "uint8" && type != "uint16" && type != "int32")
+    DPT_DATA_FAIL(name + ": dtype " + type + " is not supported (token ids are uint8, uint16 or int32)");
+  const std::vector<hsize_t> shape = h5::shape(tok.get());
+  if (shape.size() != 2)
+    DPT_DATA_FAIL(name + ": shape " + h5::shape_string(shape) + " is not [N, T+1] windows of token ids");
+  if (shape[0] == 0) DPT_DATA_FAIL(name + ": no rows (N = 0)");
+  if (shape[1] < 2)
+    DPT_DATA_FAIL(name + ": windows of T+1 = " + std::to_string(shape[1]) +
+                  " token; a window needs at least 2 (T >= 1 inputs, each followed by its target)");
+  if (!h5::has_attr(tok.get(), "vocab_size"))
+    DPT_DATA_FAIL(name + ": no vocab_size attribute (the size of the vocabulary, an integer)");
+  const std::int64_t vocab = h5::read_attr_int64(tok.get(), "vocab_size", ExitCode::kData);
+  if (vocab < 1 || vocab > std::numeric_limits<std::int32_t>::max())
+    DPT_DATA_FAIL(name + ": vocab_size " + std::to_string(vocab) + " is not in [1, 2^31)");
+  const std::uint64_t row_bytes = mul_or_zero(shape[1], 4);
+  if (row_bytes == 0 || row_bytes > kMaxRowBytes || mul_or_zero(shape[0], row_bytes) == 0 ||
+      mul_or_zero(shape[0], row_bytes) > kMaxSetBytes)
+    DPT_DATA_FAIL(name + ": shape " + h5::shape_string(shape) + " is too large");
+  info.vocab_size = static_cast<std::uint64_t>(vocab);
+  info.rows = shape[0];
+  info.dim = info.label_width = shape[1] - 1;
+  info.feature_shape = {shape[0], shape[1] - 1};
+  info.feature_type = FeatureType::kTokenId;
+  info.label_type = LabelType::kClass;
+  const std::vector<hsize_t> chunk = h5::chunk_shape(tok.get());
+  info.chunk_rows = chunk.empty() ? 0 : chunk[0];
+  tok.reset();
+  h5::PropList dapl = chunk_cache_for(shape, chunk, type == "uint8" ? 1 : type == "uint16" ? 2 : 4);
+  m.features = h5::open_dataset(f, group + "/tokens", ExitCode::kData, dapl.get());
+  return info;
+}
+
 // Opens m.file's set `set` into m's handles (features with a chunk cache
 // sized from their chunk layout) and checks its structure: datasets exist,
 // every source of a virtual dataset exists, ranks, dtypes, N equal, N > 0,
@@ -168,6 +210,8 @@ SetInfo open_part(SetPart& m, const std::string& set) {
     DPT_DATA_FAIL(file + ": no set '" + set + "' (group " + group + " not found; sets in the file: " +
                   (known.empty() ? "none" : known) + ")");
   }
+  if (h5::exists(f, group + "/tokens") && !h5::exists(f, group + "/features"))
+    return open_token_part(m, group, info);
   m.features_name = file + ": " + group + "/features";
   m.labels_name = file + ": " + group + "/labels";
   if (!h5::exists(f, group + "/features")) DPT_DATA_FAIL(m.features_name + ": missing");
@@ -193,6 +237,9 @@ SetInfo open_part(SetPart& m, const std::string& set) {
 }
 
 std::string layout_text(const SetInfo& i) {
+  if (i.tokens())
+    return "token windows of T+1 = " + std::to_string(i.dim + 1) + " with vocab_size " +
+           std::to_string(i.vocab_size);
   std::vector<hsize_t> trailing(i.feature_shape.begin() + 1, i.feature_shape.end());
   std::string dims = h5::shape_string(trailing);
   return std::string(feature_type_name(i.feature_type)) + " features [N, " +
@@ -204,6 +251,7 @@ std::string layout_text(const SetInfo& i) {
 // Every listed file must hold what the first one does, but for N.
 void check_same_layout(const SetInfo& first, const SetInfo& other, const std::string& list) {
   const bool same = first.feature_type == other.feature_type &&
+                    first.vocab_size == other.vocab_size &&
                     first.label_type == other.label_type &&
                     first.label_width == other.label_width &&
                     std::equal(first.feature_shape.begin() + 1, first.feature_shape.end(),
@@ -219,6 +267,7 @@ void check_same_layout(const SetInfo& first, const SetInfo& other, const std::st
 struct Dataset::Impl {
   std::string set;
   PartPool pool;
+  std::vector<std::int32_t> windows;  // token sets: rows [N, T+1] on their way to features and labels
   SetPart& use(std::size_t i) {
     return pool.use(i, [this](SetPart& p) { open_part(p, set); });
   }
@@ -329,14 +378,65 @@ std::int64_t validate_part(const SetPart& m, const SetInfo& info, std::int64_t n
   return info.label_type == LabelType::kClass ? max_label : -1;
 }
 
+// validate() over one file's token windows: every id in [0, vocab_size).
+std::int64_t validate_token_part(const SetPart& m, const SetInfo& info) {
+  const std::uint64_t n = m.rows, width = info.dim + 1;
+  const std::uint64_t step = std::max<std::uint64_t>(1, kValidateBytes / (width * 8));
+  const auto vocab = static_cast<std::int64_t>(info.vocab_size);
+  std::vector<std::int64_t> ids;
+  std::int64_t max_id = -1;
+  for (std::uint64_t begin = 0; begin < n; begin += step) {
+    const std::uint64_t cnt = std::min(step, n - begin);
+    ids.resize(cnt * width);
+    h5::read_rows(m.features.get(), H5T_NATIVE_INT64, begin, cnt, ids.data(), ExitCode::kData);
+    const auto bad = std::find_if(ids.begin(), ids.end(),
+                                  [vocab](std::int64_t v) { return v < 0 || v >= vocab; });
+    if (bad != ids.end()) {
+      const std::uint64_t at = static_cast<std::uint64_t>(bad - ids.begin());
+      DPT_DATA_FAIL(m.features_name + ": id " + std::to_string(*bad) + " at index " +
+                    std::to_string(begin + at / width) + " (position " + std::to_string(at % width) +
+                    " of the window) is outside [0, " + std::to_string(vocab) + "), the vocab_size");
+    }
+    for (const std::int64_t v : ids) max_id = std::max(max_id, v);
+  }
+  return max_id;
+}
+
 }  // namespace
 
 std::int64_t Dataset::validate(std::int64_t num_classes) {
   Impl& m = *impl_;
   std::int64_t max_label = -1;
-  for (std::size_t i = 0; i < m.pool.parts().size(); ++i)
-    max_label = std::max(max_label, validate_part(m.use(i), info_, num_classes));
+  for (std::size_t i = 0; i < m.pool.parts().size(); ++i) {
+    const SetPart& part = m.use(i);
+    max_label = std::max(max_label, info_.tokens() ? validate_token_part(part, info_)
+                                                   : validate_part(part, info_, num_classes));
+  }
   return max_label;
+}
+
+// A token set's rows: each window read once, its first T ids to the
+// features and its last T to the labels.
+void Dataset::read_token_rows(std::uint64_t begin, std::uint64_t count, void* features, void* labels) {
+  Impl& m = *impl_;
+  const std::uint64_t t = info_.dim, width = t + 1;
+  auto* fout = static_cast<std::int32_t*>(features);
+  auto* lout = static_cast<std::int32_t*>(labels);
+  for (std::size_t i = count ? m.pool.part_of(begin) : 0; count > 0; ++i) {
+    const SetPart& p = m.use(i);
+    const std::uint64_t local = begin - p.first, n = std::min(count, p.rows - local);
+    m.windows.resize(std::max<std::size_t>(m.windows.size(), n * width));
+    h5::read_rows(p.features.get(), H5T_NATIVE_INT32, local, n, m.windows.data(), ExitCode::kData);
+    for (std::uint64_t r = 0; r < n; ++r) {
+      const std::int32_t* w = m.windows.data() + r * width;
+      if (fout) std::copy_n(w, t, fout + r * t);
+      if (lout) std::copy_n(w + 1, t, lout + r * t);
+    }
+    if (fout) fout += n * t;
+    if (lout) lout += n * t;
+    begin += n;
+    count -= n;
+  }
 }
 
 void Dataset::read_rows(std::uint64_t begin, std::uint64_t count, void* features, void* labels) {
@@ -344,6 +444,7 @@ void Dataset::read_rows(std::uint64_t begin, std::uint64_t count, void* features
               info_.file + ": /" + info_.set + ": rows [" + std::to_string(begin) + ", " +
                   std::to_string(begin + count) + ") are past the end (" +
                   std::to_string(info_.rows) + " rows)");
+  if (info_.tokens()) return read_token_rows(begin, count, features, labels);
   Impl& m = *impl_;
   const hid_t ftype = feature_memory_type(info_.feature_type);
   // HDF5 converts int64 ids to int32 here (clipping); validate() has
@@ -375,8 +476,9 @@ std::vector<std::string> list_sets(const std::string& file) {
   std::vector<std::string> out;
   for (const auto& name : h5::children(f.get())) {
     const std::string g = "/" + name;
-    if (h5::is_group(f.get(), g) && h5::is_dataset(f.get(), g + "/features") &&
-        h5::is_dataset(f.get(), g + "/labels"))
+    const bool features = h5::is_dataset(f.get(), g + "/features") &&
+                          h5::is_dataset(f.get(), g + "/labels");
+    if (h5::is_group(f.get(), g) && (features || h5::is_dataset(f.get(), g + "/tokens")))
       out.push_back(name);
   }
   return out;

@@ -46,6 +46,7 @@ hid_t feature_memory_type(FeatureType t) {
   switch (t) {
     case FeatureType::kUint8: return H5T_NATIVE_UINT8;
     case FeatureType::kInt16: return H5T_NATIVE_INT16;
+    case FeatureType::kTokenId: return H5T_NATIVE_INT32;
     case FeatureType::kFloat16: {
       static const hid_t half = make_half_type();
       return half;

@@ -13,7 +13,8 @@ std::size_t feature_item_bytes(FeatureType t) {
     case FeatureType::kUint8: return 1;
     case FeatureType::kFloat16:
     case FeatureType::kInt16: return 2;
-    case FeatureType::kFloat32: break;
+    case FeatureType::kFloat32:
+    case FeatureType::kTokenId: break;
   }
   return 4;
 }
@@ -23,6 +24,7 @@ const char* feature_type_name(FeatureType t) {
     case FeatureType::kUint8: return "uint8";
     case FeatureType::kFloat16: return "float16";
     case FeatureType::kInt16: return "int16";
+    case FeatureType::kTokenId: return "token id";
     case FeatureType::kFloat32: break;
   }
   return "float32";
@@ -44,6 +46,7 @@ float half_to_float(std::uint16_t h) {
 void convert_features(FeatureType type, const void* raw, std::size_t count, float* out) {
   switch (type) {
     case FeatureType::kFloat32:
+    case FeatureType::kTokenId:
       std::memcpy(out, raw, count * sizeof(float));
       return;
     case FeatureType::kUint8: {

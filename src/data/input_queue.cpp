@@ -82,7 +82,7 @@ void put_row(const SetInfo& info, const unsigned char* feat, const unsigned char
   else
     convert_features(info.feature_type, feat, info.dim, b.features.data() + dst * info.dim);
   if (info.label_type == LabelType::kClass)
-    std::memcpy(&b.labels[dst], label, sizeof(std::int32_t));
+    std::memcpy(&b.labels[dst * info.label_width], label, info.label_bytes_per_row());
   else
     std::memcpy(&b.targets[dst * info.label_width], label, info.label_bytes_per_row());
 }
@@ -286,7 +286,7 @@ std::uint64_t InputQueue::plan_rows(const BatchSlot& slot, Batch& b) {
   b.features.resize(raw ? 0 : rows * info.dim);
   b.raw.resize(raw ? rows * info.feature_bytes_per_row() : 0);
   const bool classes = info.label_type == LabelType::kClass;
-  b.labels.resize(classes ? rows : 0);
+  b.labels.resize(classes ? rows * info.label_width : 0);
   b.targets.resize(classes ? 0 : rows * info.label_width);
   idx_.resize(rows);
   positions_.resize(rows);

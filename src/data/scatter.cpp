@@ -18,7 +18,9 @@ Scatter::Scatter(MPI_Comm comm, std::uint64_t dim, std::uint64_t label_width, bo
       class_labels_(class_labels),
       wire_(wire),
       raw_(wire != FeatureType::kFloat32),
-      raw_type_(feature_item_bytes(wire) == 1 ? MPI_UINT8_T : MPI_UINT16_T) {
+      raw_type_(feature_item_bytes(wire) == 1   ? MPI_UINT8_T
+                : feature_item_bytes(wire) == 2 ? MPI_UINT16_T
+                                                : MPI_INT32_T) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   if (group_.members.empty()) {
@@ -49,7 +51,7 @@ void Scatter::plan(std::uint64_t rows, Shard& out) {
   }
   const auto p = static_cast<std::uint64_t>(group_.world_size);
   const std::uint64_t base = rows / p, extra = rows % p;
-  const std::uint64_t label_width = class_labels_ ? 1 : label_width_;
+  const std::uint64_t label_width = label_width_;  // class ids per row (1; T of a token set) or targets
   auto rows_of = [&](std::size_t member) {
     return base + (static_cast<std::uint64_t>(group_.members[member]) < extra ? 1 : 0);
   };
@@ -106,7 +108,7 @@ void Scatter::start(const Batch* batch, std::uint64_t rows, Shard& out) {
     else
       std::copy_n(batch->features.data(), n * dim_, out.features);
     if (class_labels_)
-      std::copy_n(batch->labels.data(), n, out.labels);
+      std::copy_n(batch->labels.data(), n * label_width_, out.labels);
     else
       std::copy_n(batch->targets.data(), n * label_width_, out.targets);
     return;

@@ -15,14 +15,14 @@ ShardBuffers::ShardBuffers(Backend& be, int max_rows, std::uint64_t dim,
       staged_(be.caps().staged_uploads) {
   const std::size_t rows = static_cast<std::size_t>(std::max(1, max_rows));
   x_ = DeviceBuffer<float>(be, rows * dim);
-  if (labels == LabelType::kClass) y_ = DeviceBuffer<std::int32_t>(be, rows);
+  if (labels == LabelType::kClass) y_ = DeviceBuffer<std::int32_t>(be, rows * label_width);
   else t_ = DeviceBuffer<float>(be, rows * label_width);
   dev_.features = x_.get();
   dev_.labels = y_.get();
   dev_.targets = t_.get();
   if (staged_) {
     hx_ = HostBuffer<float>(be, rows * dim);
-    if (labels == LabelType::kClass) hy_ = HostBuffer<std::int32_t>(be, rows);
+    if (labels == LabelType::kClass) hy_ = HostBuffer<std::int32_t>(be, rows * label_width);
     else ht_ = HostBuffer<float>(be, rows * label_width);
     host_.features = hx_.get();
     host_.labels = hy_.get();
@@ -66,7 +66,8 @@ void ShardBuffers::upload() {
   if (!released_) release();
   const std::size_t r = static_cast<std::size_t>(host_.rows);
   be_.upload_async(slot_, dev_.features, host_.features, r * dim_ * sizeof(float));
-  if (dev_.labels) be_.upload_async(slot_, dev_.labels, host_.labels, r * sizeof(std::int32_t));
+  if (dev_.labels)
+    be_.upload_async(slot_, dev_.labels, host_.labels, r * label_width_ * sizeof(std::int32_t));
   if (dev_.targets)
     be_.upload_async(slot_, dev_.targets, host_.targets, r * label_width_ * sizeof(float));
   released_ = false;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dptrain/common/error.hpp"
+#include "dptrain/run/agree.hpp"
 #include "dptrain/run/control_plane.hpp"
 
 namespace dptrain {
@@ -13,7 +14,7 @@ namespace {
 
 // What every rank needs to know about a set that only rank 0 opened.
 struct SetShape {
-  std::uint64_t rows, dim, label_width, chunk_rows;
+  std::uint64_t rows, dim, label_width, chunk_rows, vocab_size;
   std::int32_t feature_type, label_type;
   std::int64_t max_label;
   std::uint64_t feature_dims[kMaxFeatureRank];  // the stored shape, N first
@@ -21,6 +22,9 @@ struct SetShape {
 };
 
 std::string shape_text(const SetInfo& i) {
+  if (i.tokens())
+    return std::to_string(i.rows) + " windows of T+1 = " + std::to_string(i.dim + 1) +
+           " token ids, vocab_size " + std::to_string(i.vocab_size);
   return std::to_string(i.rows) + " rows of " + std::to_string(i.dim) + " " +
          feature_type_name(i.feature_type) + " values, " +
          (i.label_type == LabelType::kClass ? "class ids"
@@ -31,6 +35,7 @@ std::string shape_text(const SetInfo& i) {
 // node-local copy of the file may be stale or another one).
 void check_same_set(const SetInfo& mine, const SetInfo& rank0, const MpiSession& mpi) {
   const bool same = mine.rows == rank0.rows && mine.dim == rank0.dim &&
+                    mine.vocab_size == rank0.vocab_size &&
                     mine.feature_type == rank0.feature_type &&
                     mine.label_type == rank0.label_type && mine.label_width == rank0.label_width;
   DPT_REQUIRE(same, ExitCode::kData,
@@ -49,7 +54,16 @@ SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::st
     ds.data = std::make_unique<Dataset>(file, set);
     const SetInfo& info = ds.data->info();
     const std::string where = file + ": /" + set + "/labels";
-    if (labels == LabelType::kClass) {
+    if (info.tokens()) {
+      const std::string tokens = file + ": /" + set + "/tokens";
+      DPT_REQUIRE(labels == LabelType::kClass, ExitCode::kUsage,
+                  tokens + " is a token set: it trains a language model with --loss xent");
+      DPT_REQUIRE(info.vocab_size == static_cast<std::uint64_t>(outputs), ExitCode::kUsage,
+                  tokens + " has vocab_size " + std::to_string(info.vocab_size) +
+                      " but the model's last layer gives " + std::to_string(outputs) +
+                      " outputs per position (end a language model with dense:" +
+                      std::to_string(info.vocab_size) + ")");
+    } else if (labels == LabelType::kClass) {
       DPT_REQUIRE(info.label_type == LabelType::kClass, ExitCode::kData,
                   where + " holds float targets [N, K]; --loss xent needs integer class ids [N]");
     } else {
@@ -69,6 +83,7 @@ SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::st
          i.dim,
          i.label_width,
          i.chunk_rows,
+         i.vocab_size,
          static_cast<std::int32_t>(i.feature_type),
          static_cast<std::int32_t>(i.label_type),
          ds.max_label,
@@ -86,6 +101,7 @@ SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::st
     ds.info.dim = s.dim;
     ds.info.label_width = s.label_width;
     ds.info.chunk_rows = s.chunk_rows;
+    ds.info.vocab_size = s.vocab_size;
     ds.info.feature_type = static_cast<FeatureType>(s.feature_type);
     ds.info.label_type = static_cast<LabelType>(s.label_type);
     ds.info.feature_shape.assign(s.feature_dims, s.feature_dims + s.feature_rank);
@@ -97,6 +113,26 @@ SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::st
     check_same_set(ds.data->info(), ds.info, mpi);
   });
   return ds;
+}
+
+void check_model_output(const MpiSession& mpi, const SetInfo& info, const Shape& output,
+                        bool class_labels) {
+  agree(mpi.world(), [&] {
+    const std::string where = info.file + ": /" + info.set;
+    if (info.tokens()) {
+      const int t = static_cast<int>(info.dim), v = static_cast<int>(info.vocab_size);
+      const Shape want{t, v};
+      DPT_REQUIRE(output == want, ExitCode::kUsage,
+                  "--model gives " + output.to_string() + " per sample, but " + where +
+                      "/tokens trains a language model: it needs [T, V] = " + want.to_string() +
+                      " (dense:" + std::to_string(v) + " on the sequence, last)");
+    } else if (class_labels) {
+      DPT_REQUIRE(output.rank() != 2, ExitCode::kUsage,
+                  "--model gives a sequence " + output.to_string() + " per sample, but " + where +
+                      "/labels holds one class id per sample (reduce the sequence first, e.g. "
+                      "gap before the last dense)");
+    }
+  });
 }
 
 Shape sample_shape(const SetInfo& info) {

@@ -83,7 +83,12 @@ Layer::Layer(const LayerContext& ctx, const Shape& output)
       next_buffer_(ctx.buffer_offset) {}
 
 std::size_t Layer::add_param(std::string name, std::vector<std::size_t> shape) {
-  params_.push_back(make_tensor(name_, std::move(name), std::move(shape), next_param_));
+  // "out_proj/weight": a tensor of a named part of this layer, stored as
+  // /model/<layer>/out_proj/weight (torch's module path).
+  const std::size_t slash = name.rfind('/');
+  const std::string layer = slash == std::string::npos ? name_ : name_ + "/" + name.substr(0, slash);
+  if (slash != std::string::npos) name.erase(0, slash + 1);
+  params_.push_back(make_tensor(layer, std::move(name), std::move(shape), next_param_));
   next_param_ += params_.back().count;
   return params_.back().offset;
 }

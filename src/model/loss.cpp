@@ -13,11 +13,17 @@ LossKind parse_loss(const std::string& name) {
 
 const char* loss_name(LossKind loss) { return loss == LossKind::kXent ? "xent" : "mse"; }
 
-void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard, int width,
-                float grad_scale, float* dout, float* stats) {
+int loss_terms_per_sample(LossKind loss, const Shape& output) {
+  return loss == LossKind::kXent && output.rank() == 2 ? output[0] : 1;
+}
+
+void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard,
+                const Shape& output, float grad_scale, float* dout, float* stats) {
   if (shard.rows == 0) return;
+  const int terms = loss_terms_per_sample(loss, output);
+  const int width = static_cast<int>(output.size()) / terms;
   if (loss == LossKind::kXent)
-    be.losses().softmax_xent(out, shard.labels, shard.rows, width, grad_scale, dout, stats);
+    be.losses().softmax_xent(out, shard.labels, shard.rows * terms, width, grad_scale, dout, stats);
   else
     be.losses().mse(out, shard.targets, shard.rows, width, grad_scale, dout, stats);
 }

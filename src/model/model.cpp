@@ -23,12 +23,12 @@ Model::Model(Backend& backend, const std::vector<LayerSpec>& specs, int input_di
     : Model(backend, specs, flat_input(input_dim), max_rows) {}
 
 Model::Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input,
-             int max_rows)
-    : Model(backend, build_layers(specs, input), input, max_rows) {}
+             int max_rows, int vocab)
+    : Model(backend, build_layers(specs, input, vocab), input, max_rows, vocab) {}
 
 Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
-             int max_rows)
-    : be_(backend), layers_(std::move(layers)), input_(input), max_rows_(max_rows) {
+             int max_rows, int vocab)
+    : be_(backend), layers_(std::move(layers)), input_(input), max_rows_(max_rows), vocab_(vocab) {
   DPT_REQUIRE(!layers_.empty(), ExitCode::kUsage, "the model needs at least one layer");
   DPT_REQUIRE(input_.rank() >= 1, ExitCode::kData, "the model input needs at least one dimension");
   DPT_REQUIRE(max_rows_ >= 0, ExitCode::kOther, "max_rows must not be negative");

@@ -41,7 +41,7 @@ EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, Shar
   DeviceBuffer<float> stats(be, 2);
   forward_pass(mpi, be, set, model, loss, batch_size, cache_bytes,
                [&](const BatchSlot&, const Shard& shard, const float* out) {
-                 apply_loss(be, loss, out, shard, model.output_dim(), 0.0f, model.output_grad(),
+                 apply_loss(be, loss, out, shard, model.output_shape(), 0.0f, model.output_grad(),
                             stats.get());
                });
   comm.allreduce_sum(stats.get(), 2);
@@ -49,8 +49,11 @@ EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, Shar
   be.copy_to_host(host, stats.get(), sizeof host);
   EvalResult r;
   r.samples = set.info.rows;
-  r.loss = static_cast<double>(host[0]) / static_cast<double>(set.info.rows);
-  r.accuracy = static_cast<double>(host[1]) / static_cast<double>(set.info.rows);
+  // Per position on a sequence output (per token of a language model).
+  const double terms = static_cast<double>(set.info.rows) *
+                       loss_terms_per_sample(loss, model.output_shape());
+  r.loss = static_cast<double>(host[0]) / terms;
+  r.accuracy = static_cast<double>(host[1]) / terms;
   return r;
 }
 

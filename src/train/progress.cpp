@@ -7,9 +7,9 @@
 namespace dptrain {
 
 Progress::Progress(const MpiSession& mpi, Backend& be, Communicator& comm, MetricsWriter& metrics,
-                   PhaseTimer& timer, std::uint64_t total_steps)
+                   PhaseTimer& timer, std::uint64_t total_steps, int terms_per_sample)
     : mpi_(mpi), be_(be), comm_(comm), metrics_(metrics), timer_(timer),
-      total_steps_(total_steps), stats_(be, 2) {}
+      total_steps_(total_steps), terms_(terms_per_sample), stats_(be, 2) {}
 
 void Progress::add_step(std::uint64_t rows, double ms) {
   train_ms_ += ms;
@@ -25,22 +25,25 @@ void Progress::report(std::uint64_t step, std::uint64_t epoch, float lr, float g
   be_.copy_to_host(host, stats_.get(), sizeof host);
   be_.fill(stats_.get(), 0.0f, 2);
   if (mpi_.rank() == 0) {
-    const double mean_loss = host[0] / static_cast<double>(interval_samples_);
+    const double mean_loss = host[0] / (static_cast<double>(interval_samples_) * terms_);
     const double sps = interval_samples_ / (interval_ms_ / 1000.0);
     const nlohmann::json ms = timer_.per_step_json(static_cast<double>(interval_steps_));
     nlohmann::json event = {{"event", "train"}, {"step", step + 1}, {"epoch", epoch},
                             {"loss", mean_loss}, {"lr", lr}};
     if (grad_norm >= 0.0f) event["grad_norm"] = grad_norm;
     event["samples_per_s"] = std::round(sps);
+    if (terms_ > 1) event["tokens_per_s"] = std::round(sps * terms_);
     event["ms"] = ms;
     metrics_.write(event);
-    char norm_text[32] = "";
+    char norm_text[32] = "", rate_text[48];
     if (grad_norm >= 0.0f) std::snprintf(norm_text, sizeof norm_text, " grad_norm %.3g", grad_norm);
-    std::printf("step %llu/%llu epoch %llu loss %.4f%s lr %.3g %.0f samples/s | ms/step data %.2f "
+    if (terms_ > 1) std::snprintf(rate_text, sizeof rate_text, "%.0f tokens/s", sps * terms_);
+    else std::snprintf(rate_text, sizeof rate_text, "%.0f samples/s", sps);
+    std::printf("step %llu/%llu epoch %llu loss %.4f%s lr %.3g %s | ms/step data %.2f "
                 "fwd %.2f bwd %.2f comm %.2f opt %.2f\n",
                 static_cast<unsigned long long>(step + 1),
                 static_cast<unsigned long long>(total_steps_),
-                static_cast<unsigned long long>(epoch), mean_loss, norm_text, lr, sps,
+                static_cast<unsigned long long>(epoch), mean_loss, norm_text, lr, rate_text,
                 ms["data"].get<double>(), ms["forward"].get<double>(),
                 ms["backward"].get<double>(), ms["comm"].get<double>(),
                 ms["optimizer"].get<double>());

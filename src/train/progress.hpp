@@ -19,7 +19,7 @@ namespace dptrain {
 class Progress {
  public:
   Progress(const MpiSession& mpi, Backend& be, Communicator& comm, MetricsWriter& metrics,
-           PhaseTimer& timer, std::uint64_t total_steps);
+           PhaseTimer& timer, std::uint64_t total_steps, int terms_per_sample = 1);
 
   // Device sums the steps add to: [0] loss, [1] correct predictions.
   float* stats() { return stats_.get(); }
@@ -42,6 +42,9 @@ class Progress {
   MetricsWriter& metrics_;
   PhaseTimer& timer_;
   std::uint64_t total_steps_;
+  // Loss terms per sample (loss_terms_per_sample): the loss is reported per
+  // term (per token of a language model), with tokens/s beside samples/s.
+  int terms_;
   DeviceBuffer<float> stats_;
   double train_ms_ = 0.0, interval_ms_ = 0.0;
   std::uint64_t samples_ = 0, interval_samples_ = 0, interval_steps_ = 0;

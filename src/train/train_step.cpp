@@ -16,10 +16,12 @@ bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, L
   };
   // Each rank scales by the GLOBAL batch size and the all-reduce sums, so the
   // result is the exact global mean whatever the shard sizes (even empty).
-  const float scale = 1.0f / static_cast<float>(global_rows);
+  // A sequence output's loss is a mean over positions too (B_global · T terms).
+  const int terms = loss_terms_per_sample(loss, model.output_shape());
+  const float scale = 1.0f / static_cast<float>(global_rows * static_cast<std::uint64_t>(terms));
   if (replicas) replicas->set_phase(timer, Phase::kForward);
   const float* out = model.forward(shard.features, shard.rows, buckets);
-  apply_loss(be, loss, out, shard, model.output_dim(), scale, model.output_grad(), stats);
+  apply_loss(be, loss, out, shard, model.output_shape(), scale, model.output_grad(), stats);
   lap(Phase::kForward);
   if (replicas) replicas->set_phase(timer, Phase::kBackward);
   if (buckets) {

@@ -139,10 +139,14 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
   const AugmentSpec augment = parse_augment(opts_.augment);
   if (augment.any())
     agree(mpi_.world(), [&] {
+      DPT_REQUIRE(!train_.info.tokens(), ExitCode::kUsage,
+                  "--augment transforms images; " + opts_.data + ": /" + opts_.train_set +
+                      " is a token set");
       augmenter_ = std::make_unique<Augmenter>(augment, model_->input_shape(), be);
     });
   saver_ = std::make_unique<StateSaver>(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
-  progress_ = std::make_unique<Progress>(mpi_, be, *rt_.comm, metrics_, timer_, total_steps_);
+  progress_ = std::make_unique<Progress>(mpi_, be, *rt_.comm, metrics_, timer_, total_steps_,
+                                         loss_terms_per_sample(loss_, model_->output_shape()));
   stop_vote_ = std::make_unique<StopVote>(mpi_.world());
   timer_.attach(&timeline_);
   // Where the device runs ahead of the host, phases are timed on the device
@@ -158,6 +162,10 @@ void TrainingRun::open_data() {
   if (!opts_.val_set.empty()) {
     val_.emplace(open_set(mpi_, opts_.data, opts_.val_set, label_type(loss_), outputs));
     agree(mpi_.world(), [&] {
+      DPT_REQUIRE(val_->info.vocab_size == train_.info.vocab_size, ExitCode::kData,
+                  opts_.data + ": /" + opts_.val_set + " and /" + opts_.train_set +
+                      " differ in vocab_size (" + std::to_string(val_->info.vocab_size) + " and " +
+                      std::to_string(train_.info.vocab_size) + ")");
       DPT_REQUIRE(sample_shape(val_->info) == sample_shape(train_.info), ExitCode::kData,
                   opts_.data + ": /" + opts_.val_set + "/features has samples of " +
                       sample_shape(val_->info).to_string() + ", /" + opts_.train_set +
@@ -176,9 +184,10 @@ void TrainingRun::build_model() {
       std::max(max_shard_rows(batch_, mpi_.size()), max_shard_rows(eval_batch_, mpi_.size()));
   agree(mpi_.world(), [&] {
     model_ = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info),
-                                     max_rows);
+                                     max_rows, model_vocab(train_.info));
     model_->init(opts_.seed);
   });
+  check_model_output(mpi_, train_.info, model_->output_shape(), class_labels(loss_));
   // Rank 0's weights are the reference: every tower starts bitwise identical.
   rt_.comm->broadcast(model_->params(), model_->num_params() * sizeof(float), 0);
   OptimizerConfig oc = optimizer_config(opts_);

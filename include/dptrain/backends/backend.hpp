@@ -23,6 +23,7 @@
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "dptrain/backends/kernels/optimizer_kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "dptrain/comm/communicator.hpp"
 
@@ -39,6 +40,9 @@ struct KernelTables {
   std::unique_ptr<NormKernels> norm;        // bn
   std::unique_ptr<DropoutKernels> dropout;
   std::unique_ptr<AugmentKernels> augment;  // --augment crop and flip
+  // embed, pos, ln, attn, seq, gap over positions; null on a backend that
+  // has no sequence kernels yet (Backend::sequence then says so).
+  std::unique_ptr<SequenceKernels> sequence = nullptr;
 };
 
 // --precision: fp32 everywhere; tf32 tensor-core GEMMs (fp32 storage); bf16
@@ -142,6 +146,20 @@ class Backend {
                     const float* a, int lda, const float* b, int ldb, float beta, float* c,
                     int ldc) = 0;
 
+  // `batch` GEMMs as above, the b-th on a + b·stride_a, b + b·stride_b and
+  // c + b·stride_c (strides in floats): attention's products over N·H heads.
+  // The default loops over gemm(); a backend overrides it with one batched call.
+  virtual void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                            const float* a, int lda, std::size_t stride_a, const float* b,
+                            int ldb, std::size_t stride_b, float beta, float* c, int ldc,
+                            std::size_t stride_c, int batch) {
+    for (int i = 0; i < batch; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      gemm(trans_a, trans_b, m, n, k, alpha, a + at * stride_a, lda, b + at * stride_b, ldb, beta,
+           c + at * stride_c, ldc);
+    }
+  }
+
   // y += x, elementwise over n values (a residual block's sum of branches).
   virtual void add(const float* x, float* y, std::size_t n) = 0;
 
@@ -157,6 +175,8 @@ class Backend {
   NormKernels& norm() { return *kernels().norm; }
   DropoutKernels& dropout() { return *kernels().dropout; }
   AugmentKernels& augment() { return *kernels().augment; }
+  // Error(kUsage) naming the backend where it has no sequence kernels.
+  SequenceKernels& sequence();
 
  protected:
   // The implementation's tables: a member of it, so that they are destroyed

@@ -32,6 +32,9 @@ struct CheckpointData {
   // root attribute input_shape since version 2. Empty when unknown (a
   // /model-only file); version 1 files read it from dense0's weight.
   std::vector<std::size_t> input_shape;
+  // A language model's vocabulary (its input is token ids {T}): the root
+  // attribute vocab_size; 0 when the input is features.
+  std::int64_t vocab_size = 0;
   std::vector<ParamInfo> param_layout;   // every parameter tensor, in arena order
   std::vector<float> params;             // arena_size(param_layout) values
   std::vector<ParamInfo> buffer_layout;  // non-trained tensors (running statistics)

@@ -27,8 +27,18 @@ inline constexpr std::size_t kMaxFeatureRank = 5;
 
 // The model's per-sample input for a set (docs/design.md section 3): [N, F] is
 // {F}, [N, H, W] one channel {1, H, W}, [N, C, H, W] {C, H, W}, [N, C, D, H,
-// W] {C, D, H, W}. Error(kData) for other ranks.
+// W] {C, D, H, W}, a token set's windows [N, T+1] the ids {T}. Error(kData)
+// for other ranks.
 Shape sample_shape(const SetInfo& info);
+// The vocabulary a model built for this set reads ids of (0: not a token set).
+inline int model_vocab(const SetInfo& info) { return static_cast<int>(info.vocab_size); }
+
+// Collective (agreed): checks that a model built for `info` with output
+// `output` per sample can train or be evaluated on it with `loss`: a token
+// set's model gives [T, V] (V = vocab_size), a set of class ids one output
+// row per sample. Error(kUsage) naming the file otherwise.
+void check_model_output(const MpiSession& mpi, const SetInfo& info, const Shape& output,
+                        bool class_labels);
 
 // Opens and validates file:/set on rank 0 and broadcasts its shape; a rank
 // with `reader` set opens it too and checks that it sees the same set (the

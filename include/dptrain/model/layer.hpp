@@ -90,6 +90,9 @@ struct LayerContext {
   std::size_t param_offset = 0;   // where this layer's parameters start in the arena
   std::size_t buffer_offset = 0;  // and its buffers in the buffer arena
   LayerBuilder* builder = nullptr;  // builds the parts of a block (res), in spec order
+  // The vocabulary when this layer reads token ids [N, T] (the first layer
+  // of a model trained on a token set, docs/design.md section 3), else 0.
+  int vocab = 0;
 };
 
 class Layer {
@@ -153,7 +156,8 @@ class Layer {
   Layer(const LayerContext& ctx, const Shape& output);
 
   // Declares the next tensor of this layer (in arena order); returns its
-  // offset in the arena.
+  // offset in the arena. "part/name" names a tensor of a part of the layer
+  // (attn0's "out_proj/weight": ParamInfo layer "attn0/out_proj").
   std::size_t add_param(std::string name, std::vector<std::size_t> shape);
   std::size_t add_buffer(std::string name, std::vector<std::size_t> shape);
   // A block takes on the tensors of a part it holds, which must come next in

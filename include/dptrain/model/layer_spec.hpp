@@ -42,6 +42,9 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const LayerContext& ctx
 // and lays its tensors out after those built before it.
 class LayerBuilder {
  public:
+  // vocab > 0: the model's input is token ids [N, T] of that vocabulary,
+  // handed to the first layer built (which must be embed:D).
+  explicit LayerBuilder(int vocab = 0) : vocab_(vocab) {}
   std::unique_ptr<Layer> build(const LayerSpec& spec, const Shape& input);
   // A part named by its block ("res0/proj"), not counted among its kind;
   // index seeds its init.
@@ -51,10 +54,13 @@ class LayerBuilder {
  private:
   std::map<std::string, int> seen_;
   std::size_t param_offset_ = 0, buffer_offset_ = 0;
+  int vocab_ = 0;  // reset once the first layer took it
 };
 
+// vocab > 0: samples are token ids [N, T] (input = {T}) of that vocabulary;
+// the first layer must then be embed:D. Error(kUsage) otherwise.
 std::vector<std::unique_ptr<Layer>> build_layers(const std::vector<LayerSpec>& specs,
-                                                 const Shape& input);
+                                                 const Shape& input, int vocab = 0);
 
 struct ModelLayout {
   std::vector<ParamInfo> params;   // the parameter arena, in layer order
@@ -62,9 +68,9 @@ struct ModelLayout {
   Shape output;                    // per sample
 };
 // What a Model built from specs on `input` holds, without building it.
-ModelLayout model_layout(const std::vector<LayerSpec>& specs, const Shape& input);
+ModelLayout model_layout(const std::vector<LayerSpec>& specs, const Shape& input, int vocab = 0);
 // Values per sample of the model's output.
-int output_width(const std::vector<LayerSpec>& specs, const Shape& input);
+int output_width(const std::vector<LayerSpec>& specs, const Shape& input, int vocab = 0);
 // The output width the last layer gives whatever the input shape (dense:N
 // gives N); parse_model_spec only accepts specs whose last layer gives one.
 int spec_output_width(const std::vector<LayerSpec>& specs);

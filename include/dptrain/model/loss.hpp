@@ -6,6 +6,7 @@
 
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/model/shard.hpp"
+#include "dptrain/model/tensor.hpp"
 
 namespace dptrain {
 
@@ -21,8 +22,14 @@ inline LabelType label_type(LossKind loss) {
 }
 
 // Adds the shard's loss to stats[0] (and correct count to stats[1]) and writes
-// grad_scale * dLoss/dout into dout. An empty shard adds nothing.
-void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard, int width,
-                float grad_scale, float* dout, float* stats);
+// grad_scale * dLoss/dout into dout. An empty shard adds nothing. `output`
+// is the model's per-sample output shape: on a sequence [T, C] xent runs
+// over every position (T labels per sample, a token set's targets), so the
+// sums count positions, not samples.
+void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard,
+                const Shape& output, float grad_scale, float* dout, float* stats);
+// The loss terms per sample that apply_loss sums: T for xent on a sequence
+// output [T, C], else 1.
+int loss_terms_per_sample(LossKind loss, const Shape& output);
 
 }  // namespace dptrain

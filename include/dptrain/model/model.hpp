@@ -40,10 +40,12 @@ class Model {
   // with (activation and gradient buffers are allocated once, here).
   // input_dim: flat samples [N, input_dim], as the data files give them.
   Model(Backend& backend, const std::vector<LayerSpec>& specs, int input_dim, int max_rows);
-  Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input, int max_rows);
+  // vocab > 0: samples are token ids [N, T] of that vocabulary (input {T}).
+  Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input, int max_rows,
+        int vocab = 0);
   // Layers already built for `input` (build_layers, or layers a test makes).
   Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
-        int max_rows);
+        int max_rows, int vocab = 0);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -81,7 +83,13 @@ class Model {
   const Shape& input_shape() const { return input_; }
   const Shape& output_shape() const { return layers_.back()->output_shape(); }
   int input_dim() const { return static_cast<int>(input_.size()); }
+  // The vocabulary of its token-id input (0: the input is features).
+  int vocab() const { return vocab_; }
   int output_dim() const { return static_cast<int>(output_shape().size()); }
+  // A sequence output [T, C] holds T positions of C values (a language
+  // model's logits); any other output is one position of output_dim().
+  int output_positions() const { return output_shape().rank() == 2 ? output_shape()[0] : 1; }
+  int output_classes() const { return output_dim() / output_positions(); }
   int max_rows() const { return max_rows_; }
   // Every tensor of the parameter (buffer) arena, in arena order.
   const std::vector<ParamInfo>& param_layout() const { return params_layout_; }
@@ -97,6 +105,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   Shape input_;
   int max_rows_;
+  int vocab_;
   std::vector<ParamInfo> params_layout_, buffers_layout_;
   StepInfo step_;  // layers hold a pointer to it
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)

@@ -1,8 +1,11 @@
 // Implements: per-sample tensor shapes and the tensor views layers read and
-// write (docs/design.md section 2: [N, F] once flat, [N, C, H, W] images,
-// [N, C, D, H, W] volumes). A Shape leaves N out; the row count travels in
-// the view. Both are fixed-size values, so passing them around in a step
-// never allocates.
+// write (docs/design.md section 2: [N, F] once flat, [N, T, D] sequences,
+// [N, C, H, W] images, [N, C, D, H, W] volumes — so a per-sample shape of
+// rank 2 is always a sequence {T, D}). A Shape leaves N out; the row count
+// travels in the view. Both are fixed-size values, so passing them around
+// in a step never allocates. A model whose data are token ids [N, T] gets
+// them in its float input buffer as int32 bit patterns (exact for any
+// vocabulary; only its first layer, embed, reads them).
 #pragma once
 
 #include <array>

@@ -16,6 +16,7 @@
 
 #include "backends/cpu/cpu_gemm.hpp"
 #include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/onednn/batched_gemm.hpp"
 #include "backends/cpu/onednn/bf16_gemm.hpp"
 #include "backends/cpu/onednn/engine.hpp"
 #include "backends/cpu/vector_clones.hpp"
@@ -49,7 +50,8 @@ class CpuBackend final : public Backend {
       : kernels_{make_cpu_activation_kernels(), make_cpu_dense_kernels(),
                  make_cpu_loss_kernels(),       make_cpu_optimizer_kernels(),
                  make_cpu_spatial_kernels(),    make_cpu_norm_kernels(),
-                 make_cpu_dropout_kernels(),    make_cpu_augment_kernels()} {
+                 make_cpu_dropout_kernels(),    make_cpu_augment_kernels(),
+                 make_cpu_sequence_kernels()} {
     if (opts.precision == Precision::kTf32)
       throw Error(ExitCode::kUsage, "--precision tf32 needs --device cuda (TF32 is a GPU format)");
     if (opts.precision == Precision::kBf16) {
@@ -59,6 +61,7 @@ class CpuBackend final : public Backend {
                                           "; use --precision fp32, or --device cuda");
       bf16_ = std::make_unique<onednn::Bf16Gemm>();
     }
+    batched_ = std::make_unique<onednn::BatchedGemm>(opts.precision == Precision::kBf16);
     // Every compute thread of this rank: oneDNN's OpenMP team (GEMMs,
     // convolutions) and the GEMM library's own pool where it has one. Set
     // explicitly, so ranks sharing a node do not each start a thread per core.
@@ -140,6 +143,20 @@ class CpuBackend final : public Backend {
       cpu_gemm::sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
+  void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    int lda, std::size_t stride_a, const float* b, int ldb, std::size_t stride_b,
+                    float beta, float* c, int ldc, std::size_t stride_c, int batch) override {
+    if (batch <= 0 || m <= 0 || n <= 0) return;
+    if (k <= 0) {  // as gemm: beta C, never reading C when beta == 0
+      for (int i = 0; i < batch; ++i)
+        gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
+             c + static_cast<std::size_t>(i) * stride_c, ldc);
+      return;
+    }
+    batched_->run(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                  ldc, stride_c, batch);
+  }
+
   void add(const float* x, float* y, std::size_t n) override { add_to(x, y, n); }
 
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
@@ -159,6 +176,7 @@ class CpuBackend final : public Backend {
 
   KernelTables kernels_;
   std::unique_ptr<onednn::Bf16Gemm> bf16_;  // --precision bf16 only
+  std::unique_ptr<onednn::BatchedGemm> batched_;
 };
 
 }  // namespace

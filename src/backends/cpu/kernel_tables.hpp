@@ -11,6 +11,7 @@
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "dptrain/backends/kernels/optimizer_kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/backends/kernels/spatial_kernels.hpp"
 
 namespace dptrain {
@@ -24,5 +25,6 @@ std::unique_ptr<SpatialKernels> make_cpu_spatial_kernels();  // on oneDNN primit
 std::unique_ptr<NormKernels> make_cpu_norm_kernels();
 std::unique_ptr<DropoutKernels> make_cpu_dropout_kernels();
 std::unique_ptr<AugmentKernels> make_cpu_augment_kernels();
+std::unique_ptr<SequenceKernels> make_cpu_sequence_kernels();
 
 }  // namespace dptrain

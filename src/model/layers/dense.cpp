@@ -1,6 +1,7 @@
 // Implements: the dense layer family, `dense:N` — y = x · Wᵀ + b with
 // torch.nn.Linear's layout (weight [out, in], bias [out]), a spatial input
-// read as flat. Forward and backward are one GEMM each (plus the bias), the
+// read as flat, a sequence [N, T, D] per position (on its last dimension,
+// as torch.nn.Linear: [N, T, N_out]). Forward and backward are one GEMM each (plus the bias), the
 // weight gradient a third; init is He-uniform before a rectifier, else
 // Glorot-uniform, with zero biases.
 #include <charconv>
@@ -26,8 +27,9 @@ int parse_units(const std::string& num) {
 class Dense final : public Layer {
  public:
   Dense(const LayerContext& ctx, int units)
-      : Layer(ctx, Shape{units}),
-        in_(ctx.input.flattened()[0]),
+      : Layer(ctx, is_sequence(ctx.input) ? Shape{ctx.input[0], units} : Shape{units}),
+        positions_(is_sequence(ctx.input) ? ctx.input[0] : 1),
+        in_(is_sequence(ctx.input) ? ctx.input[1] : ctx.input.flattened()[0]),
         out_(units),
         index_(ctx.index),
         weight_(add_param("weight", {std::size_t(out_), std::size_t(in_)})),
@@ -46,28 +48,34 @@ class Dense final : public Layer {
       w[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * limit);
   }
 
+  // A sequence's positions are rows of the same products: rows = N · T.
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
     const float* w = arenas().params + weight_;
-    be.gemm(false, true, x.rows, out_, in_, 1.0f, x.data, in_, w, in_, 0.0f, y.data, out_);
-    be.dense().add_bias(y.data, arenas().params + bias_, x.rows, out_);
+    const int rows = x.rows * positions_;
+    be.gemm(false, true, rows, out_, in_, 1.0f, x.data, in_, w, in_, 0.0f, y.data, out_);
+    be.dense().add_bias(y.data, arenas().params + bias_, rows, out_);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
     // dW[out,in] = dy^T [out,rows] . x [rows,in]
-    be.gemm(true, false, out_, in_, x.rows, 1.0f, dy.data, out_, x.data, in_, 0.0f,
+    const int rows = x.rows * positions_;
+    be.gemm(true, false, out_, in_, rows, 1.0f, dy.data, out_, x.data, in_, 0.0f,
             arenas().grads + weight_, in_);
-    be.dense().bias_grad(dy.data, arenas().grads + bias_, x.rows, out_);
+    be.dense().bias_grad(dy.data, arenas().grads + bias_, rows, out_);
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
     // dx[rows,in] = dy [rows,out] . W [out,in]
-    be.gemm(false, false, x.rows, in_, out_, 1.0f, dy.data, out_, arenas().params + weight_, in_,
-            0.0f, dx.data, in_);
+    be.gemm(false, false, x.rows * positions_, in_, out_, 1.0f, dy.data, out_,
+            arenas().params + weight_, in_, 0.0f, dx.data, in_);
   }
 
  private:
-  int in_, out_, index_;
+  // Sequences [T, D] are the per-sample shapes of rank 2 (tensor.hpp).
+  static bool is_sequence(const Shape& s) { return s.rank() == 2; }
+
+  int positions_, in_, out_, index_;
   std::size_t weight_, bias_;  // arena offsets
 };
 

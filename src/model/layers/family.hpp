@@ -47,6 +47,12 @@ const LayerFamily* find_layer_family(const std::string& kind);
 // messages. For block families, whose parsers parse their insides with it.
 std::vector<LayerSpec> parse_layer_list(const std::string& list, const std::string& spec);
 
+// The whole number `text` (>= 1) of a token's argument called `what`;
+// throws BadLayerToken("<what> must be ...") otherwise.
+int parse_positive(const std::string& text, const std::string& what);
+// "layer 'attn:4' (attn0)", for build-time messages.
+std::string layer_label(const LayerSpec& spec, const LayerContext& ctx);
+
 // One per family file.
 LayerFamily dense_family();       // layers/dense.cpp
 LayerFamily activation_family();  // layers/activation.cpp
@@ -56,5 +62,14 @@ LayerFamily flatten_family();     // layers/flatten.cpp
 LayerFamily residual_family();    // layers/residual.cpp
 LayerFamily norm_family();        // layers/norm.cpp: bn, bn:local
 LayerFamily dropout_family();     // layers/dropout.cpp
+LayerFamily embedding_family();   // layers/embedding.cpp: embed:D
+LayerFamily position_family();    // layers/position.cpp: pos
+LayerFamily layer_norm_family();  // layers/layer_norm.cpp: ln
+LayerFamily attention_family();   // layers/attention.cpp: attn:H[:causal]
+LayerFamily sequence_family();    // layers/sequence.cpp: seq
+
+// gap on a sequence [N, T, D]: the mean over positions (layers/sequence.cpp;
+// the pool family hands it sequences).
+std::unique_ptr<Layer> make_position_mean(const LayerContext& ctx);
 
 }  // namespace dptrain

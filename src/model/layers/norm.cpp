@@ -143,6 +143,9 @@ std::unique_ptr<Layer> make_bn(const LayerSpec& spec, const LayerContext& ctx) {
               "bn layer '" + spec.token + "': the only argument is 'local'");
   DPT_REQUIRE(ctx.input.rank() >= 1, ExitCode::kUsage,
               "bn layer '" + spec.token + "' needs an input with channels or features");
+  DPT_REQUIRE(ctx.input.rank() != 2, ExitCode::kUsage,
+              "bn layer '" + spec.token + "' (" + ctx.name + ") gets a sequence " +
+                  ctx.input.to_string() + "; normalize sequences with ln");
   return std::make_unique<BatchNorm>(ctx, !local);
 }
 

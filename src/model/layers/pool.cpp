@@ -102,6 +102,7 @@ LayerSpec parse_pool(const std::string& token) {
 }
 
 std::unique_ptr<Layer> make_pool(const LayerSpec& spec, const LayerContext& ctx) {
+  if (is_global(spec.kind) && ctx.input.rank() == 2) return make_position_mean(ctx);
   PoolArgs args;
   try {
     args = parse_pool_args(spec.kind, spec.args);

@@ -2,7 +2,9 @@
 // (a static library drops self-registering objects nobody references) —
 // and on top of it --model parsing, building layers from specs and the
 // backend-free layout functions of layer_spec.hpp.
+#include <charconv>
 #include <map>
+#include <utility>
 
 #include "dptrain/common/error.hpp"
 #include "model/layers/family.hpp"
@@ -20,6 +22,11 @@ std::vector<LayerFamily> make_families() {
   families.push_back(residual_family());
   families.push_back(norm_family());
   families.push_back(dropout_family());
+  families.push_back(embedding_family());
+  families.push_back(position_family());
+  families.push_back(layer_norm_family());
+  families.push_back(attention_family());
+  families.push_back(sequence_family());
   return families;
 }
 
@@ -61,6 +68,23 @@ LayerSpec parse_token(const std::string& token, const std::string& spec) {
   }
 }
 
+// K of a repetition token "K*(L,...)" (docs/design.md section 2), or 0 for
+// any other token; a malformed repetition is a bad token.
+int repetitions(const std::string& token, const std::string& spec) {
+  const std::size_t star = token.find('*');
+  if (star == std::string::npos || star > token.find('(')) return 0;
+  const std::string count = trim(token.substr(0, star));
+  const std::string rest = trim(token.substr(star + 1));
+  if (count.empty() || count.find_first_not_of("0123456789") != std::string::npos || count.size() > 4)
+    bad_token(token, spec, "a repetition is K*(L,...) with K a whole number from 1 to 9999");
+  if (rest.size() < 3 || rest.front() != '(' || rest.back() != ')' || rest != token.substr(token.find('(')))
+    bad_token(token, spec, "a repetition is K*(L,...)");
+  const int times = std::stoi(count);
+  if (times < 1) bad_token(token, spec, "K*(...) repeats at least once");
+  if (trim(rest.substr(1, rest.size() - 2)).empty()) bad_token(token, spec, "empty repetition");
+  return times;
+}
+
 const LayerFamily& family_of(const LayerSpec& spec) {
   const LayerFamily* family = find_layer_family(spec.kind);
   DPT_REQUIRE(family, ExitCode::kUsage, "unknown layer kind '" + spec.kind + "'");
@@ -68,6 +92,19 @@ const LayerFamily& family_of(const LayerSpec& spec) {
 }
 
 }  // namespace
+
+int parse_positive(const std::string& text, const std::string& what) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    throw BadLayerToken(what + " must be a whole number");
+  if (value < 1) throw BadLayerToken(what + " must be >= 1");
+  return value;
+}
+
+std::string layer_label(const LayerSpec& spec, const LayerContext& ctx) {
+  return "layer '" + spec.token + "' (" + ctx.name + ")";
+}
 
 const std::vector<LayerFamily>& layer_families() {
   static const std::vector<LayerFamily> families = make_families();
@@ -92,7 +129,14 @@ std::vector<LayerSpec> parse_layer_list(const std::string& list, const std::stri
     if (c != ',' || depth > 0) continue;
     const std::string token = trim(list.substr(begin, i - begin));
     if (token.empty()) bad_token(token, spec, "empty layer");
-    layers.push_back(parse_token(token, spec));
+    if (const int times = repetitions(token, spec)) {
+      const std::size_t open = token.find('(');
+      const std::vector<LayerSpec> inner =
+          parse_layer_list(token.substr(open + 1, token.size() - open - 2), spec);
+      for (int k = 0; k < times; ++k) layers.insert(layers.end(), inner.begin(), inner.end());
+    } else {
+      layers.push_back(parse_token(token, spec));
+    }
     begin = i + 1;
   }
   if (depth > 0)
@@ -126,6 +170,7 @@ std::unique_ptr<Layer> LayerBuilder::build_named(const LayerSpec& spec, const Sh
   ctx.param_offset = param_offset_;
   ctx.buffer_offset = buffer_offset_;
   ctx.builder = this;
+  ctx.vocab = std::exchange(vocab_, 0);  // only the model's first layer reads ids
   std::unique_ptr<Layer> layer = make_layer(spec, ctx);
   // A block's parts advanced the offsets as they were built; its tensors
   // (theirs) end where the last part's do.
@@ -135,12 +180,15 @@ std::unique_ptr<Layer> LayerBuilder::build_named(const LayerSpec& spec, const Sh
 }
 
 std::vector<std::unique_ptr<Layer>> build_layers(const std::vector<LayerSpec>& specs,
-                                                 const Shape& input) {
+                                                 const Shape& input, int vocab) {
   DPT_REQUIRE(!specs.empty(), ExitCode::kUsage, "the model needs at least one layer");
   DPT_REQUIRE(family_of(specs.back()).fixed_width, ExitCode::kUsage,
               "the model needs " + width_forms() + " last (it gives the output width)");
+  DPT_REQUIRE(vocab <= 0 || specs.front().kind == "embed", ExitCode::kUsage,
+              "--model: the data are token ids [N, T] (a token set), so the model must begin "
+              "with embed:D, not '" + specs.front().token + "'");
   std::vector<std::unique_ptr<Layer>> layers;
-  LayerBuilder builder;
+  LayerBuilder builder(vocab);
   Shape shape = input;
   for (const LayerSpec& spec : specs) {
     layers.push_back(builder.build(spec, shape));
@@ -149,9 +197,9 @@ std::vector<std::unique_ptr<Layer>> build_layers(const std::vector<LayerSpec>& s
   return layers;
 }
 
-ModelLayout model_layout(const std::vector<LayerSpec>& specs, const Shape& input) {
+ModelLayout model_layout(const std::vector<LayerSpec>& specs, const Shape& input, int vocab) {
   ModelLayout layout;
-  for (const auto& l : build_layers(specs, input)) {
+  for (const auto& l : build_layers(specs, input, vocab)) {
     layout.params.insert(layout.params.end(), l->params().begin(), l->params().end());
     layout.buffers.insert(layout.buffers.end(), l->buffers().begin(), l->buffers().end());
     layout.output = l->output_shape();
@@ -159,8 +207,8 @@ ModelLayout model_layout(const std::vector<LayerSpec>& specs, const Shape& input
   return layout;
 }
 
-int output_width(const std::vector<LayerSpec>& specs, const Shape& input) {
-  return static_cast<int>(model_layout(specs, input).output.size());
+int output_width(const std::vector<LayerSpec>& specs, const Shape& input, int vocab) {
+  return static_cast<int>(model_layout(specs, input, vocab).output.size());
 }
 
 int spec_output_width(const std::vector<LayerSpec>& specs) {

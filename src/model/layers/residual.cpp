@@ -179,10 +179,11 @@ std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const LayerContext& 
   }
   Parts shortcut;
   if (!(shape == ctx.input)) {
-    DPT_REQUIRE(shape.rank() >= 2 && ctx.input.rank() == shape.rank(), ExitCode::kUsage,
+    DPT_REQUIRE(shape.rank() >= 3 && ctx.input.rank() == shape.rank(), ExitCode::kUsage,
                 "--model: " + ctx.name + " '" + spec.token + "' maps " + ctx.input.to_string() +
                     " to " + shape.to_string() +
-                    "; a projection shortcut needs a spatial output of the input's rank");
+                    "; a projection shortcut needs a spatial output of the input's rank (a "
+                    "block over a sequence must keep its shape)");
     const LayerSpec proj{"conv", {std::to_string(shape[0]), "1", std::to_string(total_stride(spec.inner)), "0"},
                          "conv:" + std::to_string(shape[0]) + ":1"};
     shortcut.push_back(ctx.builder->build_named(proj, ctx.input, ctx.name + "/proj", 1000 + ctx.index));

@@ -16,11 +16,6 @@
 
 namespace dptrain {
 
-// "layer 'conv:8:3' (conv0)", for messages.
-inline std::string layer_label(const LayerSpec& spec, const LayerContext& ctx) {
-  return "layer '" + spec.token + "' (" + ctx.name + ")";
-}
-
 // Spatial dimensions of a per-sample shape: 2 for {C, H, W}, 3 for
 // {C, D, H, W}; Error(kUsage) naming the layer for anything else.
 inline int spatial_rank(const Shape& input, const std::string& label) {

@@ -1,0 +1,270 @@
+// Implements: the CPU sequence kernels (sequence_kernels.hpp) — single passes
+// over rows, parallel over rows (or, for sums over rows, over columns, so
+// that every sum keeps its order whatever the thread count). Row statistics
+// (layer norm, softmax sums) accumulate in double: these loops are the
+// reference the CUDA kernels are tested against.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "backends/cpu/kernel_tables.hpp"
+
+namespace dptrain {
+namespace {
+
+using std::size_t;
+
+// Below this many values a parallel region costs more than it saves.
+constexpr size_t kParallelValues = size_t(1) << 15;
+
+size_t at(int a, int b) { return static_cast<size_t>(a) * static_cast<size_t>(b); }
+
+// Columns [begin, end) of `cols` for this thread of the team: sums over rows
+// then run per column in row order, the same bits for any team size.
+void column_range(int cols, int& begin, int& end) {
+  const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+  const int per = (cols + threads - 1) / threads;
+  begin = std::min(cols, me * per);
+  end = std::min(cols, begin + per);
+}
+
+class CpuSequenceKernels final : public SequenceKernels {
+ public:
+  void embed(const std::int32_t* ids, const float* table, int rows, int dim, float* y) override {
+#pragma omp parallel for schedule(static) if (at(rows, dim) > kParallelValues)
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(y + at(r, dim), table + at(ids[r], dim), at(1, dim) * sizeof(float));
+  }
+
+  void embed_grad(const std::int32_t* ids, const float* dy, int rows, int vocab, int dim,
+                  float* dtable) override {
+    std::fill_n(dtable, at(vocab, dim), 0.0f);
+#pragma omp parallel if (at(rows, dim) > kParallelValues)
+    {
+      int c0, c1;
+      column_range(dim, c0, c1);
+      for (int r = 0; r < rows; ++r) {
+        const float* g = dy + at(r, dim);
+        float* d = dtable + at(ids[r], dim);
+        for (int c = c0; c < c1; ++c) d[c] += g[c];
+      }
+    }
+  }
+
+  void add_positions(const float* x, const float* pos, int batch, int tokens, int dim,
+                     float* y) override {
+    const size_t per = at(tokens, dim);
+#pragma omp parallel for schedule(static) if (at(batch, int(per)) > kParallelValues)
+    for (int n = 0; n < batch; ++n)
+      for (size_t i = 0; i < per; ++i) y[at(n, 1) * per + i] = x[at(n, 1) * per + i] + pos[i];
+  }
+
+  void position_grad(const float* dy, int batch, int tokens, int dim, float* dpos) override {
+    const int per = tokens * dim;
+#pragma omp parallel if (at(batch, per) > kParallelValues)
+    {
+      int c0, c1;
+      column_range(per, c0, c1);
+      for (int c = c0; c < c1; ++c) dpos[c] = 0.0f;
+      for (int n = 0; n < batch; ++n)
+        for (int c = c0; c < c1; ++c) dpos[c] += dy[at(n, per) + static_cast<size_t>(c)];
+    }
+  }
+
+  void layer_norm(const float* x, const float* weight, const float* bias, int rows, int dim,
+                  float eps, float* y, float* mean, float* rstd) override {
+#pragma omp parallel for schedule(static) if (at(rows, dim) > kParallelValues)
+    for (int r = 0; r < rows; ++r) {
+      const float* xr = x + at(r, dim);
+      double sum = 0.0;
+      for (int c = 0; c < dim; ++c) sum += xr[c];
+      const double mu = sum / dim;
+      double sq = 0.0;
+      for (int c = 0; c < dim; ++c) sq += (xr[c] - mu) * (xr[c] - mu);
+      const float m = static_cast<float>(mu);
+      const float s = static_cast<float>(1.0 / std::sqrt(sq / dim + eps));
+      float* yr = y + at(r, dim);
+      for (int c = 0; c < dim; ++c) yr[c] = (xr[c] - m) * s * weight[c] + bias[c];
+      mean[r] = m;
+      rstd[r] = s;
+    }
+  }
+
+  void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
+                       const float* rstd, int rows, int dim, float* dx) override {
+#pragma omp parallel for schedule(static) if (at(rows, dim) > kParallelValues)
+    for (int r = 0; r < rows; ++r) {
+      const float* xr = x + at(r, dim);
+      const float* g = dy + at(r, dim);
+      const float m = mean[r], s = rstd[r];
+      // dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ · x̂)), ĝ = dy · weight.
+      double sum_g = 0.0, sum_gx = 0.0;
+      for (int c = 0; c < dim; ++c) {
+        const double gh = static_cast<double>(g[c]) * weight[c];
+        sum_g += gh;
+        sum_gx += gh * ((xr[c] - m) * s);
+      }
+      const float mean_g = static_cast<float>(sum_g / dim), mean_gx = static_cast<float>(sum_gx / dim);
+      float* d = dx + at(r, dim);
+      for (int c = 0; c < dim; ++c) {
+        const float xh = (xr[c] - m) * s;
+        d[c] = s * (g[c] * weight[c] - mean_g - xh * mean_gx);
+      }
+    }
+  }
+
+  void layer_norm_param_grad(const float* x, const float* dy, const float* mean, const float* rstd,
+                             int rows, int dim, float* dweight, float* dbias) override {
+#pragma omp parallel if (at(rows, dim) > kParallelValues)
+    {
+      int c0, c1;
+      column_range(dim, c0, c1);
+      for (int c = c0; c < c1; ++c) dweight[c] = dbias[c] = 0.0f;
+      for (int r = 0; r < rows; ++r) {
+        const float* xr = x + at(r, dim);
+        const float* g = dy + at(r, dim);
+        for (int c = c0; c < c1; ++c) {
+          dweight[c] += g[c] * ((xr[c] - mean[r]) * rstd[r]);
+          dbias[c] += g[c];
+        }
+      }
+    }
+  }
+
+  void split_qkv(const float* qkv, const HeadShape& s, float* q, float* k, float* v) override {
+    move_qkv(const_cast<float*>(qkv), s, q, k, v, true);
+  }
+  void join_qkv(const float* q, const float* k, const float* v, const HeadShape& s,
+                float* qkv) override {
+    move_qkv(qkv, s, const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v), false);
+  }
+  void merge_heads(const float* heads, const HeadShape& s, float* merged) override {
+    move_heads(merged, s, const_cast<float*>(heads), false);
+  }
+  void split_heads(const float* merged, const HeadShape& s, float* heads) override {
+    move_heads(const_cast<float*>(merged), s, heads, true);
+  }
+
+  void attention_softmax(const float* scores, const HeadShape& s, float scale, bool causal,
+                         float* p) override {
+    const int rows = s.batch * s.heads * s.tokens, t = s.tokens;
+#pragma omp parallel for schedule(static) if (at(rows, t) > kParallelValues)
+    for (int r = 0; r < rows; ++r) {
+      const float* z = scores + at(r, t);
+      float* out = p + at(r, t);
+      const int valid = causal ? r % t + 1 : t;  // query position r % t sees keys <= it
+      float zmax = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < valid; ++j) zmax = std::max(zmax, z[j] * scale);
+      double sum = 0.0;
+      for (int j = 0; j < valid; ++j) {
+        out[j] = std::exp(z[j] * scale - zmax);
+        sum += out[j];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int j = 0; j < valid; ++j) out[j] *= inv;
+      for (int j = valid; j < t; ++j) out[j] = 0.0f;  // exp(−∞)
+    }
+  }
+
+  void attention_softmax_grad(const float* p, const float* dp, const HeadShape& s, float scale,
+                              float* dscores) override {
+    const int rows = s.batch * s.heads * s.tokens, t = s.tokens;
+#pragma omp parallel for schedule(static) if (at(rows, t) > kParallelValues)
+    for (int r = 0; r < rows; ++r) {
+      const float* pr = p + at(r, t);
+      const float* g = dp + at(r, t);
+      double dot = 0.0;
+      for (int j = 0; j < t; ++j) dot += static_cast<double>(pr[j]) * g[j];
+      const float d = static_cast<float>(dot);
+      float* out = dscores + at(r, t);
+      for (int j = 0; j < t; ++j) out[j] = scale * pr[j] * (g[j] - d);
+    }
+  }
+
+  void channels_last(const float* x, int batch, int channels, int length, float* y) override {
+    transpose_rows(x, batch, channels, length, y);
+  }
+  void channels_first(const float* x, int batch, int channels, int length, float* y) override {
+    transpose_rows(x, batch, length, channels, y);
+  }
+
+  void mean_positions(const float* x, int batch, int tokens, int dim, float* y) override {
+#pragma omp parallel for schedule(static) if (at(batch * tokens, dim) > kParallelValues)
+    for (int n = 0; n < batch; ++n) {
+      float* out = y + at(n, dim);
+      for (int c = 0; c < dim; ++c) {
+        double sum = 0.0;
+        for (int t = 0; t < tokens; ++t) sum += x[at(n * tokens + t, dim) + static_cast<size_t>(c)];
+        out[c] = static_cast<float>(sum / tokens);
+      }
+    }
+  }
+
+  void mean_positions_grad(const float* dy, int batch, int tokens, int dim, float* dx) override {
+    const float inv = 1.0f / static_cast<float>(tokens);
+#pragma omp parallel for schedule(static) if (at(batch * tokens, dim) > kParallelValues)
+    for (int n = 0; n < batch; ++n)
+      for (int t = 0; t < tokens; ++t)
+        for (int c = 0; c < dim; ++c)
+          dx[at(n * tokens + t, dim) + static_cast<size_t>(c)] = dy[at(n, dim) + static_cast<size_t>(c)] * inv;
+  }
+
+ private:
+  // Copies between qkv [N, T, 3, H, hd] and q, k, v [N, H, T, hd], in the
+  // direction `split` says.
+  static void move_qkv(float* qkv, const HeadShape& s, float* q, float* k, float* v, bool split) {
+    const int d = s.heads * s.head_dim;
+    const size_t bytes = at(1, s.head_dim) * sizeof(float);
+    float* parts[3] = {q, k, v};
+#pragma omp parallel for collapse(2) schedule(static) if (at(s.batch * s.tokens, 3 * d) > kParallelValues)
+    for (int n = 0; n < s.batch; ++n)
+      for (int h = 0; h < s.heads; ++h)
+        for (int t = 0; t < s.tokens; ++t)
+          for (int w = 0; w < 3; ++w) {
+            float* packed = qkv + at(n * s.tokens + t, 3 * d) + at(w, d) + at(h, s.head_dim);
+            float* head = parts[w] + at((n * s.heads + h) * s.tokens + t, s.head_dim);
+            if (split) std::memcpy(head, packed, bytes);
+            else std::memcpy(packed, head, bytes);
+          }
+  }
+
+  // Copies between merged [N, T, H, hd] and heads [N, H, T, hd].
+  static void move_heads(float* merged, const HeadShape& s, float* heads, bool split) {
+    const int d = s.heads * s.head_dim;
+    const size_t bytes = at(1, s.head_dim) * sizeof(float);
+#pragma omp parallel for collapse(2) schedule(static) if (at(s.batch * s.tokens, d) > kParallelValues)
+    for (int n = 0; n < s.batch; ++n)
+      for (int h = 0; h < s.heads; ++h)
+        for (int t = 0; t < s.tokens; ++t) {
+          float* m = merged + at(n * s.tokens + t, d) + at(h, s.head_dim);
+          float* hd = heads + at((n * s.heads + h) * s.tokens + t, s.head_dim);
+          if (split) std::memcpy(hd, m, bytes);
+          else std::memcpy(m, hd, bytes);
+        }
+  }
+
+  // y[n] = x[n]ᵀ for `batch` row-major [a, b] matrices.
+  static void transpose_rows(const float* x, int batch, int a, int b, float* y) {
+#pragma omp parallel for schedule(static) if (at(batch * a, b) > kParallelValues)
+    for (int n = 0; n < batch; ++n) {
+      const float* xn = x + at(n, a * b);
+      float* yn = y + at(n, a * b);
+      for (int i = 0; i < a; ++i)
+        for (int j = 0; j < b; ++j) yn[at(j, a) + static_cast<size_t>(i)] = xn[at(i, b) + static_cast<size_t>(j)];
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<SequenceKernels> make_cpu_sequence_kernels() {
+  return std::make_unique<CpuSequenceKernels>();
+}
+
+}  // namespace dptrain

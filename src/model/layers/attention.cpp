@@ -1,0 +1,164 @@
+// Implements: the multi-head self-attention family, `attn:H[:causal]`, as
+// torch.nn.MultiheadAttention(D, H, batch_first=True) on a sequence
+// [N, T, D]: qkv = x · in_proj_weightᵀ + in_proj_bias, split into H heads of
+// D/H features; p = softmax(q kᵀ / sqrt(D/H) + mask) with mask −∞ above the
+// diagonal when causal; o = p v, heads merged; y = o · out_proj.weightᵀ +
+// out_proj.bias. The products over the N·H heads are single batched GEMMs
+// (Backend::gemm_batched); the forward keeps qkv's heads and p for the
+// backward pass, which writes every gradient in backward_params and keeps
+// dqkv for the input gradient. Nothing allocates after allocate().
+#include <cmath>
+
+#include "dptrain/common/error.hpp"
+#include "dptrain/common/random.hpp"
+#include "model/layers/family.hpp"
+
+namespace dptrain {
+namespace {
+
+class Attention final : public Layer {
+ public:
+  Attention(const LayerContext& ctx, int heads, bool causal)
+      : Layer(ctx, ctx.input),
+        tokens_(ctx.input[0]),
+        dim_(ctx.input[1]),
+        heads_(heads),
+        head_dim_(dim_ / heads),
+        causal_(causal),
+        index_(ctx.index),
+        in_weight_(add_param("in_proj_weight", {3 * std::size_t(dim_), std::size_t(dim_)})),
+        in_bias_(add_param("in_proj_bias", {3 * std::size_t(dim_)})),
+        out_weight_(add_param("out_proj/weight", {std::size_t(dim_), std::size_t(dim_)})),
+        out_bias_(add_param("out_proj/bias", {std::size_t(dim_)})) {}
+
+  std::string spec() const override {
+    return "attn:" + std::to_string(heads_) + (causal_ ? ":causal" : "");
+  }
+
+  void allocate(Backend& be, int max_rows) override {
+    be.sequence();
+    const std::size_t rows = static_cast<std::size_t>(max_rows);
+    const std::size_t seq = rows * tokens_ * dim_, scores = rows * heads_ * tokens_ * tokens_;
+    for (DeviceBuffer<float>* b : {&qkv_, &dqkv_}) *b = DeviceBuffer<float>(be, 3 * seq);
+    for (DeviceBuffer<float>* b : {&q_, &k_, &v_, &heads_out_, &merged_, &dq_, &dk_, &dv_, &d_heads_})
+      *b = DeviceBuffer<float>(be, seq);
+    p_ = DeviceBuffer<float>(be, scores);
+    dp_ = DeviceBuffer<float>(be, scores);
+  }
+
+  // torch's _reset_parameters: Xavier-uniform in_proj_weight, zero biases;
+  // out_proj.weight as a Glorot-uniform square.
+  void init(std::uint64_t seed, bool, const ArenaPointers& host) const override {
+    Rng rng(mix_seed(seed, kInitPurpose, kAttentionStream + static_cast<std::uint64_t>(index_)));
+    const std::size_t d = static_cast<std::size_t>(dim_);
+    fill_uniform(rng, host.params + in_weight_, 3 * d * d, std::sqrt(6.0 / (4.0 * dim_)));
+    fill_uniform(rng, host.params + out_weight_, d * d, std::sqrt(6.0 / (2.0 * dim_)));
+  }
+
+  void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
+    SequenceKernels& seq = be.sequence();
+    const HeadShape s = shape(x.rows);
+    const int rows = x.rows * tokens_, d = dim_, t = tokens_, hd = head_dim_;
+    const float* p = arenas().params;
+    be.gemm(false, true, rows, 3 * d, d, 1.0f, x.data, d, p + in_weight_, d, 0.0f, qkv_.get(), 3 * d);
+    be.dense().add_bias(qkv_.get(), p + in_bias_, rows, 3 * d);
+    seq.split_qkv(qkv_.get(), s, q_.get(), k_.get(), v_.get());
+    const int nh = x.rows * heads_;
+    const std::size_t th = std::size_t(t) * hd, tt = std::size_t(t) * t;
+    be.gemm_batched(false, true, t, t, hd, 1.0f, q_.get(), hd, th, k_.get(), hd, th, 0.0f,
+                    p_.get(), t, tt, nh);
+    seq.attention_softmax(p_.get(), s, scale(), causal_, p_.get());
+    be.gemm_batched(false, false, t, hd, t, 1.0f, p_.get(), t, tt, v_.get(), hd, th, 0.0f,
+                    heads_out_.get(), hd, th, nh);
+    seq.merge_heads(heads_out_.get(), s, merged_.get());
+    be.gemm(false, true, rows, d, d, 1.0f, merged_.get(), d, p + out_weight_, d, 0.0f, y.data, d);
+    be.dense().add_bias(y.data, p + out_bias_, rows, d);
+  }
+
+  void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
+    SequenceKernels& seq = be.sequence();
+    const HeadShape s = shape(x.rows);
+    const int rows = x.rows * tokens_, d = dim_, t = tokens_, hd = head_dim_, nh = x.rows * heads_;
+    const std::size_t th = std::size_t(t) * hd, tt = std::size_t(t) * t;
+    const float* p = arenas().params;
+    float* g = arenas().grads;
+    // Output projection: its gradients, and the gradient of the merged heads.
+    be.gemm(true, false, d, d, rows, 1.0f, dy.data, d, merged_.get(), d, 0.0f, g + out_weight_, d);
+    be.dense().bias_grad(dy.data, g + out_bias_, rows, d);
+    be.gemm(false, false, rows, d, d, 1.0f, dy.data, d, p + out_weight_, d, 0.0f, merged_.get(), d);
+    seq.split_heads(merged_.get(), s, d_heads_.get());
+    // o = p v: dp = do vᵀ, dv = pᵀ do; then the softmax; dq = ds k, dk = dsᵀ q.
+    be.gemm_batched(false, true, t, t, hd, 1.0f, d_heads_.get(), hd, th, v_.get(), hd, th, 0.0f,
+                    dp_.get(), t, tt, nh);
+    be.gemm_batched(true, false, t, hd, t, 1.0f, p_.get(), t, tt, d_heads_.get(), hd, th, 0.0f,
+                    dv_.get(), hd, th, nh);
+    seq.attention_softmax_grad(p_.get(), dp_.get(), s, scale(), dp_.get());
+    be.gemm_batched(false, false, t, hd, t, 1.0f, dp_.get(), t, tt, k_.get(), hd, th, 0.0f,
+                    dq_.get(), hd, th, nh);
+    be.gemm_batched(true, false, t, hd, t, 1.0f, dp_.get(), t, tt, q_.get(), hd, th, 0.0f,
+                    dk_.get(), hd, th, nh);
+    seq.join_qkv(dq_.get(), dk_.get(), dv_.get(), s, dqkv_.get());
+    // Input projection.
+    be.gemm(true, false, 3 * d, d, rows, 1.0f, dqkv_.get(), 3 * d, x.data, d, 0.0f, g + in_weight_, d);
+    be.dense().bias_grad(dqkv_.get(), g + in_bias_, rows, 3 * d);
+  }
+
+  void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView,
+                      TensorView dx) override {
+    const int d = dim_;
+    be.gemm(false, false, x.rows * tokens_, d, 3 * d, 1.0f, dqkv_.get(), 3 * d,
+            arenas().params + in_weight_, d, 0.0f, dx.data, d);
+  }
+
+ private:
+  static constexpr std::uint64_t kAttentionStream = 0x61746e00;  // "atn"
+
+  static void fill_uniform(Rng& rng, float* w, std::size_t n, double limit) {
+    for (std::size_t i = 0; i < n; ++i) w[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * limit);
+  }
+  HeadShape shape(int rows) const { return {rows, tokens_, heads_, head_dim_}; }
+  float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_))); }
+
+  int tokens_, dim_, heads_, head_dim_;
+  bool causal_;
+  int index_;
+  std::size_t in_weight_, in_bias_, out_weight_, out_bias_;
+  // Forward: qkv and its heads, p, the heads' outputs and merged (the output
+  // projection's input; reused in backward for its gradient). Backward: the
+  // heads' gradients, dp (then ds in place), dqkv (read by backward_input).
+  DeviceBuffer<float> qkv_, q_, k_, v_, p_, heads_out_, merged_;
+  DeviceBuffer<float> d_heads_, dp_, dq_, dk_, dv_, dqkv_;
+};
+
+LayerSpec parse_attention(const std::string& token) {
+  const auto colon = token.find(':');
+  if (colon == std::string::npos || token.substr(0, colon) != "attn")
+    throw BadLayerToken("attn:H[:causal] needs the number of heads H");
+  std::string rest = token.substr(colon + 1);
+  const auto second = rest.find(':');
+  std::vector<std::string> args{std::to_string(parse_positive(rest.substr(0, second), "heads H"))};
+  if (second != std::string::npos) {
+    if (rest.substr(second + 1) != "causal") throw BadLayerToken("the option after H is 'causal'");
+    args.push_back("causal");
+  }
+  return {"attn", args, token};
+}
+
+std::unique_ptr<Layer> make_attention(const LayerSpec& spec, const LayerContext& ctx) {
+  const std::string label = "--model: " + layer_label(spec, ctx);
+  DPT_REQUIRE(ctx.input.rank() == 2, ExitCode::kUsage,
+              label + " needs a sequence [T, D] per sample; got " + ctx.input.to_string());
+  const int heads = std::stoi(spec.args.at(0));
+  DPT_REQUIRE(ctx.input[1] % heads == 0, ExitCode::kUsage,
+              label + ": the width D = " + std::to_string(ctx.input[1]) +
+                  " does not divide into " + std::to_string(heads) + " heads");
+  return std::make_unique<Attention>(ctx, heads, spec.args.size() > 1);
+}
+
+}  // namespace
+
+LayerFamily attention_family() {
+  return {{"attn"}, "attn:H[:causal] (H divides D)", parse_attention, make_attention, nullptr, ""};
+}
+
+}  // namespace dptrain

@@ -1,0 +1,78 @@
+// Implements: the layer normalization family, `ln` — per position over the
+// last dimension of a sequence [N, T, D], per sample on flat [N, F]:
+// y = (x − μ) / sqrt(σ² + 1e-5) · weight + bias with the biased variance
+// (torch.nn.LayerNorm(D): weight ones, bias zeros). The forward keeps each
+// row's mean and 1/σ for the backward pass.
+#include "dptrain/common/error.hpp"
+#include "model/layers/family.hpp"
+
+namespace dptrain {
+namespace {
+
+constexpr float kEps = 1e-5f;
+
+class LayerNorm final : public Layer {
+ public:
+  explicit LayerNorm(const LayerContext& ctx)
+      : Layer(ctx, ctx.input),
+        positions_(ctx.input.rank() == 2 ? ctx.input[0] : 1),
+        dim_(ctx.input[ctx.input.rank() - 1]),
+        weight_(add_param("weight", {std::size_t(dim_)})),
+        bias_(add_param("bias", {std::size_t(dim_)})) {}
+
+  std::string spec() const override { return "ln"; }
+
+  void allocate(Backend& be, int max_rows) override {
+    be.sequence();
+    const std::size_t rows = static_cast<std::size_t>(max_rows) * positions_;
+    mean_ = DeviceBuffer<float>(be, rows);
+    rstd_ = DeviceBuffer<float>(be, rows);
+  }
+
+  void init(std::uint64_t, bool, const ArenaPointers& host) const override {
+    for (int c = 0; c < dim_; ++c) host.params[weight_ + std::size_t(c)] = 1.0f;
+  }
+
+  void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
+    be.sequence().layer_norm(x.data, arenas().params + weight_, arenas().params + bias_,
+                             x.rows * positions_, dim_, kEps, y.data, mean_.get(), rstd_.get());
+  }
+
+  void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
+    be.sequence().layer_norm_param_grad(x.data, dy.data, mean_.get(), rstd_.get(),
+                                        x.rows * positions_, dim_, arenas().grads + weight_,
+                                        arenas().grads + bias_);
+  }
+
+  void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
+                      TensorView dx) override {
+    be.sequence().layer_norm_grad(x.data, dy.data, arenas().params + weight_, mean_.get(),
+                                  rstd_.get(), x.rows * positions_, dim_, dx.data);
+  }
+
+ private:
+  int positions_, dim_;
+  std::size_t weight_, bias_;
+  DeviceBuffer<float> mean_, rstd_;  // per row of the last forward
+};
+
+LayerSpec parse_layer_norm(const std::string& token) {
+  if (token != "ln") throw BadLayerToken("ln takes no arguments");
+  return {"ln", {}, token};
+}
+
+std::unique_ptr<Layer> make_layer_norm(const LayerSpec& spec, const LayerContext& ctx) {
+  DPT_REQUIRE(ctx.input.rank() <= 2, ExitCode::kUsage,
+              "--model: " + layer_label(spec, ctx) +
+                  " normalizes a sequence [T, D] per position or a flat [F] per sample; got " +
+                  ctx.input.to_string() + " (use bn on images)");
+  return std::make_unique<LayerNorm>(ctx);
+}
+
+}  // namespace
+
+LayerFamily layer_norm_family() {
+  return {{"ln"}, "ln", parse_layer_norm, make_layer_norm, nullptr, ""};
+}
+
+}  // namespace dptrain
