@@ -105,7 +105,11 @@ po::options_description eval_group(Options& o, bool with_output) {
   d.add_options()
       ("checkpoint", po::value(&o.checkpoint), "checkpoint file")
       ("set", po::value(&o.set)->default_value(o.set), "set group in --data");
-  if (with_output) d.add_options()("output", po::value(&o.output), "HDF5 file for /predictions");
+  if (with_output)
+    d.add_options()("output", po::value(&o.output), "HDF5 file for /predictions")(
+        "logits", po::bool_switch(&o.predict_logits),
+        "language models: write /predictions/logits [N, T, V] too (N·T·V floats), not only the "
+        "argmax per position");
   return d;
 }
 

@@ -51,6 +51,7 @@ LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, 
     lm.loss = parse_loss(loss);
   });
   *set_out = open_set(mpi, opts.data, set_name, label_type(lm.loss), spec_output_width(layers));
+  check_model_fits(mpi, layers, set_out->info, class_labels(lm.loss));
   agree(mpi.world(), [&] {
     lm.model = std::make_unique<Model>(*rt.backend, layers, sample_shape(set_out->info),
                                        max_shard_rows(batch, mpi.size()),
@@ -65,7 +66,6 @@ LoadedModel load_model(const Options& opts, const MpiSession& mpi, Runtime& rt, 
       lm.step = ck.meta.step;
     }
   });
-  check_model_output(mpi, set_out->info, lm.model->output_shape(), class_labels(lm.loss));
   rt.comm->broadcast(lm.model->params(), lm.model->num_params() * sizeof(float), 0);
   if (lm.model->num_buffers())
     rt.comm->broadcast(lm.model->buffers(), lm.model->num_buffers() * sizeof(float), 0);
@@ -109,7 +109,17 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   SharedSet set;
   LoadedModel lm = load_model(opts, mpi, rt, &set, opts.set, batch);
   const int width = lm.model->output_dim();
+  // A sequence output [T, C] (a language model): the argmax per position,
+  // and the N·T·C logits only when asked for.
+  const int positions = lm.model->output_positions(), classes = lm.model->output_classes();
+  const bool sequence = lm.model->output_shape().rank() == 2;
+  const bool write_logits = !sequence || opts.predict_logits;
   const std::uint64_t n = set.info.rows;
+  const std::vector<hsize_t> logits_dims =
+      sequence ? std::vector<hsize_t>{n, hsize_t(positions), hsize_t(classes)}
+               : std::vector<hsize_t>{n, hsize_t(width)};
+  const std::vector<hsize_t> label_dims =
+      sequence ? std::vector<hsize_t>{n, hsize_t(positions)} : std::vector<hsize_t>{n};
 
   // Rank 0 writes NAME.tmp and renames at the end, so a failed run leaves no
   // half-written file under the final name.
@@ -121,10 +131,11 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
     out = h5::create_file(tmp, ExitCode::kUsage);
     h5::CreateOptions co;
     co.chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, (1u << 20) / (4u * width)));
-    logits_ds = h5::create_dataset(out.get(), "/predictions/logits", H5T_IEEE_F32LE,
-                                   {n, static_cast<hsize_t>(width)}, ExitCode::kUsage, co);
-    co.chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, 1u << 18));
-    labels_ds = h5::create_dataset(out.get(), "/predictions/labels", H5T_STD_I32LE, {n},
+    if (write_logits)
+      logits_ds = h5::create_dataset(out.get(), "/predictions/logits", H5T_IEEE_F32LE,
+                                     logits_dims, ExitCode::kUsage, co);
+    co.chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, (1u << 18) / positions));
+    labels_ds = h5::create_dataset(out.get(), "/predictions/labels", H5T_STD_I32LE, label_dims,
                                    ExitCode::kUsage, co);
   });
 
@@ -132,7 +143,7 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   // sample order (shards are consecutive rows), and written there.
   std::vector<float> local(static_cast<std::size_t>(max_shard_rows(batch, mpi.size())) * width);
   std::vector<float> global(mpi.rank() == 0 ? batch * width : 0);
-  std::vector<std::int32_t> labels(mpi.rank() == 0 ? batch : 0);
+  std::vector<std::int32_t> labels(mpi.rank() == 0 ? batch * positions : 0);
   forward_pass(mpi, be, set, *lm.model, lm.loss, batch, kEvalCacheBytes,
                [&](const BatchSlot& slot, const Shard& shard, const float* o) {
     if (shard.rows > 0)
@@ -143,12 +154,13 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
     DPT_MPI_CHECK(MPI_Gatherv(local.data(), shard.rows * width, MPI_FLOAT, global.data(),
                               counts.data(), displs.data(), MPI_FLOAT, 0, mpi.world()));
     if (mpi.rank() != 0) return;
-    for (std::uint64_t r = 0; r < slot.rows; ++r) {
-      const float* row = global.data() + r * width;
-      labels[r] = static_cast<std::int32_t>(std::max_element(row, row + width) - row);
+    for (std::uint64_t r = 0; r < slot.rows * positions; ++r) {
+      const float* row = global.data() + r * classes;
+      labels[r] = static_cast<std::int32_t>(std::max_element(row, row + classes) - row);
     }
-    h5::write_rows(logits_ds.get(), H5T_NATIVE_FLOAT, slot.position, slot.rows, global.data(),
-                   ExitCode::kOther);
+    if (write_logits)
+      h5::write_rows(logits_ds.get(), H5T_NATIVE_FLOAT, slot.position, slot.rows, global.data(),
+                     ExitCode::kOther);
     h5::write_rows(labels_ds.get(), H5T_NATIVE_INT32, slot.position, slot.rows, labels.data(),
                    ExitCode::kOther);
   });
@@ -161,8 +173,13 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
     out.reset();
     DPT_REQUIRE(std::rename(tmp.c_str(), opts.output.c_str()) == 0, ExitCode::kOther,
                 "cannot rename " + tmp + " to " + opts.output);
-    std::printf("wrote %llu predictions (%d outputs each) to %s\n",
-                static_cast<unsigned long long>(n), width, opts.output.c_str());
+    if (sequence)
+      std::printf("wrote %llu predictions (the argmax of %d outputs at each of %d positions%s) to %s\n",
+                  static_cast<unsigned long long>(n), classes, positions,
+                  write_logits ? ", and the logits" : "", opts.output.c_str());
+    else
+      std::printf("wrote %llu predictions (%d outputs each) to %s\n",
+                  static_cast<unsigned long long>(n), width, opts.output.c_str());
   });
   return ExitCode::kOk;
 }

@@ -115,9 +115,17 @@ SharedSet open_set(const MpiSession& mpi, const std::string& file, const std::st
   return ds;
 }
 
-void check_model_output(const MpiSession& mpi, const SetInfo& info, const Shape& output,
-                        bool class_labels) {
+void check_model_fits(const MpiSession& mpi, const std::vector<LayerSpec>& specs,
+                      const SetInfo& info, bool class_labels) {
   agree(mpi.world(), [&] {
+    if (mpi.rank() != 0) return;
+    check_model_output(info, model_layout(specs, sample_shape(info), model_vocab(info)).output,
+                       class_labels);
+  });
+}
+
+void check_model_output(const SetInfo& info, const Shape& output, bool class_labels) {
+  {
     const std::string where = info.file + ": /" + info.set;
     if (info.tokens()) {
       const int t = static_cast<int>(info.dim), v = static_cast<int>(info.vocab_size);
@@ -132,7 +140,7 @@ void check_model_output(const MpiSession& mpi, const SetInfo& info, const Shape&
                       "/labels holds one class id per sample (reduce the sequence first, e.g. "
                       "gap before the last dense)");
     }
-  });
+  }
 }
 
 Shape sample_shape(const SetInfo& info) {

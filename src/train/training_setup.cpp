@@ -137,11 +137,13 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
       input_.get());
   replica_sum_ = std::make_unique<CommReplicaSum>(*rt_.comm);
   const AugmentSpec augment = parse_augment(opts_.augment);
+  agree(mpi_.world(), [&] {
+    DPT_REQUIRE(mpi_.rank() != 0 || !augment.any() || !train_.info.tokens(), ExitCode::kUsage,
+                "--augment transforms images; " + opts_.data + ": /" + opts_.train_set +
+                    " is a token set");
+  });
   if (augment.any())
     agree(mpi_.world(), [&] {
-      DPT_REQUIRE(!train_.info.tokens(), ExitCode::kUsage,
-                  "--augment transforms images; " + opts_.data + ": /" + opts_.train_set +
-                      " is a token set");
       augmenter_ = std::make_unique<Augmenter>(augment, model_->input_shape(), be);
     });
   saver_ = std::make_unique<StateSaver>(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
@@ -182,12 +184,12 @@ void TrainingRun::open_data() {
 void TrainingRun::build_model() {
   const int max_rows =
       std::max(max_shard_rows(batch_, mpi_.size()), max_shard_rows(eval_batch_, mpi_.size()));
+  check_model_fits(mpi_, layers_, train_.info, class_labels(loss_));
   agree(mpi_.world(), [&] {
     model_ = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info),
                                      max_rows, model_vocab(train_.info));
     model_->init(opts_.seed);
   });
-  check_model_output(mpi_, train_.info, model_->output_shape(), class_labels(loss_));
   // Rank 0's weights are the reference: every tower starts bitwise identical.
   rt_.comm->broadcast(model_->params(), model_->num_params() * sizeof(float), 0);
   OptimizerConfig oc = optimizer_config(opts_);

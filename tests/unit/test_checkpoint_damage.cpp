@@ -147,8 +147,8 @@ TEST_F(CheckpointTest, BadInputShapeFails) {
   const std::string p = written();
   edit(p, [](hid_t f) { h5::write_attr_int64s(f, "input_shape", {0}, ExitCode::kOther); });
   expect_ckpt_error([&] { read_checkpoint(p); }, {"input_shape", p});
-  edit(p, [](hid_t f) { h5::write_attr_int64s(f, "input_shape", {3, 4}, ExitCode::kOther); });
-  expect_ckpt_error([&] { read_checkpoint(p); }, {"shape [5, 6] does not match [5, 12]", "input_shape [3, 4]", p});
+  edit(p, [](hid_t f) { h5::write_attr_int64s(f, "input_shape", {1, 3, 4}, ExitCode::kOther); });
+  expect_ckpt_error([&] { read_checkpoint(p); }, {"shape [5, 6] does not match [5, 12]", "input_shape [1, 3, 4]", p});
 }
 
 TEST_F(CheckpointTest, MissingAttributeFailsFullRead) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dptrain/data/dataset.hpp"
+#include "dptrain/model/layer_spec.hpp"
 #include "dptrain/model/tensor.hpp"
 #include "dptrain/run/agree.hpp"
 #include "dptrain/run/mpi_session.hpp"
@@ -33,12 +34,15 @@ Shape sample_shape(const SetInfo& info);
 // The vocabulary a model built for this set reads ids of (0: not a token set).
 inline int model_vocab(const SetInfo& info) { return static_cast<int>(info.vocab_size); }
 
-// Collective (agreed): checks that a model built for `info` with output
-// `output` per sample can train or be evaluated on it with `loss`: a token
-// set's model gives [T, V] (V = vocab_size), a set of class ids one output
-// row per sample. Error(kUsage) naming the file otherwise.
-void check_model_output(const MpiSession& mpi, const SetInfo& info, const Shape& output,
-                        bool class_labels);
+// Checks that a model whose output is `output` per sample can train or be
+// evaluated on the set: a token set's model gives [T, V] (V = vocab_size),
+// a set of class ids one output row per sample. Error(kUsage) naming the
+// file otherwise.
+void check_model_output(const SetInfo& info, const Shape& output, bool class_labels);
+// Agreed, checked on rank 0 alone (one error line, not one per rank): the
+// model `specs` builds for the set's samples and fits it (check_model_output).
+void check_model_fits(const MpiSession& mpi, const std::vector<LayerSpec>& specs,
+                      const SetInfo& info, bool class_labels);
 
 // Opens and validates file:/set on rank 0 and broadcasts its shape; a rank
 // with `reader` set opens it too and checks that it sees the same set (the

@@ -51,6 +51,7 @@ struct Options {
   std::string timeline;    // Chrome trace of every rank's phases ("" = off)
   // eval / predict / inspect
   std::string checkpoint, set = "test", output, file;
+  bool predict_logits = false;  // predict on a sequence output: also write the N·T·V logits
 
   std::string config_text;  // resolved options as INI, stored in checkpoints
 };
