@@ -5,6 +5,7 @@
 
 #include "dptrain/data/augment.hpp"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -184,6 +185,30 @@ void check_train(const Options& o) {
     usage_error("--resume FILE and --init-from are exclusive");
 }
 
+po::options_description generate_group(Options& o) {
+  po::options_description d("Generation");
+  d.add_options()
+      ("checkpoint", po::value(&o.checkpoint), "checkpoint of a language model (trained on a token set)")
+      ("prompt", po::value(&o.prompt), "text to continue (its UTF-8 bytes; byte-level models)")
+      ("prompt-ids", po::value(&o.prompt_ids), "ids to continue, e.g. 1,2,3 (any vocabulary)")
+      ("tokens", po::value(&o.generate_tokens)->default_value(o.generate_tokens), "tokens to generate")
+      ("temperature", po::value(&o.temperature)->default_value(o.temperature),
+       "divides the logits before sampling (0: always the most likely token)")
+      ("top-k", po::value(&o.top_k)->default_value(o.top_k), "sample among the K most likely tokens (0: all)")
+      ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the sampling (same seed, same text)");
+  return d;
+}
+
+void check_generate(const Options& o) {
+  if (o.checkpoint.empty()) usage_error("generate needs --checkpoint FILE");
+  if (o.prompt.empty() == o.prompt_ids.empty())
+    usage_error("generate needs a non-empty --prompt TEXT or --prompt-ids LIST (one of them)");
+  require_positive(o.generate_tokens, "tokens");
+  if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
+    usage_error("--temperature must be a finite number >= 0");
+  require_nonnegative(static_cast<double>(o.top_k), "top-k");
+}
+
 void check_common(const Options& o) {
   // The backends come from the factory, built or not: one not built here
   // fails later with a message that says so.
@@ -205,6 +230,7 @@ const char* command_name(Command c) {
     case Command::kEval: return "eval";
     case Command::kPredict: return "predict";
     case Command::kInspect: return "inspect";
+    case Command::kGenerate: return "generate";
   }
   return "?";
 }
@@ -218,9 +244,10 @@ Options parse_options(int argc, const char* const* argv) {
       "  eval      loss and accuracy of a checkpoint on a set\n"
       "  predict   write /predictions/logits and /predictions/labels of a set\n"
       "  inspect   summary of a data or checkpoint file\n"
+      "  generate  continue a prompt with a language model (one process, no mpirun)\n"
       "'dptrain <command> --help' lists the options of a command; every option may\n"
       "also be given in an INI file with --config FILE (the command line wins).\n";
-  if (argc < 2) usage_error("no command given; expected train, eval, predict or inspect");
+  if (argc < 2) usage_error("no command given; expected train, eval, predict, inspect or generate");
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     o.help = overview;
@@ -230,7 +257,8 @@ Options parse_options(int argc, const char* const* argv) {
   else if (cmd == "eval") o.command = Command::kEval;
   else if (cmd == "predict") o.command = Command::kPredict;
   else if (cmd == "inspect") o.command = Command::kInspect;
-  else usage_error("unknown command '" + cmd + "'; expected train, eval, predict or inspect");
+  else if (cmd == "generate") o.command = Command::kGenerate;
+  else usage_error("unknown command '" + cmd + "'; expected train, eval, predict, inspect or generate");
 
   std::string config_file;
   po::options_description generic("General");
@@ -254,6 +282,9 @@ Options parse_options(int argc, const char* const* argv) {
     case Command::kInspect:
       all.add_options()("file", po::value(&o.file), "data or checkpoint file");
       positional.add("file", 1);
+      break;
+    case Command::kGenerate:
+      all.add(generate_group(o)).add(device_group(o));
       break;
   }
 
@@ -295,6 +326,8 @@ Options parse_options(int argc, const char* const* argv) {
   } else if (o.command == Command::kInspect) {
     if (o.file.empty()) usage_error("inspect needs a FILE");
     return o;
+  } else if (o.command == Command::kGenerate) {
+    check_generate(o);
   } else {
     if (o.checkpoint.empty()) usage_error(std::string(cmd) + " needs --checkpoint FILE");
     if (o.data.empty()) usage_error(std::string(cmd) + " needs --data FILE");

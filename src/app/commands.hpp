@@ -1,5 +1,6 @@
 // Implements: the commands of docs/design.md section 2 besides train:
-// evaluation (eval), predictions (predict) and file summaries (inspect).
+// evaluation (eval), predictions (predict), file summaries (inspect) and
+// text from a language model (generate).
 // Each returns the exit code every rank agrees on.
 #pragma once
 
@@ -11,6 +12,7 @@ namespace dptrain {
 
 ExitCode run_eval(const Options& opts, MpiSession& mpi);
 ExitCode run_predict(const Options& opts, MpiSession& mpi);
-ExitCode run_inspect(const Options& opts, MpiSession& mpi);  // inspect.cpp
+ExitCode run_inspect(const Options& opts, MpiSession& mpi);   // inspect.cpp
+ExitCode run_generate(const Options& opts, MpiSession& mpi);  // generate.cpp
 
 }  // namespace dptrain

@@ -27,6 +27,7 @@ ExitCode run(const dptrain::Options& opts, dptrain::MpiSession& mpi) {
     case dptrain::Command::kEval: return dptrain::run_eval(opts, mpi);
     case dptrain::Command::kPredict: return dptrain::run_predict(opts, mpi);
     case dptrain::Command::kInspect: return dptrain::run_inspect(opts, mpi);
+    case dptrain::Command::kGenerate: return dptrain::run_generate(opts, mpi);
   }
   return ExitCode::kOther;
 }

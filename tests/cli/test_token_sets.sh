@@ -156,6 +156,27 @@ targets = h5py.File(f"{work}/tok.h5", "r")["test/tokens"][()][:, 1:]
 assert abs((labels == targets).mean() - accuracy) < 1e-6, ((labels == targets).mean(), accuracy)
 PY
 
+# generate: the same seed gives the same ids, past T = 12 positions (the
+# context slides); another seed others; ids the model cannot take, more than
+# one process and a model that is not a language model are usage errors.
+gen() { run 1 60 generate --checkpoint "$WORK/whole.h5" --tokens 30 --threads 1 "$@"; }
+gen --prompt-ids 3,17,260 --seed 5 --top-k 20
+expect_rc 0 "generate"
+first=$(cat "$OUT")
+gen --prompt-ids 3,17,260 --seed 5 --top-k 20
+[[ $(cat "$OUT") == "$first" ]] || fail "generate with one seed gave two texts: $first / $(cat "$OUT")"
+gen --prompt-ids 3,17,260 --seed 6 --top-k 20
+[[ $(cat "$OUT") != "$first" ]] || fail "generate ignored --seed"
+[[ $(tr ',' '\n' <<<"$first" | wc -l) -eq 30 ]] || fail "generate did not write 30 ids: $first"
+gen --prompt-ids 3,17,260 --temperature 0
+expect_rc 0 "greedy generate"
+gen --prompt-ids 3,300
+expect_rc 2 "an id outside the vocabulary"
+expect_one_error "--prompt-ids: '300' (item 1) is not an id in [0, 300)"
+run 2 60 generate --checkpoint "$WORK/whole.h5" --prompt-ids 3 --tokens 2
+expect_rc 2 "generate on 2 ranks"
+expect_one_error "generate runs on one process"
+
 # Bad token sets (exit 3) and models that do not fit them (exit 2): one
 # clear line naming the file, set and first bad index, on 2 ranks, no hang.
 "$PYTHON" - "$WORK" <<'PY'
@@ -197,5 +218,10 @@ synthetic "$WORK/features.h5" --n 20 --val-n 4 --shape 6 --classes 3 --seed 1
 run 2 60 train --data "$WORK/features.h5" --model embed:4,dense:3 --steps 1 --threads 1
 expect_rc 2 "embed on a feature set"
 expect_one_error "must be the first layer of a model trained on a token set"
+run 1 60 train --data "$WORK/features.h5" --model dense:3 --steps 1 --threads 1 --save "$WORK/mlp.h5"
+expect_rc 0 "an MLP"
+run 1 60 generate --checkpoint "$WORK/mlp.h5" --prompt hello
+expect_rc 2 "generate from an MLP"
+expect_one_error "not a language model"
 
 echo "token sets: readers, lists, rank counts and resume all agree; bad sets refused"

@@ -8,7 +8,7 @@
 
 namespace dptrain {
 
-enum class Command { kTrain, kEval, kPredict, kInspect };
+enum class Command { kTrain, kEval, kPredict, kInspect, kGenerate };
 
 struct Options {
   Command command = Command::kTrain;
@@ -52,6 +52,11 @@ struct Options {
   // eval / predict / inspect
   std::string checkpoint, set = "test", output, file;
   bool predict_logits = false;  // predict on a sequence output: also write the N·T·V logits
+  // generate: a prompt as text (UTF-8 bytes) or ids "1,2,3", tokens to add,
+  // sampling temperature (0: the most likely token) and top-k (0: all).
+  std::string prompt, prompt_ids;
+  std::int64_t generate_tokens = 200, top_k = 0;
+  double temperature = 1.0;
 
   std::string config_text;  // resolved options as INI, stored in checkpoints
 };
