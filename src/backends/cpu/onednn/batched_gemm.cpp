@@ -46,6 +46,10 @@ BatchedGemm::Entry& BatchedGemm::entry(const Key& key) {
   e.c = memory(c_md, eng, DNNL_MEMORY_NONE);
   e.scratchpad_bytes.resize(pd.scratchpad_desc().get_size());
   e.scratchpad = memory(pd.scratchpad_desc(), eng, e.scratchpad_bytes.data());
+  e.args = {{DNNL_ARG_SRC, e.a.get()},
+            {DNNL_ARG_WEIGHTS, e.b.get()},
+            {DNNL_ARG_DST, e.c.get()},
+            {DNNL_ARG_SCRATCHPAD, e.scratchpad.get()}};
   return primitives_.emplace(key, std::move(e)).first->second;
 }
 
@@ -57,8 +61,7 @@ void BatchedGemm::run(bool trans_a, bool trans_b, int m, int n, int k, float alp
   e.a.set_data_handle(const_cast<float*>(a));
   e.b.set_data_handle(const_cast<float*>(b));
   e.c.set_data_handle(c);
-  e.matmul.execute(cpu_stream(), {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b},
-                                  {DNNL_ARG_DST, e.c}, {DNNL_ARG_SCRATCHPAD, e.scratchpad}});
+  execute(e.matmul, e.args);
   cpu_stream().wait();
 }
 

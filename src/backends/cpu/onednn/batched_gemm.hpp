@@ -32,6 +32,7 @@ class BatchedGemm {
     dnnl::matmul matmul;
     dnnl::memory a, b, c, scratchpad;  // data handles set per call
     std::vector<std::uint8_t> scratchpad_bytes;
+    std::vector<dnnl_exec_arg_t> args;  // made once: a call allocates nothing of ours
   };
   Entry& entry(const Key& key);
 

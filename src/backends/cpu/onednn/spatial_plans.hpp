@@ -96,15 +96,4 @@ void bind_converted(Operand& o, const void* data, const AlignedBytes& buffer);
 // After the primitive: a reordered output goes back to the caller's data.
 void store(Operand& o);
 
-// Runs p on the process's stream with arguments prepared when p was made
-// (their memories' handles set since): the C++ execute also builds a map
-// and a vector per call; oneDNN 2.6's own execute still takes a few small
-// mallocs for its argument map (measured: 4 to 6 per call, against 9 to 11
-// through the C++ API).
-inline void execute(const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args) {
-  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), cpu_stream().get(),
-                                                 static_cast<int>(args.size()), args.data()),
-                          "could not execute a spatial primitive");
-}
-
 }  // namespace dptrain::onednn
