@@ -104,8 +104,8 @@ def torch_run(args):
             out.flush()
     out.write(json.dumps({"event": "eval", "minutes": (time.monotonic() - start) / 60,
                           "step": step, "loss": test_loss()}) + "\n")
-    tokens = step * batch * t
-    print(f"torch: {step} steps in {args.minutes} min, {tokens / (args.minutes * 60):.0f} tokens/s")
+    seconds = time.monotonic() - start
+    print(f"torch: {step} steps in {seconds / 60:.2f} min, {step * batch * t / seconds:.0f} tokens/s")
 
 
 def xz_nats(args):

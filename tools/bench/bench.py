@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # Implements: the bench driver: dptrain against the PyTorch CPU baselines
 # (tools/bench/torch_mlp.py; the CNN job's rows in cnn_rows.py with
-# torch_cnn.py), repeated and interleaved, plus the rows of the dptrain_bench
-# and dptrain_cnn_bench micro-benchmarks; writes results.md, results.json,
-# results.png (bench_report.py).
+# torch_cnn.py; the GPT job's rows in gpt_rows.py with torch_gpt.py),
+# repeated and interleaved, plus the rows of the dptrain_bench,
+# dptrain_cnn_bench and dptrain_gpt_bench micro-benchmarks; writes
+# results.md, results.json, results.png (bench_report.py).
 """Benchmark dptrain against PyTorch on CPU.
 
 Rows (median over --repeats; ratio = median of the per-repeat ratios):
@@ -12,9 +13,13 @@ Rows (median over --repeats; ratio = median of the per-repeat ratios):
   weak scaling       dptrain 2 ranks batch 2B         vs 2 x dptrain 1 rank batch B
   data wait          ms.data / (sum of ms) of the 2-rank runs' train events (no baseline)
   CNN 1 rank / 2 ranks DDP  the same two for the job of --cnn-job, a fixed --cnn-steps
+  GPT 1 rank / 2 ranks DDP  the same two for the job of --gpt-job on the token set
+                     of --gpt-data, in tokens/s (torch_gpt.py), and the demo job's
+                     tokens/s on 2 ranks against twice its 1-rank rate
 plus every JSON line {"row":..} that BUILD_DIR/tools/bench/dptrain_bench
-(or --micro BIN) and dptrain_cnn_bench (conv layers vs bare oneDNN, bn's
-collectives) print, as-is.
+(or --micro BIN), dptrain_cnn_bench (conv layers vs bare oneDNN, bn's
+collectives) and dptrain_gpt_bench (the GPT step vs its GEMMs replayed, its
+time per layer family) print, as-is. --gpt: the GPT rows alone.
 
 dptrain's samples/s is the median of the samples_per_s of its train events
 after the first one: the first interval holds the start-up (rank 0 filling its
@@ -35,13 +40,14 @@ import tempfile
 import time
 
 import cnn_rows
+import gpt_rows
 from bench_report import write_md, write_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DATA_WAIT = "data wait, fraction of step time (2 ranks)"
 TARGETS = {"1 rank, 1 thread": ">= 2.0", "2 ranks DDP": ">= 5", "weak scaling": ">= 0.9",
-           DATA_WAIT: "< 0.05", **cnn_rows.TARGETS}
+           DATA_WAIT: "< 0.05", **cnn_rows.TARGETS, **gpt_rows.TARGETS}
 # One thread per process everywhere, whatever the caller's environment says.
 ENV_ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                   "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -70,12 +76,14 @@ def run(cmd, timeout, extra_env=None):
     return p.stdout, time.perf_counter() - t0
 
 
-def ratio_row(repeats, name, target, ours, base, ratio, ours_label, base_label, note):
-    """A row of the end-to-end runs: median samples/s of run `ours`, base(sps)
-    for the baseline, and the median of ratio(repeat) over the repeats."""
-    sps = lambda k: statistics.median(rep[k]["samples_per_s"] for rep in repeats)
+def ratio_row(repeats, name, target, ours, base, ratio, ours_label, base_label, note,
+              key="samples_per_s", unit="samples/s"):
+    """A row of the end-to-end runs: the median `key` (samples/s) of run
+    `ours`, base(median) for the baseline, and the median of ratio(repeat)
+    over the repeats."""
+    sps = lambda k: statistics.median(rep[k][key] for rep in repeats)
     ratios = [ratio(rep) for rep in repeats]
-    return {"row": name, "ours": sps(ours), "baseline": base(sps), "unit": "samples/s",
+    return {"row": name, "ours": sps(ours), "baseline": base(sps), "unit": unit,
             "ratio": statistics.median(ratios), "ratios": ratios, "target": target,
             "ours_is": ours_label, "baseline_is": base_label, "note": note}
 
@@ -88,32 +96,37 @@ class Bench:
     def mpiexec(self, ranks):
         return [self.a.mpiexec, "-n", str(ranks), "--oversubscribe", *shlex.split(self.a.mpiexec_args)]
 
-    def ours(self, ranks, batch=None, job=None, steps=None, log_every=None):
-        """dptrain train: the default job (the MLP) at `batch`, or the job file `job`."""
+    def ours(self, ranks, batch=None, job=None, steps=None, log_every=None, data=None, extra=()):
+        """dptrain train: the default job (the MLP) at `batch`, or the job file
+        `job`, on --data or `data`, with `extra` options."""
         with tempfile.TemporaryDirectory() as tmp:
             metrics = os.path.join(tmp, "metrics.jsonl")
             cmd = self.mpiexec(ranks) + [self.dptrain, "train"] + (["--config", job] if job else []) + [
-                "--data", self.a.data, "--device", "cpu", "--threads", "1",
+                "--data", data or self.a.data, "--device", "cpu", "--threads", "1",
                 *(["--batch-size", str(batch)] if batch else []),
                 "--steps", str(steps or self.a.dptrain_steps),
-                "--log-every", str(log_every or self.a.log_every), "--val-set", "", "--metrics", metrics]
+                "--log-every", str(log_every or self.a.log_every), "--val-set", "", "--metrics", metrics,
+                *extra]
             out, wall = run(cmd, self.a.timeout)
             events = [json.loads(line) for line in open(metrics)]
         params = re.search(r"\((\d+) parameters\)", out)  # the start-up summary's model line
         train = [e["samples_per_s"] for e in events if e["event"] == "train"]
+        tokens = [e["tokens_per_s"] for e in events if e["event"] == "train" and "tokens_per_s" in e]
         train_ms = [e["ms"] for e in events if e["event"] == "train" and "ms" in e]
         summary = [e for e in events if e["event"] == "summary"]
         if len(train) < 2:
             raise RuntimeError("dptrain wrote fewer than 2 train events: raise --dptrain-steps")
         return {"cmd": shlex.join(cmd), "wall_s": wall, "samples_per_s": statistics.median(train[1:]),
                 "params": int(params.group(1)) if params else None,
+                **({"tokens_per_s": statistics.median(tokens[1:]), "train_events_tps": tokens}
+                   if len(tokens) >= 2 else {}),
                 "train_events_sps": train, "train_events_ms": train_ms,
                 "summary": summary[-1] if summary else None}
 
-    def torch(self, mode, ranks, script="torch_mlp.py", extra=None, warmup=None, steps=None):
+    def torch(self, mode, ranks, script="torch_mlp.py", extra=None, warmup=None, steps=None, data=None):
         """A PyTorch baseline: the MLP at --batch, or `script` with its own `extra` arguments."""
         extra = ["--batch", str(self.a.batch)] if extra is None else extra
-        cmd = [self.a.python, os.path.join(HERE, script), "--data", self.a.data, *extra,
+        cmd = [self.a.python, os.path.join(HERE, script), "--data", data or self.a.data, *extra,
                "--mode", mode, "--ranks", str(ranks), "--threads", "1",
                "--warmup", str(warmup or self.a.torch_warmup), "--steps", str(steps or self.a.torch_steps)]
         out, wall = run(cmd, self.a.timeout, BASELINE_ENV)
@@ -130,14 +143,16 @@ class Bench:
             ("dp_2r", lambda: self.ours(2, b)), ("torch_ddp", lambda: self.torch("ddp", 2)),
             ("dp_2r_weak", lambda: self.ours(2, 2 * b))]
         pairs += [] if self.a.skip_cnn else cnn_rows.runs(self)
+        pairs += [] if self.a.skip_gpt else gpt_rows.runs(self)
         repeats = []
         for r in range(self.a.repeats):
             order = pairs if r % 2 == 0 else pairs[::-1]
             rep = {}
             for name, fn in order:
                 rep[name] = fn()
-                log(f"repeat {r + 1}/{self.a.repeats} {name}: {rep[name]['samples_per_s']:.0f} samples/s "
-                    f"({rep[name]['wall_s']:.1f} s)")
+                rate = (f"{rep[name]['tokens_per_s']:.0f} tokens/s" if "tokens_per_s" in rep[name]
+                        else f"{rep[name]['samples_per_s']:.0f} samples/s")
+                log(f"repeat {r + 1}/{self.a.repeats} {name}: {rate} ({rep[name]['wall_s']:.1f} s)")
             repeats.append(rep)
 
         row = lambda name, *rest: ratio_row(repeats, name, TARGETS[name], *rest)
@@ -156,6 +171,7 @@ class Bench:
             self.data_wait(repeats),
         ]
         rows += [] if self.a.skip_cnn else cnn_rows.rows(repeats, ratio_row)
+        rows += [] if self.a.skip_gpt else gpt_rows.rows(repeats, ratio_row)
         return rows, repeats
 
     @staticmethod
@@ -270,7 +286,9 @@ def machine(args):
     torch_v = sh([args.python, "-c", "import torch; print(torch.__version__)"])
     # The GEMM library and kernel dptrain runs here (its start-up summary), and
     # torch's BLAS: the figures depend on both.
-    startup = sh([os.path.join(args.build_dir, "dptrain"), "train", "--data", args.data, "--steps", "1",
+    probe = (["--config", args.gpt_job, "--data", args.gpt_data, "--save", ""] if args.data is None
+             else ["--data", args.data])
+    startup = sh([os.path.join(args.build_dir, "dptrain"), "train", *probe, "--steps", "1",
                   "--val-set", "", "--device", "cpu", "--threads", "1"])
     gemm = re.search(r"^dptrain: GEMM (.*)$", startup, re.M)
     torch_blas = sh([args.python, "-c", "import torch, re; c = torch.__config__.show(); "
@@ -285,7 +303,7 @@ def machine(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True, help="HDF5 data file with /train")
+    ap.add_argument("--data", help="HDF5 data file with /train (the MLP and CNN rows; not needed with --gpt)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench-results"), help="output dir")
     ap.add_argument("--repeats", type=int, default=5)
@@ -306,6 +324,18 @@ def main():
     ap.add_argument("--skip-mlp", action="store_true",
                     help="no MLP rows (end-to-end, dptrain_bench, GEMM): the CNN rows alone")
     ap.add_argument("--skip-cnn", action="store_true", help="no CNN rows")
+    ap.add_argument("--skip-gpt", action="store_true", help="no GPT rows")
+    ap.add_argument("--gpt", action="store_true", help="the GPT rows alone (--skip-mlp --skip-cnn)")
+    ap.add_argument("--gpt-job", default=os.path.join(ROOT, "jobs", "text_gpt.ini"),
+                    help="the GPT rows' job file (network, batch, optimizer)")
+    ap.add_argument("--gpt-data", default=os.path.join(ROOT, "data", "fortunes.h5"),
+                    help="the GPT rows' token set (tools/convert_text.py output)")
+    ap.add_argument("--gpt-steps", type=int, default=30, help="dptrain steps per GPT run")
+    ap.add_argument("--gpt-log-every", type=int, default=5)
+    ap.add_argument("--gpt-torch-warmup", type=int, default=5)
+    ap.add_argument("--gpt-torch-steps", type=int, default=20)
+    ap.add_argument("--gpt-micro-run", metavar="RANKS:ARGS",
+                    help="the dptrain_gpt_bench run (default 1:all with the job's model, batch, optimizer)")
     ap.add_argument("--cnn-job", default=os.path.join(ROOT, "jobs", "fashion_mnist_cnn.ini"),
                     help="the CNN rows' job file (network, batch, optimizer)")
     ap.add_argument("--cnn-steps", type=int, default=120, help="dptrain steps per CNN run")
@@ -319,9 +349,22 @@ def main():
     ap.add_argument("--openblas-gemm-rate", help="dptrain_gemm_rate of a -DDPTRAIN_CPU_GEMM=openblas "
                     "build: the GEMM rows' baseline, under each OpenBLAS kernel the CPU runs")
     args = ap.parse_args()
-    args.micro_run = args.micro_run or [f"2:all --data {shlex.quote(args.data)}"]
-    args.data = os.path.abspath(args.data)
+    if args.gpt:
+        args.skip_mlp = args.skip_cnn = True
+        args.skip_gpt = False
+    if args.data is None and not (args.skip_mlp and args.skip_cnn):
+        ap.error("--data is needed for the MLP and CNN rows (or --gpt for the GPT rows alone)")
+    if args.data is not None:
+        args.micro_run = args.micro_run or [f"2:all --data {shlex.quote(args.data)}"]
+        args.data = os.path.abspath(args.data)
     args.cnn_job = os.path.abspath(args.cnn_job)
+    args.gpt_job = os.path.abspath(args.gpt_job)
+    args.gpt_data = os.path.abspath(args.gpt_data)
+    if not args.skip_gpt:
+        if not os.path.isfile(args.gpt_data):
+            sys.exit(f"bench: {args.gpt_data} not found: tools/convert_text.py "
+                     "/usr/share/games/fortunes --output data/fortunes.h5 --window 64 (run.sh does it)")
+        args.gpt_micro_run = args.gpt_micro_run or gpt_rows.micro_spec(args)
     if not args.skip_cnn:
         args.cnn_micro_run = args.cnn_micro_run or cnn_rows.micro_spec(args)
     args.build_dir = os.path.abspath(args.build_dir)
@@ -332,6 +375,8 @@ def main():
     info = machine(args)
     if not args.skip_cnn:
         info["cnn"] = cnn_rows.describe(args)
+    if not args.skip_gpt:
+        info["gpt"] = gpt_rows.describe(args)
     b = Bench(args)
     rows, repeats = ([], []) if args.skip_e2e else b.end_to_end()
     micro_raw = []
@@ -342,6 +387,10 @@ def main():
         cnn_micro_rows, cnn_raw = b.micro("dptrain_cnn_bench", specs=[args.cnn_micro_run])
         rows += cnn_micro_rows
         micro_raw += cnn_raw
+    if not args.skip_gpt:
+        gpt_micro_rows, gpt_raw = b.micro("dptrain_gpt_bench", specs=[args.gpt_micro_run])
+        rows += gpt_micro_rows
+        micro_raw += gpt_raw
     if not args.skip_mlp:
         gemm_rows, gemm_raw = gemm_table(args)
         rows += gemm_rows
@@ -350,6 +399,9 @@ def main():
 
     md, js, png = (os.path.join(args.out, f"results.{e}") for e in ("md", "json", "png"))
     write_md(md, info, args, rows)
+    if not args.skip_gpt:
+        with open(md, "a") as f:
+            f.write(gpt_rows.extra_md(micro_raw))
     json.dump({"machine": info, "config": vars(args), "rows": rows, "repeats": repeats,
                "micro_runs": micro_raw}, open(js, "w"), indent=1)
     write_png(png, rows)

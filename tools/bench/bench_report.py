@@ -31,10 +31,11 @@ def write_md(path, info, args, rows):
         f"- date: {info['date']}; load average at start: {' '.join(info['loadavg_start'])}",
         f"- dptrain commit {info['dptrain_commit']}; torch {info['torch']}; {info['openmpi']}",
         f"- GEMMs: dptrain {info['dptrain_gemm']}; torch BLAS {info['torch_blas']}",
-        f"- data: {os.path.relpath(args.data, ROOT)}; "
+        (f"- data: {os.path.relpath(args.data, ROOT)}; " if args.data else "- ")
         + ("" if getattr(args, "skip_mlp", False) else f"MLP 784-256-256-10, Adam, global batch {args.batch}; ")
         + f"{args.repeats} repeats, medians; 1 thread per process (OMP/OPENBLAS_NUM_THREADS=1)",
-        *([f"- {info['cnn']}"] if info.get("cnn") else []), "",
+        *([f"- {info['cnn']}"] if info.get("cnn") else []),
+        *([f"- {info['gpt']}"] if info.get("gpt") else []), "",
         "| row | ours | baseline | ratio (median) | target | met? |",
         "|---|---|---|---|---|---|",
     ]

@@ -2,8 +2,11 @@
 # Implements: the one bench command: installs, builds dptrain (Release, CPU;
 # and the GEMM rate tool on OpenBLAS, the GEMM rows' baseline),
 # prepares Fashion-MNIST (synthetic data of the same shape when it is not
-# available), runs tools/bench/bench.py and says where the results are.
+# available) and the fortunes token set of the GPT rows, runs
+# tools/bench/bench.py and says where the results are.
 #   tools/bench/run.sh [bench.py options...]     e.g. --repeats 3
+#   tools/bench/run.sh --gpt                     the GPT rows alone (no OpenBLAS
+#                                                build, no Fashion-MNIST)
 # Environment: BUILD_DIR (default build-bench), OUT (default bench-results),
 # DATA (an HDF5 file to use instead), JOBS (default 2).
 set -euo pipefail
@@ -13,18 +16,40 @@ tools/bench/install.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 build=${BUILD_DIR:-build-bench}
 out=${OUT:-bench-results}
+gpt_only=0 skip_gpt=0 skip_mlp=0
+for arg in "$@"; do
+  case "$arg" in
+    --gpt) gpt_only=1 ;;
+    --skip-gpt) skip_gpt=1 ;;
+    --skip-mlp) skip_mlp=1 ;;
+  esac
+done
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF >/dev/null
-cmake --build "$build" -j "${JOBS:-2}" --target dptrain dptrain_bench dptrain_cnn_bench dptrain_gemm_rate >/dev/null
-# The GEMM rows' baseline: the same rate tool built on OpenBLAS.
+cmake --build "$build" -j "${JOBS:-2}" \
+  --target dptrain dptrain_bench dptrain_cnn_bench dptrain_gpt_bench dptrain_gemm_rate >/dev/null
 openblas_build=${build}-openblas
-cmake -S . -B "$openblas_build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF \
-  -DDPTRAIN_CPU_GEMM=openblas -DDPTRAIN_TESTS=OFF >/dev/null
-cmake --build "$openblas_build" -j "${JOBS:-2}" --target dptrain_gemm_rate >/dev/null
+openblas_args=()
+if ((!gpt_only && !skip_mlp)); then
+  # The GEMM rows' baseline: the same rate tool built on OpenBLAS.
+  cmake -S . -B "$openblas_build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF \
+    -DDPTRAIN_CPU_GEMM=openblas -DDPTRAIN_TESTS=OFF >/dev/null
+  cmake --build "$openblas_build" -j "${JOBS:-2}" --target dptrain_gemm_rate >/dev/null
+  openblas_args=(--openblas-gemm-rate "$openblas_build/tools/bench/dptrain_gemm_rate")
+fi
 
 py=$(tools/find-python.sh)
+if ((!skip_gpt)) && [[ ! -f data/fortunes.h5 ]]; then
+  # The GPT rows' token set, as tools/demo_text.sh makes it (package fortunes,
+  # from tools/install-deps.sh --demo).
+  mkdir -p data
+  "$py" tools/convert_text.py /usr/share/games/fortunes --output data/fortunes.h5 --window 64 >/dev/null
+fi
 data=${DATA:-}
-if [[ -z "$data" ]]; then
+data_args=()
+if ((gpt_only)); then
+  :  # the GPT rows read data/fortunes.h5 (bench.py --gpt-data)
+elif [[ -z "$data" ]]; then
   data=data/fashion_mnist.h5
   mkdir -p data
   if [[ ! -f "$data" ]]; then
@@ -41,6 +66,8 @@ if [[ -z "$data" ]]; then
   fi
 fi
 
-"$py" tools/bench/bench.py --data "$data" --build-dir "$build" --out "$out" --python "$py" \
-  --openblas-gemm-rate "$openblas_build/tools/bench/dptrain_gemm_rate" "$@"
+if [[ -n "$data" ]]; then data_args=(--data "$data"); fi
+
+"$py" tools/bench/bench.py "${data_args[@]}" --build-dir "$build" --out "$out" --python "$py" \
+  "${openblas_args[@]}" "$@"
 echo "bench: results in $out/results.md, $out/results.json, $out/results.png"

@@ -1,0 +1,270 @@
+// Implements: what the parts of dptrain_gpt_bench share (internal to
+// tools/bench): its arguments, a backend that records and times the GEMMs
+// it forwards, the GPT with its random token shard and optimizer, the
+// replay of recorded GEMMs, and the two row makers (gpt_gemm_rows.cpp,
+// gpt_layer_rows.cpp); gpt_bench.cpp is the command.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/cpu_gemm.hpp"
+#include "backends/cpu/kernel_tables.hpp"
+#include "bench_rows.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/model/layer_spec.hpp"
+#include "dptrain/model/loss.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
+#include "dptrain/run/agree.hpp"
+#include "dptrain/run/mpi_session.hpp"
+#include "train/train_step.hpp"
+
+namespace dptrain::bench {
+
+struct GptArgs {
+  std::string what, model;
+  int tokens = 64, vocab = 256, batch = 32, threads = 1, repeats = 0, warmup = 3;
+  float lr = 3e-3f, beta2 = 0.95f, weight_decay = 0.1f, clip = 1.0f;
+  bool decay_all = false;
+};
+
+// --- a backend that records and times the GEMMs it forwards -------------------
+
+struct GemmCall {
+  bool batched, ta, tb;
+  int m, n, k;
+  float alpha, beta;
+  int lda, ldb, ldc;
+  std::size_t sa, sb, sc;
+  int batch;
+
+  auto key() const {
+    return std::make_tuple(batched, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, sa, sb, sc, batch);
+  }
+  double flops() const { return 2.0 * m * n * k * batch; }
+  // "2048x384x128 N/T" or "64x64x32 N/T x128 (batched)"
+  std::string shape() const {
+    std::string s = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                    (ta ? "T" : "N") + "/" + (tb ? "T" : "N");
+    if (batched) s += " x" + std::to_string(batch) + " (batched)";
+    return s;
+  }
+};
+
+// Forwards everything to `inner` (so GEMMs run on its library and its
+// cached batched primitives); kernel tables of its own, made by the CPU
+// backend's factories. While `record`, every GEMM call is appended to
+// `calls`; each call's time adds to gemm_ms / batched_ms.
+class InstrumentedBackend final : public Backend {
+ public:
+  explicit InstrumentedBackend(Backend& inner)
+      : inner_(inner),
+        tables_{make_cpu_activation_kernels(), make_cpu_dense_kernels(),
+                make_cpu_loss_kernels(),       make_cpu_optimizer_kernels(),
+                make_cpu_spatial_kernels(),    make_cpu_norm_kernels(),
+                make_cpu_dropout_kernels(),    make_cpu_augment_kernels(),
+                make_cpu_sequence_kernels()} {}
+
+  bool record = false;
+  std::vector<GemmCall> calls;
+  double gemm_ms = 0.0, batched_ms = 0.0;
+  long gemm_calls = 0, batched_calls = 0;
+
+  std::string name() const override { return inner_.name(); }
+  std::string placement() const override { return inner_.placement(); }
+  std::string gemm_library() const override { return inner_.gemm_library(); }
+  BackendCaps caps() const override { return inner_.caps(); }
+  std::unique_ptr<Communicator> make_communicator(MPI_Comm world) override {
+    return inner_.make_communicator(world);
+  }
+  void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  void deallocate(void* p) noexcept override { inner_.deallocate(p); }
+  void* allocate_host(std::size_t bytes) override { return inner_.allocate_host(bytes); }
+  void deallocate_host(void* p) noexcept override { inner_.deallocate_host(p); }
+  void upload_async(int slot, void* dst, const void* src, std::size_t bytes) override {
+    inner_.upload_async(slot, dst, src, bytes);
+  }
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    inner_.copy_to_device(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    inner_.copy_to_host(dst, src, bytes);
+  }
+  void copy_device(void* dst, const void* src, std::size_t bytes) override {
+    inner_.copy_device(dst, src, bytes);
+  }
+  void fill(float* x, float value, std::size_t n) override { inner_.fill(x, value, n); }
+  void synchronize() override { inner_.synchronize(); }
+  void add(const float* x, float* y, std::size_t n) override { inner_.add(x, y, n); }
+  std::size_t count_nonfinite(const float* x, std::size_t n) override {
+    return inner_.count_nonfinite(x, n);
+  }
+
+  void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    if (record) calls.push_back({false, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 0, 0, 0, 1});
+    const auto t0 = Clock::now();
+    inner_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_ms += ms_since(t0);
+    ++gemm_calls;
+  }
+  void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+                    std::size_t sa, const float* b, int ldb, std::size_t sb, float beta, float* c,
+                    int ldc, std::size_t sc, int batch) override {
+    if (record) calls.push_back({true, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, sa, sb, sc, batch});
+    const auto t0 = Clock::now();
+    inner_.gemm_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
+    batched_ms += ms_since(t0);
+    ++batched_calls;
+  }
+
+ protected:
+  KernelTables& kernels() override { return tables_; }
+
+ private:
+  Backend& inner_;
+  KernelTables tables_;
+};
+
+// --- the GPT, its data and its optimizer ----------------------------------------
+
+// Random token ids [B, T] (int32 bit patterns in the float input, as the
+// trainer hands them over) and next-token labels [B, T].
+struct TokenShard {
+  TokenShard(Backend& be, const GptArgs& a, std::uint32_t seed)
+      : x(be, std::size_t(a.batch) * a.tokens), y(be, std::size_t(a.batch) * a.tokens) {
+    std::mt19937 rng(seed);
+    std::vector<std::int32_t> ids(std::size_t(a.batch) * a.tokens), labels(ids.size());
+    for (auto& v : ids) v = static_cast<std::int32_t>(rng() % a.vocab);
+    for (auto& v : labels) v = static_cast<std::int32_t>(rng() % a.vocab);
+    be.copy_to_device(x.get(), ids.data(), ids.size() * sizeof(std::int32_t));
+    be.copy_to_device(y.get(), labels.data(), labels.size() * sizeof(std::int32_t));
+    shard.rows = a.batch;
+    shard.features = x.get();
+    shard.labels = y.get();
+  }
+  DeviceBuffer<float> x;
+  DeviceBuffer<std::int32_t> y;
+  Shard shard;
+};
+
+inline OptimizerConfig adamw(const GptArgs& a, const Model& m) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdamW;
+  c.beta2 = a.beta2;
+  c.weight_decay = a.weight_decay;
+  c.clip_grad_norm = a.clip;
+  c.decay_all = a.decay_all;
+  if (!c.decay_all) c.decay_ranges = matrices_decay_ranges(m.param_layout());
+  return c;
+}
+
+// A model with what train_step needs, as the trainer has it on one rank.
+struct Gpt {
+  Gpt(Backend& be, const GptArgs& a, std::uint32_t seed)
+      : be(be), args(a), model(be, parse_model_spec(a.model), Shape{a.tokens}, a.batch, a.vocab),
+        opt(be, (model.init(1), adamw(a, model)), model.num_params()), data(be, a, seed),
+        stats(be, 2), comm(make_mpi_communicator(MPI_COMM_SELF)) {}
+  void step() {
+    train_step(be, *comm, model, opt, LossKind::kXent, data.shard, std::uint64_t(args.batch),
+               args.lr, stats.get(), nullptr);
+    be.synchronize();
+  }
+  Backend& be;
+  const GptArgs& args;
+  Model model;
+  Optimizer opt;
+  TokenShard data;
+  DeviceBuffer<float> stats;
+  std::unique_ptr<Communicator> comm;
+};
+
+inline std::string format_g(double v) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%g", v);
+  return s;
+}
+
+inline std::string on_what(const GptArgs& a, const Model& m) {
+  return std::to_string(m.num_params()) + " params, batch " + std::to_string(a.batch) + " x " +
+         std::to_string(a.tokens) + " tokens, vocab " + std::to_string(a.vocab) + ", 1 rank, " +
+         plural(a.threads, "thread");
+}
+
+// --- gemm: the step against its GEMMs, replayed ----------------------------------
+
+// Each recorded call on operands of its own (random values), as many floats
+// as its leading dimensions and strides reach.
+class Replay {
+ public:
+  Replay(Backend& be, const std::vector<GemmCall>& calls) : be_(be), calls_(calls) {
+    std::mt19937 rng(3);
+    for (const GemmCall& g : calls_) {
+      const int a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
+      const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
+      ops_.push_back({buffer(extent(a_rows, a_cols, g.lda, g.sa, g.batch), rng),
+                      buffer(extent(b_rows, b_cols, g.ldb, g.sb, g.batch), rng),
+                      buffer(extent(g.m, g.n, g.ldc, g.sc, g.batch), rng)});
+    }
+  }
+  void run(std::size_t i) {
+    const GemmCall& g = calls_[i];
+    const Operands& o = ops_[i];
+    if (g.batched)
+      be_.gemm_batched(g.ta, g.tb, g.m, g.n, g.k, g.alpha, o.a, g.lda, g.sa, o.b, g.ldb, g.sb,
+                       g.beta, o.c, g.ldc, g.sc, g.batch);
+    else
+      be_.gemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, o.a, g.lda, o.b, g.ldb, g.beta, o.c, g.ldc);
+  }
+  void run_all() {
+    for (std::size_t i = 0; i < calls_.size(); ++i) run(i);
+    be_.synchronize();
+  }
+
+ private:
+  struct Operands {
+    const float *a, *b;
+    float* c;
+  };
+  static std::size_t extent(int rows, int cols, int ld, std::size_t stride, int batch) {
+    return std::size_t(batch - 1) * stride + std::size_t(rows - 1) * ld + std::size_t(cols);
+  }
+  float* buffer(std::size_t n, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> host(n);
+    for (float& v : host) v = u(rng);
+    buffers_.emplace_back(be_, n);
+    be_.copy_to_device(buffers_.back().get(), host.data(), n * sizeof(float));
+    return buffers_.back().get();
+  }
+
+  Backend& be_;
+  std::vector<GemmCall> calls_;
+  std::vector<DeviceBuffer<float>> buffers_;
+  std::vector<Operands> ops_;
+};
+
+// The GEMMs one train_step of the GPT makes, in order (one recorded step).
+// gemm: the step against its GEMMs replayed (gpt_gemm_rows.cpp).
+std::vector<GemmCall> record_step(InstrumentedBackend& inst, const GptArgs& a);
+void print_calls(Replay& replay, const std::vector<GemmCall>& calls);
+Row gemm_row(Backend& real, const GptArgs& a, const std::vector<GemmCall>& calls, Replay& replay);
+// layers: where the step's time goes per layer family (gpt_layer_rows.cpp).
+std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptArgs& a,
+                            Replay& replay);
+
+}  // namespace dptrain::bench
