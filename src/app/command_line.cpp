@@ -222,6 +222,31 @@ void check_common(const Options& o) {
   if (o.bucket_mb > 1048576.0) usage_error("--bucket-mb must be at most 1048576 (1 TiB), got " + std::to_string(o.bucket_mb));
 }
 
+// The options of o.command (and its positional arguments) into `all`.
+void add_command_options(Options& o, po::options_description& all,
+                         po::positional_options_description& positional) {
+  switch (o.command) {
+    case Command::kTrain:
+      all.add(data_group(o)).add(model_group(o)).add(device_group(o)).add(train_group(o));
+      break;
+    case Command::kEval:
+    case Command::kPredict:
+      all.add(eval_group(o, o.command == Command::kPredict));
+      all.add_options()("data", po::value(&o.data), "HDF5 data file")(
+          "eval-batch-size", po::value(&o.eval_batch_size)->default_value(1024), "global batch size")(
+          "metrics", po::value(&o.metrics), "JSON Lines file for the eval event");
+      all.add(device_group(o));
+      break;
+    case Command::kInspect:
+      all.add_options()("file", po::value(&o.file), "data or checkpoint file");
+      positional.add("file", 1);
+      break;
+    case Command::kGenerate:
+      all.add(generate_group(o)).add(device_group(o));
+      break;
+  }
+}
+
 }  // namespace
 
 const char* command_name(Command c) {
@@ -267,26 +292,7 @@ Options parse_options(int argc, const char* const* argv) {
   po::options_description all(std::string("dptrain ") + cmd + " options");
   all.add(generic);
   po::positional_options_description positional;
-  switch (o.command) {
-    case Command::kTrain:
-      all.add(data_group(o)).add(model_group(o)).add(device_group(o)).add(train_group(o));
-      break;
-    case Command::kEval:
-    case Command::kPredict:
-      all.add(eval_group(o, o.command == Command::kPredict));
-      all.add_options()("data", po::value(&o.data), "HDF5 data file")(
-          "eval-batch-size", po::value(&o.eval_batch_size)->default_value(1024), "global batch size")(
-          "metrics", po::value(&o.metrics), "JSON Lines file for the eval event");
-      all.add(device_group(o));
-      break;
-    case Command::kInspect:
-      all.add_options()("file", po::value(&o.file), "data or checkpoint file");
-      positional.add("file", 1);
-      break;
-    case Command::kGenerate:
-      all.add(generate_group(o)).add(device_group(o));
-      break;
-  }
+  add_command_options(o, all, positional);
 
   po::variables_map vm;
   try {

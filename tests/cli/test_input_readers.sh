@@ -6,23 +6,6 @@
 # that meets a damaged chunk mid-run ends the job with exit 3.
 source "$(dirname "$0")/lib.sh"
 
-# Compares /model and /optimizer of two checkpoints bit for bit.
-same_state() {  # same_state A B
-  "$PYTHON" - "$1" "$2" <<'PY'
-import sys, h5py, numpy as np
-with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
-    def names(f):
-        out = []
-        for g in ("model", "optimizer"):
-            f[g].visititems(lambda n, o: out.append(g + "/" + n) if isinstance(o, h5py.Dataset) else None)
-        return sorted(out)
-    assert names(a) == names(b), (names(a), names(b))
-    for n in names(a):
-        if not np.array_equal(a[n][()], b[n][()]):
-            sys.exit(f"{n} differs")
-PY
-}
-
 synthetic "$WORK/f.h5" --n 230 --val-n 40 --shape 6 --classes 3 --dtype float32 --seed 3
 synthetic "$WORK/u.h5" --n 230 --val-n 40 --shape 4,4 --classes 3 --dtype uint8 --seed 5
 for data in f u; do

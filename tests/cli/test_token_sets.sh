@@ -38,23 +38,6 @@ gpt="embed:16,pos,2*(res(ln,attn:2:causal),res(ln,dense:32,gelu:tanh,dense:16)),
 common=(--model "$gpt" --batch-size 14 --optimizer adamw --lr 0.003 --weight-decay 0.1
         --weight-decay-params matrices --clip-grad-norm 1 --seed 4 --device cpu --threads 1)
 
-# Compares /model and /optimizer of two checkpoints bit for bit.
-same_state() {  # same_state A B
-  "$PYTHON" - "$1" "$2" <<'PY'
-import sys, h5py, numpy as np
-with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
-    def names(f):
-        out = []
-        for g in ("model", "optimizer"):
-            f[g].visititems(lambda n, o: out.append(g + "/" + n) if isinstance(o, h5py.Dataset) else None)
-        return sorted(out)
-    assert names(a) == names(b), (names(a), names(b))
-    for n in names(a):
-        if not np.array_equal(a[n][()], b[n][()]):
-            sys.exit(f"{n} differs: max abs diff {np.abs(a[n][()] - b[n][()]).max()}")
-PY
-}
-
 # Two GPTs trained alike up to float rounding (another rank count): every
 # tensor within 1e-3 of its scale (measured: 3e-5 after 20 steps), but for
 # the key projection's bias (rows D..2D of in_proj_bias). Its gradient is
