@@ -62,6 +62,8 @@ po::options_description model_group(Options& o) {
       ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "L2 (sgd, adam) or decoupled (adamw) weight decay")
       ("weight-decay-params", po::value(&o.weight_decay_params)->default_value(o.weight_decay_params), "all | matrices (decay only tensors of rank >= 2: weights and embeddings, not biases or norm scales)")
       ("clip-grad-norm", po::value(&o.clip_grad_norm)->default_value(o.clip_grad_norm), "0 = off; else scale the averaged gradient by min(1, X / (||g|| + 1e-6)) before the step, as torch.nn.utils.clip_grad_norm_; train events then carry grad_norm")
+      ("shard-optimizer", po::bool_switch(&o.shard_optimizer), "ZeRO stage 1: each rank keeps and updates only its 1/P slice of the optimizer state (gradients reduce-scattered, parameters all-gathered); same results, optimizer memory / P; checkpoints unchanged")
+      ("accumulate", po::value(&o.accumulate)->default_value(o.accumulate), "gradient accumulation: run each rank's shard as K micro-batches (activations for shard/K rows) and sum their gradients before the step's one reduction; the step is the same global-batch mean")
       ("beta1", po::value(&o.beta1)->default_value(o.beta1), "adam beta1")
       ("beta2", po::value(&o.beta2)->default_value(o.beta2), "adam beta2")
       ("eps", po::value(&o.eps)->default_value(o.eps), "adam epsilon")
@@ -166,6 +168,8 @@ void check_train(const Options& o) {
   if (!(o.eps > 0)) usage_error("--eps must be > 0");
   require_nonnegative(static_cast<double>(o.warmup_steps), "warmup-steps");
   require_positive(o.lr_step_size, "lr-step-size");
+  require_positive(o.accumulate, "accumulate");
+  if (o.accumulate > 65536) usage_error("--accumulate must be at most 65536, got " + std::to_string(o.accumulate));
   require_positive(o.log_every, "log-every");
   require_positive(o.input_cache_mb + 1, "input-cache-mb");
   require_positive(o.prefetch, "prefetch");
@@ -238,7 +242,10 @@ void add_command_options(Options& o, po::options_description& all,
       all.add(device_group(o));
       break;
     case Command::kInspect:
-      all.add_options()("file", po::value(&o.file), "data or checkpoint file");
+      all.add_options()("file", po::value(&o.file), "data or checkpoint file")(
+          "ranks", po::value(&o.inspect_ranks)->default_value(o.inspect_ranks),
+          "checkpoints: also show the memory a rank holds when P ranks train it, with and without "
+          "--shard-optimizer (0: not shown)");
       positional.add("file", 1);
       break;
     case Command::kGenerate:

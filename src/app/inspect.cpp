@@ -20,6 +20,7 @@
 #include "dptrain/data/dataset.hpp"
 #include "dptrain/data/dataset_files.hpp"
 #include "dptrain/run/agree.hpp"
+#include "dptrain/train/rank_memory.hpp"
 
 namespace dptrain {
 namespace {
@@ -31,16 +32,6 @@ constexpr std::size_t kScanBytes = std::size_t(8) << 20;
 constexpr std::int64_t kMaxBinnedClasses = std::int64_t(1) << 16;
 constexpr std::size_t kPrintedClasses = 100;
 constexpr std::uint64_t kPerTargetColumns = 16;  // per-column stats up to this K
-
-std::string human_bytes(std::uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(u == 0 ? 0 : 1) << v << " " << units[u];
-  return s.str();
-}
 
 void print_config(const std::string& text, std::ostream& out) {
   if (text.empty()) return;
@@ -90,7 +81,20 @@ void print_layer_shapes(const CheckpointData& ck, std::ostream& out) {
   }
 }
 
-void inspect_checkpoint(const std::string& path, bool has_format, std::ostream& out) {
+// --ranks P: what each of P ranks would hold to train this checkpoint on,
+// with the optimizer state it stores, with and without --shard-optimizer.
+void print_rank_memory(const CheckpointData& ck, int ranks, std::ostream& out) {
+  const int arrays = static_cast<int>(ck.optimizer_state.size());
+  for (const bool sharded : {false, true}) {
+    const RankMemory m = rank_memory(ck.params.size(), arrays, ranks, sharded, false);
+    out << (sharded ? "  sharded:         " : "  on " + std::to_string(ranks) + " rank(s):    ")
+        << describe(m) << "\n";
+  }
+  out << "                   (per rank, before activations, which depend on the batch; "
+         "--accumulate K > 1 adds one gradient arena)\n";
+}
+
+void inspect_checkpoint(const std::string& path, bool has_format, int ranks, std::ostream& out) {
   // A /model-only file (h5py, --init-from) has no attributes to show.
   const CheckpointData ck = read_checkpoint(path, !has_format);
   const CheckpointMeta& m = ck.meta;
@@ -125,6 +129,7 @@ void inspect_checkpoint(const std::string& path, bool has_format, std::ostream& 
         << human_bytes(ck.buffers.size() * 4) << " as float32)\n";
   if (!ck.optimizer_state.empty())
     out << "  optimizer bytes: " << human_bytes(n * 4 * ck.optimizer_state.size()) << "\n";
+  if (ranks > 0) print_rank_memory(ck, ranks, out);
   print_config(m.config, out);
 }
 
@@ -266,7 +271,7 @@ void inspect_data(const std::string& path, const std::vector<std::string>& sets,
 
 }  // namespace
 
-void inspect_file(const std::string& path, std::ostream& out) {
+void inspect_file(const std::string& path, std::ostream& out, int ranks) {
   if (is_file_list(path)) {
     inspect_data(path, list_sets(path), out);
     return;
@@ -285,7 +290,7 @@ void inspect_file(const std::string& path, std::ostream& out) {
     has_model = h5::is_group(f.get(), "/model");
   }
   if (format == "dptrain-checkpoint" || (format.empty() && has_model)) {
-    inspect_checkpoint(path, !format.empty(), out);
+    inspect_checkpoint(path, !format.empty(), ranks, out);
     return;
   }
   const std::vector<std::string> sets = list_sets(path);
@@ -307,7 +312,7 @@ ExitCode run_inspect(const Options& opts, MpiSession& mpi) {
   // Agreed, so every rank exits with rank 0's verdict on the file.
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
-    inspect_file(opts.file, std::cout);
+    inspect_file(opts.file, std::cout, static_cast<int>(opts.inspect_ranks));
     std::cout.flush();
   });
   return ExitCode::kOk;

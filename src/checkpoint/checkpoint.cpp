@@ -49,6 +49,20 @@ void write_arena(hid_t file, const std::string& base, const std::vector<ParamInf
   }
 }
 
+// The same for a state whose tensors come one at a time from its fetch.
+void write_arena(hid_t file, const std::string& base, const std::vector<ParamInfo>& layout,
+                 const std::function<void(const ParamInfo&, float*)>& fetch) {
+  std::size_t largest = 0;
+  for (const ParamInfo& p : layout) largest = std::max(largest, p.count);
+  std::vector<float> tensor(largest);
+  for (const ParamInfo& p : layout) {
+    fetch(p, tensor.data());
+    const hsize_t row_floats = p.count / p.shape.front();
+    h5::write_array(file, base + "/" + p.path(), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims_of(p),
+                    tensor.data(), kCode, chunked(row_floats));
+  }
+}
+
 bool bad_name(const std::string& s) {
   return s.empty() || s.find_first_of("/,.") != std::string::npos;
 }
@@ -84,7 +98,7 @@ void check_data(const CheckpointData& data, const std::string& path) {
   check_arena(data.param_layout, data.params.size(), "parameters", names, path);
   check_arena(data.buffer_layout, data.buffers.size(), "buffer values", names, path);
   for (const auto& s : data.optimizer_state)
-    if (s.values.size() != data.params.size() || bad_name(s.name))
+    if ((s.fetch ? !s.values.empty() : s.values.size() != data.params.size()) || bad_name(s.name))
       fail(path, "cannot write checkpoint: optimizer state '" + s.name + "' is misshaped");
 }
 
@@ -128,7 +142,8 @@ void write_contents(hid_t f, const CheckpointData& data) {
   std::string names;
   for (const auto& s : data.optimizer_state) {
     names += (names.empty() ? "" : ",") + s.name;
-    write_arena(f, "/optimizer/" + s.name, data.param_layout, s.values);
+    if (s.fetch) write_arena(f, "/optimizer/" + s.name, data.param_layout, s.fetch);
+    else write_arena(f, "/optimizer/" + s.name, data.param_layout, s.values);
   }
   h5::write_attr_fixed(opt.get(), "name", m.optimizer, kCode);
   h5::write_attr(opt.get(), "step", m.optimizer_step, kCode);

@@ -289,7 +289,7 @@ struct Reader {
     for (const auto& n : names) {
       if (n.empty() || n.find('/') != std::string::npos) bad("/optimizer: bad state name '" + n + "'");
       if (h5::exists(file, "/optimizer/" + n)) probe("/optimizer/" + n);
-      out.push_back({n, arena("/optimizer/" + n, d.param_layout)});
+      out.push_back({n, arena("/optimizer/" + n, d.param_layout), {}});
     }
     return out;
   }

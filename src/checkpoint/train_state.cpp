@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
+#include "checkpoint/sharded_state.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
@@ -18,6 +20,13 @@ struct RestoreHeader {
   std::int64_t have_weights = 0;    // 1: weights (and buffers) to broadcast
 };
 
+// The devices' pointers to the optimizer's state arrays (its slices when sharded).
+std::vector<float*> state_arrays(Optimizer& opt) {
+  std::vector<float*> out;
+  for (const auto& s : opt.state()) out.push_back(s.data);
+  return out;
+}
+
 }  // namespace
 
 StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt, Model& model,
@@ -25,6 +34,9 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
   Backend& be = *rt.backend;
   StartPoint sp;
   RestoreHeader header;
+  // Sharded (--shard-optimizer): rank 0 keeps the arrays it read, then sends
+  // each rank its slice. A file of either kind resumes either way.
+  std::vector<std::vector<float>> whole_state;
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
     std::string path;
@@ -63,9 +75,13 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
                       opts.optimizer + "'");
       for (std::size_t i = 0; i < state.size(); ++i) {
         DPT_REQUIRE(ck.optimizer_state[i].name == state[i].name &&
-                        ck.optimizer_state[i].values.size() == opt.size(),
+                        ck.optimizer_state[i].values.size() == opt.arena_size(),
                     ExitCode::kCheckpoint, path + ": optimizer state '" + state[i].name + "' missing or misshaped");
-        be.copy_to_device(state[i].data, ck.optimizer_state[i].values.data(), opt.size() * sizeof(float));
+        if (opts.shard_optimizer)
+          whole_state.push_back(std::move(ck.optimizer_state[i].values));
+        else
+          be.copy_to_device(state[i].data, ck.optimizer_state[i].values.data(),
+                            opt.size() * sizeof(float));
       }
       header.resumed = 1;
       header.step = ck.meta.step;
@@ -88,7 +104,11 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
       rt.comm->broadcast(model.buffers(), model.num_buffers() * sizeof(float), 0);
   }
   if (header.resumed) {
-    for (auto& s : opt.state()) rt.comm->broadcast(s.data, opt.size() * sizeof(float), 0);
+    if (opts.shard_optimizer)
+      scatter_sharded_state(mpi.world(), be, shard_bounds(opt.arena_size(), mpi.size()),
+                            whole_state, state_arrays(opt));
+    else
+      for (auto& s : opt.state()) rt.comm->broadcast(s.data, opt.size() * sizeof(float), 0);
     opt.set_step_count(header.optimizer_step);
     sp.resumed = true;
     sp.step = static_cast<std::uint64_t>(header.step);
@@ -96,49 +116,79 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
   return sp;
 }
 
+namespace {
+
+void write_state(const std::string& path, bool in_checkpoint_dir, const Options& opts,
+                 const MpiSession& mpi, Backend& be, Model& model, Optimizer& opt, LossKind loss,
+                 const BatchPlan& plan, std::uint64_t step, ShardedStateGather* gather) {
+  // Refuse to persist a broken state: a resumed run must never start from it.
+  DPT_REQUIRE(be.count_nonfinite(model.params(), model.num_params()) == 0, ExitCode::kNumeric,
+              "refusing to write checkpoint " + path + ": parameters hold NaN/Inf at step " +
+                  std::to_string(step));
+  CheckpointData ck;
+  const BatchSlot slot = plan.slot(step);
+  ck.meta.model = model.spec();
+  ck.meta.loss = loss_name(loss);
+  ck.meta.step = static_cast<std::int64_t>(step);
+  ck.meta.epoch = static_cast<std::int64_t>(slot.epoch);
+  ck.meta.epoch_position = static_cast<std::int64_t>(slot.position);
+  ck.meta.seed = opts.seed;
+  ck.meta.world_size = mpi.size();
+  ck.meta.config = opts.config_text;
+  ck.meta.optimizer = optimizer_name(opt.config().kind);
+  ck.meta.optimizer_step = opt.step_count();
+  for (int i = 0; i < model.input_shape().rank(); ++i)
+    ck.input_shape.push_back(static_cast<std::size_t>(model.input_shape()[i]));
+  ck.vocab_size = model.vocab();
+  ck.param_layout = model.param_layout();
+  ck.params.resize(model.num_params());
+  be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));
+  ck.buffer_layout = model.buffer_layout();
+  ck.buffers.resize(model.num_buffers());
+  if (!ck.buffers.empty())
+    be.copy_to_host(ck.buffers.data(), model.buffers(), ck.buffers.size() * sizeof(float));
+  const std::vector<Optimizer::State> states = opt.state();
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    CheckpointData::State st{states[i].name, {}, {}};
+    if (gather) {
+      st.fetch = [gather, i](const ParamInfo& p, float* out) { gather->fetch(i, p, out); };
+    } else {
+      st.values.resize(opt.size());
+      be.copy_to_host(st.values.data(), states[i].data, opt.size() * sizeof(float));
+    }
+    ck.optimizer_state.push_back(std::move(st));
+  }
+  ck.has_training_state = true;
+  if (in_checkpoint_dir) std::filesystem::create_directories(opts.checkpoint_dir);
+  write_checkpoint(path, ck);
+  if (in_checkpoint_dir) prune_checkpoints(opts.checkpoint_dir, static_cast<int>(opts.keep_checkpoints));
+  std::printf("checkpoint: step %llu -> %s\n", static_cast<unsigned long long>(step), path.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
 void save_state(const std::string& path, bool in_checkpoint_dir, const Options& opts,
                 const MpiSession& mpi, Runtime& rt, Model& model, Optimizer& opt, LossKind loss,
                 const BatchPlan& plan, std::uint64_t step) {
   Backend& be = *rt.backend;
+  // Sharded: rank 0 gathers the state tensor by tensor as it writes them.
+  std::optional<ShardedStateGather> gather;
+  if (opts.shard_optimizer)
+    gather.emplace(mpi.world(), be, model.param_layout(),
+                   shard_bounds(opt.arena_size(), mpi.size()), state_arrays(opt));
   agree(mpi.world(), [&] {
-    if (mpi.rank() != 0) return;
-    // Refuse to persist a broken state: a resumed run must never start from it.
-    DPT_REQUIRE(be.count_nonfinite(model.params(), model.num_params()) == 0, ExitCode::kNumeric,
-                "refusing to write checkpoint " + path + ": parameters hold NaN/Inf at step " +
-                    std::to_string(step));
-    CheckpointData ck;
-    const BatchSlot slot = plan.slot(step);
-    ck.meta.model = model.spec();
-    ck.meta.loss = loss_name(loss);
-    ck.meta.step = static_cast<std::int64_t>(step);
-    ck.meta.epoch = static_cast<std::int64_t>(slot.epoch);
-    ck.meta.epoch_position = static_cast<std::int64_t>(slot.position);
-    ck.meta.seed = opts.seed;
-    ck.meta.world_size = mpi.size();
-    ck.meta.config = opts.config_text;
-    ck.meta.optimizer = optimizer_name(opt.config().kind);
-    ck.meta.optimizer_step = opt.step_count();
-    for (int i = 0; i < model.input_shape().rank(); ++i)
-      ck.input_shape.push_back(static_cast<std::size_t>(model.input_shape()[i]));
-    ck.vocab_size = model.vocab();
-    ck.param_layout = model.param_layout();
-    ck.params.resize(model.num_params());
-    be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));
-    ck.buffer_layout = model.buffer_layout();
-    ck.buffers.resize(model.num_buffers());
-    if (!ck.buffers.empty())
-      be.copy_to_host(ck.buffers.data(), model.buffers(), ck.buffers.size() * sizeof(float));
-    for (auto& s : opt.state()) {
-      CheckpointData::State st{s.name, std::vector<float>(opt.size())};
-      be.copy_to_host(st.values.data(), s.data, opt.size() * sizeof(float));
-      ck.optimizer_state.push_back(std::move(st));
+    if (mpi.rank() != 0) {
+      if (gather) gather->serve();
+      return;
     }
-    ck.has_training_state = true;
-    if (in_checkpoint_dir) std::filesystem::create_directories(opts.checkpoint_dir);
-    write_checkpoint(path, ck);
-    if (in_checkpoint_dir) prune_checkpoints(opts.checkpoint_dir, static_cast<int>(opts.keep_checkpoints));
-    std::printf("checkpoint: step %llu -> %s\n", static_cast<unsigned long long>(step), path.c_str());
-    std::fflush(stdout);
+    try {
+      write_state(path, in_checkpoint_dir, opts, mpi, be, model, opt, loss, plan, step,
+                  gather ? &*gather : nullptr);
+    } catch (...) {
+      if (gather) gather->drain();  // the owners are sending: take it all
+      throw;
+    }
   });
 }
 

@@ -56,7 +56,7 @@ class MpiCommunicator final : public Communicator {
     if (size_ == 1 || n == 0) return;
     Op& op = blocking_;
     for (std::size_t off = 0; off < n; off += max_op_elements()) {
-      plan(op, buf + off, std::min(max_op_elements(), n - off));
+      plan_even(op, buf + off, std::min(max_op_elements(), n - off));
       DPT_MPI_CHECK(MPI_Alltoallv(op.buf, op.send_counts.data(), op.displs.data(), MPI_FLOAT,
                                   op.scratch.data(), op.recv_counts.data(), op.recv_displs.data(),
                                   MPI_FLOAT, comm_));
@@ -70,17 +70,41 @@ class MpiCommunicator final : public Communicator {
     const int ticket = static_cast<int>(ticket_end_.size());
     if (size_ > 1) {
       for (std::size_t off = 0; off < n; off += max_op_elements()) {
-        if (ops_used_ == ops_.size()) ops_.emplace_back();  // first steps only
-        Op& op = ops_[ops_used_++];
-        plan(op, buf + off, std::min(max_op_elements(), n - off));
-        DPT_MPI_CHECK(MPI_Ialltoallv(op.buf, op.send_counts.data(), op.displs.data(), MPI_FLOAT,
-                                     op.scratch.data(), op.recv_counts.data(),
-                                     op.recv_displs.data(), MPI_FLOAT, comm_, &op.exchange));
-        op.phase = Phase::kExchange;
+        Op& op = next_op();
+        plan_even(op, buf + off, std::min(max_op_elements(), n - off));
+        start_exchange(op, true);
       }
     }
     ticket_end_.push_back(ops_used_);
     return ticket;
+  }
+
+  // The exchange and rank-order sum of the all-reduce without its gather:
+  // each element is added exactly as there. Windows of at most kMaxCount
+  // floats keep every piece's count an int.
+  int start_reduce_scatter_sum(float* buf, const std::size_t* bounds) override {
+    const int ticket = static_cast<int>(ticket_end_.size());
+    const std::size_t n = bounds[size_];
+    if (size_ > 1) {
+      for (std::size_t off = 0; off < n; off += kMaxCount) {
+        Op& op = next_op();
+        plan_pieces(op, buf, bounds, off, std::min(n, off + kMaxCount));
+        start_exchange(op, false);
+      }
+    }
+    ticket_end_.push_back(ops_used_);
+    return ticket;
+  }
+
+  void allgather(float* buf, const std::size_t* bounds) override {
+    const std::size_t n = bounds[size_];
+    if (size_ == 1 || n == 0) return;
+    Op& op = blocking_;
+    for (std::size_t off = 0; off < n; off += kMaxCount) {
+      plan_pieces(op, buf, bounds, off, std::min(n, off + kMaxCount));
+      DPT_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op.buf, op.counts.data(),
+                                   op.displs.data(), MPI_FLOAT, gather_comm_));
+    }
   }
 
   void progress() override {
@@ -90,7 +114,7 @@ class MpiCommunicator final : public Communicator {
       if (op.phase == Phase::kExchange) {
         DPT_MPI_CHECK(MPI_Test(&op.exchange, &flag, MPI_STATUS_IGNORE));
         if (!flag) break;  // gathers start in op order
-        start_gather(op);
+        finish_exchange(op);
       }
       if (op.phase == Phase::kGather) {
         DPT_MPI_CHECK(MPI_Test(&op.gather, &flag, MPI_STATUS_IGNORE));
@@ -113,7 +137,7 @@ class MpiCommunicator final : public Communicator {
       Op& op = ops_[i];
       if (op.phase == Phase::kExchange) {
         DPT_MPI_CHECK(MPI_Wait(&op.exchange, MPI_STATUS_IGNORE));
-        start_gather(op);
+        finish_exchange(op);
       }
     }
     for (std::size_t i = ops_done_; i < ops_used_; ++i) {
@@ -148,23 +172,50 @@ class MpiCommunicator final : public Communicator {
     std::vector<float> scratch;
     MPI_Request exchange = MPI_REQUEST_NULL, gather = MPI_REQUEST_NULL;
     Phase phase = Phase::kDone;
+    bool gather_after = true;  // all-reduce; false: reduce-scatter
   };
 
   // Pieces are counted in int: keep each under 2^30 floats.
   std::size_t max_op_elements() const { return kMaxCount * static_cast<std::size_t>(size_); }
 
-  void plan(Op& op, float* buf, std::size_t n) {
+  Op& next_op() {
+    if (ops_used_ == ops_.size()) ops_.emplace_back();  // first steps only
+    return ops_[ops_used_++];
+  }
+
+  // Pieces of n / P floats (the first n % P one more) of buf[0, n).
+  void plan_even(Op& op, float* buf, std::size_t n) {
+    const auto p = static_cast<std::size_t>(size_);
+    op.counts.resize(p);
+    for (std::size_t r = 0; r < p; ++r) op.counts[r] = static_cast<int>(n / p + (r < n % p ? 1 : 0));
+    plan(op, buf);
+  }
+
+  // The window buf[begin, end) cut where `bounds` cuts it.
+  void plan_pieces(Op& op, float* buf, const std::size_t* bounds, std::size_t begin,
+                   std::size_t end) {
+    const auto p = static_cast<std::size_t>(size_);
+    op.counts.resize(p);
+    for (std::size_t r = 0; r < p; ++r) {
+      const std::size_t lo = std::clamp(bounds[r], begin, end);
+      const std::size_t hi = std::clamp(bounds[r + 1], begin, end);
+      op.counts[r] = static_cast<int>(hi > lo ? hi - lo : 0);
+    }
+    plan(op, buf + begin);
+  }
+
+  // The exchange plan for op.counts: piece r of buf goes to rank r, which
+  // receives every rank's piece r into scratch (rank-major).
+  void plan(Op& op, float* buf) {
     const auto p = static_cast<std::size_t>(size_);
     const auto me = static_cast<std::size_t>(rank_);
     op.buf = buf;
-    op.counts.resize(p);
     op.displs.resize(p);
     op.send_counts.resize(p);
     op.recv_counts.resize(p);
     op.recv_displs.resize(p);
     std::size_t at = 0;
     for (std::size_t r = 0; r < p; ++r) {
-      op.counts[r] = static_cast<int>(n / p + (r < n % p ? 1 : 0));
       op.displs[r] = static_cast<int>(at);
       at += static_cast<std::size_t>(op.counts[r]);
     }
@@ -176,6 +227,14 @@ class MpiCommunicator final : public Communicator {
       op.recv_displs[r] = static_cast<int>(r) * mine;
     }
     op.scratch.resize(p * static_cast<std::size_t>(mine));
+  }
+
+  void start_exchange(Op& op, bool gather_after) {
+    op.gather_after = gather_after;
+    DPT_MPI_CHECK(MPI_Ialltoallv(op.buf, op.send_counts.data(), op.displs.data(), MPI_FLOAT,
+                                 op.scratch.data(), op.recv_counts.data(), op.recv_displs.data(),
+                                 MPI_FLOAT, comm_, &op.exchange));
+    op.phase = Phase::kExchange;
   }
 
   // This rank's piece: the sum of every rank's copy, added in rank order
@@ -200,8 +259,13 @@ class MpiCommunicator final : public Communicator {
       add_in_rank_order(out, out, piece(r), count);
   }
 
-  void start_gather(Op& op) {
+  // This rank's piece is summed; an all-reduce then gathers the pieces.
+  void finish_exchange(Op& op) {
     reduce(op);
+    if (!op.gather_after) {
+      op.phase = Phase::kDone;
+      return;
+    }
     DPT_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op.buf, op.counts.data(),
                                   op.displs.data(), MPI_FLOAT, gather_comm_, &op.gather));
     op.phase = Phase::kGather;

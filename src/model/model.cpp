@@ -60,6 +60,7 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
   params_ = DeviceBuffer<float>(be_, num_params());
   grads_ = DeviceBuffer<float>(be_, num_params());
   buffers_ = DeviceBuffer<float>(be_, num_buffers());
+  const std::size_t held_before = be_.buffer_bytes();
   for (const auto& l : layers_) acts_.emplace_back(be_, rows * l->output_shape().size());
   dout_ = DeviceBuffer<float>(be_, rows * output_shape().size());
   dbuf_a_ = DeviceBuffer<float>(be_, rows * max_input);
@@ -69,6 +70,10 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     l->bind(arenas, &step_);
     l->allocate(be_, max_rows_);
   }
+  activation_bytes_ = be_.buffer_bytes() - held_before;
+  largest_activation_bytes_ = std::max(dout_.size(), dbuf_a_.size());
+  for (const auto& a : acts_) largest_activation_bytes_ = std::max(largest_activation_bytes_, a.size());
+  largest_activation_bytes_ *= sizeof(float);
 }
 
 void Model::init(std::uint64_t seed) {

@@ -75,44 +75,75 @@ std::vector<std::pair<ArenaRange, bool>> decay_segments(const OptimizerConfig& c
 
 }  // namespace
 
+std::vector<std::size_t> shard_bounds(std::size_t n, int parts) {
+  DPT_REQUIRE(parts >= 1, ExitCode::kOther, "shard_bounds: parts must be >= 1");
+  const auto p = static_cast<std::size_t>(parts);
+  std::vector<std::size_t> bounds(p + 1, 0);
+  for (std::size_t r = 0; r < p; ++r) bounds[r + 1] = bounds[r] + n / p + (r < n % p ? 1 : 0);
+  return bounds;
+}
+
 Optimizer::Optimizer(Backend& backend, const OptimizerConfig& cfg, std::size_t n)
-    : be_(backend), cfg_(cfg), n_(n) {
+    : Optimizer(backend, cfg, n, ArenaRange{0, n}) {}
+
+Optimizer::Optimizer(Backend& backend, const OptimizerConfig& cfg, std::size_t n, ArenaRange owned)
+    : be_(backend), cfg_(cfg), n_(n), owned_(owned) {
+  DPT_REQUIRE(owned_.offset + owned_.count <= n_, ExitCode::kOther,
+              "optimizer slice outside the parameter arena");
   DPT_REQUIRE(cfg_.clip_grad_norm >= 0.0f, ExitCode::kUsage, "--clip-grad-norm must be >= 0");
-  for (const auto& [range, decay] : decay_segments(cfg_, n_)) segments_.push_back({range, decay});
+  // The decay segments of the arena, cut to the owned slice.
+  const std::size_t lo = owned_.offset, hi = owned_.offset + owned_.count;
+  for (const auto& [range, decay] : decay_segments(cfg_, n_)) {
+    const std::size_t b = std::max(lo, range.offset), e = std::min(hi, range.offset + range.count);
+    if (b < e) segments_.push_back({{b, e - b}, decay});
+  }
+  const std::size_t n_state = owned_.count;
   // The same checks torch.optim makes, so a bad config fails before step 1.
   DPT_REQUIRE(cfg_.weight_decay >= 0.0f, ExitCode::kUsage, "--weight-decay must be >= 0");
   if (cfg_.kind == OptimizerKind::kSgd) {
     DPT_REQUIRE(cfg_.momentum >= 0.0f, ExitCode::kUsage, "--momentum must be >= 0");
     DPT_REQUIRE(!cfg_.nesterov || cfg_.momentum > 0.0f, ExitCode::kUsage,
                 "--nesterov needs --momentum > 0");
-    if (cfg_.momentum > 0.0f) s1_ = DeviceBuffer<float>(be_, n_);
+    if (cfg_.momentum > 0.0f) s1_ = DeviceBuffer<float>(be_, n_state);
   } else {
     DPT_REQUIRE(cfg_.beta1 >= 0.0f && cfg_.beta1 < 1.0f, ExitCode::kUsage,
                 "--beta1 must be in [0, 1)");
     DPT_REQUIRE(cfg_.beta2 >= 0.0f && cfg_.beta2 < 1.0f, ExitCode::kUsage,
                 "--beta2 must be in [0, 1)");
     DPT_REQUIRE(cfg_.eps >= 0.0f, ExitCode::kUsage, "--eps must be >= 0");
-    s1_ = DeviceBuffer<float>(be_, n_);
-    s2_ = DeviceBuffer<float>(be_, n_);
+    s1_ = DeviceBuffer<float>(be_, n_state);
+    s2_ = DeviceBuffer<float>(be_, n_state);
   }
+}
+
+double Optimizer::local_sum_squares(const float* g) const {
+  return owned_.count ? be_.optimizers().sum_squares(g + owned_.offset, owned_.count) : 0.0;
+}
+
+int Optimizer::state_arrays() const {
+  if (cfg_.kind != OptimizerKind::kSgd) return 2;
+  return cfg_.momentum > 0.0f ? 1 : 0;
 }
 
 // torch.nn.utils.clip_grad_norm_ (1.13): the norm in float, the coefficient
 // max_norm / (norm + 1e-6) in float, clamped to 1 (a product by 1 changes
-// nothing, so it is skipped).
-void Optimizer::clip(float* g) {
+// nothing, so it is skipped). Only the owned slice is scaled: it is all this
+// optimizer reads.
+void Optimizer::clip(float* g, const double* total_sum_squares) {
   grad_norm_ = 0.0f;
   if (cfg_.clip_grad_norm <= 0.0f) return;
-  grad_norm_ = static_cast<float>(std::sqrt(be_.optimizers().sum_squares(g, n_)));
+  const double sum = total_sum_squares ? *total_sum_squares : local_sum_squares(g);
+  grad_norm_ = static_cast<float>(std::sqrt(sum));
   const float coef = cfg_.clip_grad_norm / (grad_norm_ + 1e-6f);
-  if (coef < 1.0f) be_.optimizers().scale(g, coef, n_);
+  if (coef < 1.0f && owned_.count) be_.optimizers().scale(g + owned_.offset, coef, owned_.count);
 }
 
-void Optimizer::step(float* w, float* g, float lr) {
+void Optimizer::step(float* w, float* g, float lr, const double* total_sum_squares) {
   ++step_count_;
-  clip(g);
+  clip(g, total_sum_squares);
   for (const Segment& s : segments_) {
     const std::size_t at = s.range.offset, count = s.range.count;
+    const std::size_t state_at = at - owned_.offset;
     const float wd = s.decay ? cfg_.weight_decay : 0.0f;
     if (cfg_.kind == OptimizerKind::kSgd) {
       SgdParams p;
@@ -120,7 +151,8 @@ void Optimizer::step(float* w, float* g, float lr) {
       p.momentum = cfg_.momentum;
       p.nesterov = cfg_.nesterov;
       p.weight_decay = wd;
-      be_.optimizers().sgd_step(w + at, g + at, s1_.get() ? s1_.get() + at : nullptr, count, p);
+      be_.optimizers().sgd_step(w + at, g + at, s1_.get() ? s1_.get() + state_at : nullptr, count,
+                                p);
       continue;
     }
     AdamParams p;
@@ -131,7 +163,8 @@ void Optimizer::step(float* w, float* g, float lr) {
     p.weight_decay = wd;
     p.decoupled = cfg_.kind == OptimizerKind::kAdamW;
     p.step = step_count_;
-    be_.optimizers().adam_step(w + at, g + at, s1_.get() + at, s2_.get() + at, count, p);
+    be_.optimizers().adam_step(w + at, g + at, s1_.get() + state_at, s2_.get() + state_at, count,
+                               p);
   }
 }
 

@@ -39,10 +39,22 @@ void GradientBuckets::begin_step() {
   std::fill(seen_done_.begin(), seen_done_.end(), 0);
 }
 
+void GradientBuckets::reduce_scatter_to(const std::vector<std::size_t>& arena_bounds) {
+  pieces_.clear();
+  for (const BucketRange& b : plan_) {
+    std::vector<std::size_t> cut;
+    for (std::size_t at : arena_bounds) cut.push_back(std::clamp(at, b.begin, b.end) - b.begin);
+    pieces_.push_back(std::move(cut));
+  }
+}
+
 void GradientBuckets::start_next() {
   const BucketRange& b = plan_[next_];
   started_[next_] = Clock::now();
-  ticket_[next_] = comm_.start_allreduce_sum(grads_ + b.begin, b.end - b.begin);
+  if (earlier_) be_->add(earlier_ + b.begin, grads_ + b.begin, b.end - b.begin);
+  ticket_[next_] = pieces_.empty()
+                       ? comm_.start_allreduce_sum(grads_ + b.begin, b.end - b.begin)
+                       : comm_.start_reduce_scatter_sum(grads_ + b.begin, pieces_[next_].data());
   ++next_;
 }
 

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "dptrain/backends/backend.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/model/model.hpp"
 
@@ -34,6 +35,21 @@ class GradientBuckets final : public LayerHooks {
   GradientBuckets(Communicator& comm, float* grads, std::vector<BucketRange> plan,
                   LayerHooks* also = nullptr);
 
+  // --shard-optimizer: each bucket is reduce-scattered, not all-reduced, so
+  // that rank r ends with the sum of arena[arena_bounds[r], arena_bounds[r+1])
+  // (shard_bounds); a bucket's pieces are those bounds cut to it.
+  void reduce_scatter_to(const std::vector<std::size_t>& arena_bounds);
+  // --accumulate: `earlier` (an arena like the gradients, the sum of the
+  // earlier micro-batches) is added to each bucket just before its
+  // reduction starts; nullptr: nothing added (the default).
+  void add_before_reducing(Backend* be, const float* earlier) {
+    be_ = be;
+    earlier_ = earlier;
+  }
+  // The hooks besides the buckets' own (the input pipeline), for a backward
+  // whose gradients are not reduced yet.
+  LayerHooks* others() const { return also_; }
+
   void begin_step();  // before backward: no bucket started yet
   void between_layers() override;
   void grads_ready(std::size_t begin) override;
@@ -53,6 +69,9 @@ class GradientBuckets final : public LayerHooks {
   float* grads_;
   std::vector<BucketRange> plan_;
   LayerHooks* also_;
+  std::vector<std::vector<std::size_t>> pieces_;  // per bucket, sharded: its bounds
+  Backend* be_ = nullptr;
+  const float* earlier_ = nullptr;
   std::size_t next_ = 0;  // first bucket not started
   std::vector<int> ticket_;
   std::vector<char> seen_done_;

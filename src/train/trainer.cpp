@@ -89,13 +89,13 @@ void TrainingRun::train_one(std::uint64_t step) {
   {
     StepScope scope(watchdog_, timeline_, step, {"forward/backward/all-reduce", "gradient all-reduce"});
     finite = train_step(be, *rt_.comm, *model_, *optimizer_, loss_, *shard, slot.rows, step_lr,
-                        progress_->stats(), &timer_, buckets_.get(), replica_sum_.get());
+                        progress_->stats(), step_options_);
   }
   timer_.end_step();  // the step read its non-finite count back: all done
   if (timeline_.enabled()) {
     for (std::size_t b = 0; b < buckets_->plan().size(); ++b) {
       char name[48];
-      std::snprintf(name, sizeof name, "all-reduce bucket %zu", b);
+      std::snprintf(name, sizeof name, "%s bucket %zu", shards_ ? "reduce-scatter" : "all-reduce", b);
       timeline_.add(name, timeline_category::kComm, kTimelineCommThread, buckets_->started_at(b),
                     buckets_->done_at(b), static_cast<std::int64_t>(step));
     }

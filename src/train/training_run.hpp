@@ -29,6 +29,7 @@
 #include "train/loop_policy.hpp"
 #include "train/progress.hpp"
 #include "train/replica_sum.hpp"
+#include "train/train_step.hpp"
 
 namespace dptrain {
 
@@ -90,6 +91,9 @@ class TrainingRun {
   std::unique_ptr<InputQueue> queue_;  // input readers only
   std::unique_ptr<InputPipeline> input_;
   std::unique_ptr<GradientBuckets> buckets_;
+  std::optional<GradientShards> shards_;  // --shard-optimizer
+  DeviceBuffer<float> accumulated_;       // --accumulate K > 1: the earlier micro-batches' sum
+  StepOptions step_options_;
   std::unique_ptr<CommReplicaSum> replica_sum_;  // bn's global statistics
   std::unique_ptr<Augmenter> augmenter_;         // --augment, when given
   std::unique_ptr<StateSaver> saver_;

@@ -9,6 +9,7 @@
 
 #include "dptrain/run/control_plane.hpp"
 #include "dptrain/run/thread_binding.hpp"
+#include "dptrain/train/rank_memory.hpp"
 #include "train/training_run.hpp"
 
 namespace dptrain {
@@ -127,7 +128,8 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
   Backend& be = *rt_.backend;
   // Batch t+1 moves to its shards while batch t computes; gradient buckets
   // are reduced while backward goes on (both moved along between layers).
-  input_ = std::make_unique<InputPipeline>(readers_.comm(), be, queue_.get(), model_->max_rows(),
+  input_ = std::make_unique<InputPipeline>(readers_.comm(), be, queue_.get(),
+                                           max_shard_rows(batch_, mpi_.size()),
                                            train_.info.dim, train_.info.label_width, label_type(loss_),
                                            feature_wire(train_.info), readers_.shards());
   buckets_ = std::make_unique<GradientBuckets>(
@@ -136,6 +138,14 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
                    static_cast<std::size_t>(opts_.bucket_mb * 1048576.0)),
       input_.get());
   replica_sum_ = std::make_unique<CommReplicaSum>(*rt_.comm);
+  if (shards_) buckets_->reduce_scatter_to(shards_->bounds);
+  if (opts_.accumulate > 1) accumulated_ = DeviceBuffer<float>(be, model_->num_params());
+  step_options_.timer = &timer_;
+  step_options_.buckets = buckets_.get();
+  step_options_.replicas = replica_sum_.get();
+  step_options_.shards = shards_ ? &*shards_ : nullptr;
+  step_options_.micro_batches = static_cast<int>(opts_.accumulate);
+  step_options_.accumulated = accumulated_.get();
   const AugmentSpec augment = parse_augment(opts_.augment);
   agree(mpi_.world(), [&] {
     DPT_REQUIRE(mpi_.rank() != 0 || !augment.any() || !train_.info.tokens(), ExitCode::kUsage,
@@ -175,15 +185,21 @@ void TrainingRun::open_data() {
     });
   }
   batch_ = static_cast<std::uint64_t>(opts_.batch_size);
-  eval_batch_ = opts_.eval_batch_size > 0 ? static_cast<std::uint64_t>(opts_.eval_batch_size) : batch_;
+  // By default evaluation runs in batches of the micro-batch (--accumulate),
+  // so that it needs no more activation memory than training does.
+  const auto micro = static_cast<std::uint64_t>(opts_.accumulate);
+  eval_batch_ = opts_.eval_batch_size > 0 ? static_cast<std::uint64_t>(opts_.eval_batch_size)
+                                          : (batch_ + micro - 1) / micro;
   plan_.emplace(train_.info.rows, batch_);
   total_steps_ = opts_.steps > 0 ? static_cast<std::uint64_t>(opts_.steps)
                                  : static_cast<std::uint64_t>(opts_.epochs) * plan_->steps_per_epoch();
 }
 
 void TrainingRun::build_model() {
-  const int max_rows =
-      std::max(max_shard_rows(batch_, mpi_.size()), max_shard_rows(eval_batch_, mpi_.size()));
+  // Activations for one micro-batch of the largest shard (--accumulate).
+  const int micro = static_cast<int>(opts_.accumulate);
+  const int micro_rows = (max_shard_rows(batch_, mpi_.size()) + micro - 1) / micro;
+  const int max_rows = std::max(micro_rows, max_shard_rows(eval_batch_, mpi_.size()));
   check_model_fits(mpi_, layers_, train_.info, class_labels(loss_));
   agree(mpi_.world(), [&] {
     model_ = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info),
@@ -194,7 +210,15 @@ void TrainingRun::build_model() {
   rt_.comm->broadcast(model_->params(), model_->num_params() * sizeof(float), 0);
   OptimizerConfig oc = optimizer_config(opts_);
   if (!oc.decay_all) oc.decay_ranges = matrices_decay_ranges(model_->param_layout());
-  optimizer_ = std::make_unique<Optimizer>(*rt_.backend, oc, model_->num_params());
+  ArenaRange owned{0, model_->num_params()};
+  if (opts_.shard_optimizer) {
+    shards_.emplace();
+    shards_->bounds = shard_bounds(model_->num_params(), mpi_.size());
+    shards_->world = mpi_.world();
+    const auto r = static_cast<std::size_t>(mpi_.rank());
+    owned = {shards_->bounds[r], shards_->bounds[r + 1] - shards_->bounds[r]};
+  }
+  optimizer_ = std::make_unique<Optimizer>(*rt_.backend, oc, model_->num_params(), owned);
   schedule_ = schedule_config(opts_, total_steps_);
   start_ = restore_state(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
   first_step_ = std::min(start_.step, total_steps_);
@@ -250,6 +274,17 @@ void TrainingRun::print_summary() const {
       reader_mode_name(readers_.mode()), readers_.readers(), model_->spec().c_str(), model_->num_params(), static_cast<unsigned long long>(batch_),
       shards.back(), shards.front(), static_cast<unsigned long long>(total_steps_),
       static_cast<unsigned long long>(plan_->steps_per_epoch()));
+  if (opts_.accumulate > 1)
+    std::printf("dptrain: --accumulate %lld: each shard runs as micro-batches of up to %d rows\n",
+                static_cast<long long>(opts_.accumulate),
+                (shards.front() + static_cast<int>(opts_.accumulate) - 1) /
+                    static_cast<int>(opts_.accumulate));
+  RankMemory mem = rank_memory(model_->num_params(), optimizer_->state_arrays(), mpi_.size(),
+                               opts_.shard_optimizer, opts_.accumulate > 1);
+  mem.activations = model_->activation_bytes();
+  mem.largest_activation = model_->largest_activation_bytes();
+  mem.activation_rows = model_->max_rows();
+  std::printf("dptrain: memory per rank: %s\n", describe(mem).c_str());
   if (!binding.empty()) std::printf("dptrain: WARNING: %s\n", binding.c_str());
   std::fflush(stdout);
 }

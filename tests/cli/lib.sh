@@ -125,3 +125,25 @@ with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
             sys.exit(f"{n} differs: max abs diff {np.abs(a[n][()] - b[n][()]).max()}")
 PY
 }
+
+# Compares every tensor of /model and /optimizer of two checkpoints within
+# TOL times the largest magnitude of that tensor in B (0: bit for bit).
+close_state() {  # close_state A B TOL
+  "$PYTHON" - "$1" "$2" "$3" <<'PY'
+import sys, h5py, numpy as np
+tol = float(sys.argv[3])
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    def names(f):
+        out = []
+        for g in ("model", "optimizer"):
+            f[g].visititems(lambda n, o: out.append(g + "/" + n) if isinstance(o, h5py.Dataset) else None)
+        return sorted(out)
+    assert names(a) == names(b), (names(a), names(b))
+    for n in names(a):
+        x, y = a[n][()], b[n][()]
+        diff = float(np.abs(x.astype(np.float64) - y).max())
+        scale = float(np.abs(y).max()) or 1.0
+        if (tol == 0 and not np.array_equal(x, y)) or diff > tol * scale:
+            sys.exit(f"{n} differs: max abs diff {diff} (scale {scale}, tolerance {tol})")
+PY
+}

@@ -5,12 +5,27 @@
 // code), and the write of the result queued after it (so the data is there
 // only for work that waits for the stream). On a GPU the collective reads
 // and writes anywhere in its run; this is one ordering of it.
+//
+// Groups: between ncclGroupStart and the outermost ncclGroupEnd a call is
+// checked and held, and ncclGroupEnd issues the held calls in call order,
+// each as above, as NCCL launches a group only at its end (so a group left
+// open never runs, and a call that failed in it cancels the whole group).
+// Issuing them one after another, each exchange at once as outside a
+// group, is one schedule of the group, as the GPU's is: every rank makes
+// the same calls in the same order (NCCL asks it of collectives, grouped or
+// not), so the ranks enter MPI in the same order and no blocking exchange
+// waits for one that is still held; each exchange sees what the stream's
+// waits made ready before the group, and each result lands later on the
+// stream. A call may also see an earlier call's result, which on a GPU runs
+// concurrently with it; a correct group never reads what another of its
+// calls writes, so that is no different either.
 #include <mpi.h>
 #include <nccl.h>
 
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -38,11 +53,30 @@ void free_comm(ncclComm_t c) {
   delete c;
 }
 
+// Held calls of the open group (group_depth > 0) and the first error of a
+// call in it; ncclGroupEnd issues them, or drops them after an error.
+thread_local int t_group_depth = 0;
+thread_local std::vector<std::function<ncclResult_t()>> t_grouped;
+thread_local ncclResult_t t_group_error = ncclSuccess;
+
+// A checked call: issued now, or held until the group ends.
+ncclResult_t issue(std::function<ncclResult_t()> call) {
+  if (t_group_depth == 0) return call();
+  t_grouped.push_back(std::move(call));
+  return ncclSuccess;
+}
+
+// A refused call; in a group, that cancels the group.
+ncclResult_t refuse_call(ncclResult_t rc, const std::string& why) {
+  if (t_group_depth > 0 && t_group_error == ncclSuccess) t_group_error = rc;
+  return refuse(rc, why);
+}
+
 ncclResult_t check_buffers(const void* send, const void* recv, ncclComm_t comm) {
-  if (!comm) return refuse(ncclInvalidArgument, "no communicator");
+  if (!comm) return refuse_call(ncclInvalidArgument, "no communicator");
   if (!send || !recv || !dptrain_emu::is_device_pointer(send) ||
       !dptrain_emu::is_device_pointer(recv))
-    return refuse(ncclInvalidArgument, "a buffer is not device memory");
+    return refuse_call(ncclInvalidArgument, "a buffer is not device memory");
   return ncclSuccess;
 }
 
@@ -111,30 +145,79 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, nccl
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (const ncclResult_t rc = check_buffers(send, recv, comm); rc != ncclSuccess) return rc;
   if (type != ncclFloat || op != ncclSum)
-    return refuse(ncclInvalidArgument, "only float sums are emulated");
-  if (count > INT_MAX) return refuse(ncclInvalidArgument, "over INT_MAX elements for MPI");
-  auto sum = std::make_shared<std::vector<float>>(count);
-  int rc = MPI_SUCCESS;
-  dptrain_emu::enqueue_and_run(stream, [&] {
-    rc = MPI_Allreduce(send, sum->data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm->mpi);
+    return refuse_call(ncclInvalidArgument, "only float sums are emulated");
+  if (count > INT_MAX) return refuse_call(ncclInvalidArgument, "over INT_MAX elements for MPI");
+  return issue([=] {
+    auto sum = std::make_shared<std::vector<float>>(count);
+    int rc = MPI_SUCCESS;
+    dptrain_emu::enqueue_and_run(stream, [&] {
+      rc = MPI_Allreduce(send, sum->data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm->mpi);
+    });
+    if (rc != MPI_SUCCESS) return refuse(ncclSystemError, "MPI_Allreduce failed");
+    land_later(stream, recv, std::move(sum));
+    return ncclSuccess;
   });
-  if (rc != MPI_SUCCESS) return refuse(ncclSystemError, "MPI_Allreduce failed");
-  land_later(stream, recv, std::move(sum));
-  return ncclSuccess;
+}
+
+// recv is used on the root only, as in NCCL: elsewhere it may be anything.
+ncclResult_t ncclReduce(const void* send, void* recv, std::size_t count, ncclDataType_t type,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  if (!comm) return refuse_call(ncclInvalidArgument, "no communicator");
+  if (root < 0 || root >= comm->size) return refuse_call(ncclInvalidArgument, "no such root");
+  const bool at_root = comm->rank == root;
+  if (const ncclResult_t rc = check_buffers(send, at_root ? recv : send, comm); rc != ncclSuccess)
+    return rc;
+  if (type != ncclFloat || op != ncclSum)
+    return refuse_call(ncclInvalidArgument, "only float sums are emulated");
+  if (count > INT_MAX) return refuse_call(ncclInvalidArgument, "over INT_MAX elements for MPI");
+  return issue([=] {
+    auto sum = std::make_shared<std::vector<float>>(at_root ? count : 0);
+    int rc = MPI_SUCCESS;
+    dptrain_emu::enqueue_and_run(stream, [&] {
+      rc = MPI_Reduce(send, sum->data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, root,
+                      comm->mpi);
+    });
+    if (rc != MPI_SUCCESS) return refuse(ncclSystemError, "MPI_Reduce failed");
+    if (at_root) land_later(stream, recv, std::move(sum));
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t stream) {
   if (const ncclResult_t rc = check_buffers(send, recv, comm); rc != ncclSuccess) return rc;
-  if (type != ncclChar) return refuse(ncclInvalidArgument, "only ncclChar broadcasts are emulated");
-  if (count > INT_MAX) return refuse(ncclInvalidArgument, "over INT_MAX bytes for MPI");
-  auto bytes = std::make_shared<std::vector<char>>(count);
-  int rc = MPI_SUCCESS;
-  dptrain_emu::enqueue_and_run(stream, [&] {
-    if (comm->rank == root) std::memcpy(bytes->data(), send, count);
-    rc = MPI_Bcast(bytes->data(), static_cast<int>(count), MPI_BYTE, root, comm->mpi);
+  if (root < 0 || root >= comm->size) return refuse_call(ncclInvalidArgument, "no such root");
+  if (type != ncclChar)
+    return refuse_call(ncclInvalidArgument, "only ncclChar broadcasts are emulated");
+  if (count > INT_MAX) return refuse_call(ncclInvalidArgument, "over INT_MAX bytes for MPI");
+  return issue([=] {
+    auto bytes = std::make_shared<std::vector<char>>(count);
+    int rc = MPI_SUCCESS;
+    dptrain_emu::enqueue_and_run(stream, [&] {
+      if (comm->rank == root) std::memcpy(bytes->data(), send, count);
+      rc = MPI_Bcast(bytes->data(), static_cast<int>(count), MPI_BYTE, root, comm->mpi);
+    });
+    if (rc != MPI_SUCCESS) return refuse(ncclSystemError, "MPI_Bcast failed");
+    land_later(stream, recv, std::move(bytes));
+    return ncclSuccess;
   });
-  if (rc != MPI_SUCCESS) return refuse(ncclSystemError, "MPI_Bcast failed");
-  land_later(stream, recv, std::move(bytes));
+}
+
+ncclResult_t ncclGroupStart() {
+  ++t_group_depth;
   return ncclSuccess;
+}
+
+// The first error of the group (its calls then never run), else the first
+// error of its exchanges.
+ncclResult_t ncclGroupEnd() {
+  if (t_group_depth == 0) return refuse(ncclInvalidUsage, "ncclGroupEnd: not in a group call");
+  if (--t_group_depth > 0) return ncclSuccess;
+  auto calls = std::move(t_grouped);
+  t_grouped.clear();
+  ncclResult_t first = std::exchange(t_group_error, ncclSuccess);
+  if (first != ncclSuccess) return first;
+  for (auto& call : calls)
+    if (const ncclResult_t rc = call(); rc != ncclSuccess && first == ncclSuccess) first = rc;
+  return first;
 }

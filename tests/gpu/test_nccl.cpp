@@ -2,12 +2,17 @@
 // fills its buffer from its rank number, computes the expected result
 // locally, counts wrong elements, and the count is all-reduced (over MPI), so
 // nothing is gathered. Also the stream ordering against the compute stream,
-// checked so that it fails on one rank too when an event is missing.
+// checked so that it fails on one rank too when an event is missing. And
+// the sharded optimizer's reduce-scatter and allgather over uneven and
+// empty pieces, bit for bit against the MPI communicator.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <numeric>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/nccl_comm.hpp"
@@ -30,8 +35,10 @@ class Nccl : public ::testing::Test {
     if (!env().distinct) return;
     gpu_ = gpu_test::make_gpu();
     comm_ = gpu_->make_communicator(MPI_COMM_WORLD);
+    mpi_ = dptrain::make_mpi_communicator(MPI_COMM_WORLD);
   }
   static void TearDownTestSuite() {
+    mpi_.reset();
     comm_.reset();
     gpu_.reset();
   }
@@ -46,9 +53,11 @@ class Nccl : public ::testing::Test {
   }
   static std::unique_ptr<Backend> gpu_;
   static std::unique_ptr<Communicator> comm_;
+  static std::unique_ptr<Communicator> mpi_;  // the reference for the sharded calls
 };
 std::unique_ptr<Backend> Nccl::gpu_;
 std::unique_ptr<Communicator> Nccl::comm_;
+std::unique_ptr<Communicator> Nccl::mpi_;
 
 // Small integers: every partial sum is exact in float, whatever NCCL's order.
 float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * static_cast<int>(i % 97 + 1)); }
@@ -148,6 +157,167 @@ TEST_F(Nccl, Broadcast) {
     std::int64_t wrong = 0;
     for (std::size_t i = 0; i < bytes; ++i) wrong += out[i] != pattern(root, i);
     EXPECT_EQ(wrong_on_any_rank(wrong), 0) << "root " << root;
+  }
+}
+
+// --- the sharded optimizer's calls (ZeRO-1) ---
+
+// Piece bounds of n values over `size` ranks, piece r sized in proportion
+// to weights[r] (0: an empty piece, two equal offsets).
+std::vector<std::size_t> bounds_from(std::size_t n, const std::vector<std::size_t>& weights) {
+  const std::size_t total = std::accumulate(weights.begin(), weights.end(), std::size_t{0});
+  std::vector<std::size_t> b{0};
+  std::size_t sum = 0;
+  for (std::size_t w : weights) b.push_back(n * (sum += w) / total);
+  return b;
+}
+
+// Every way of cutting n values the tests try: near-even (n is no multiple
+// of the rank count, or smaller than it), the first, a middle and the last
+// piece empty, and lopsided (each piece twice the next).
+std::vector<std::vector<std::size_t>> cuts(std::size_t n, int size) {
+  std::vector<std::vector<std::size_t>> shapes;
+  std::vector<std::size_t> w(size, 1);
+  shapes.push_back(w);
+  for (int empty : {0, size / 2, size - 1}) {
+    w.assign(size, 1);
+    w[empty] = 0;
+    if (size > 1) shapes.push_back(w);
+  }
+  for (int r = 0; r < size; ++r) w[r] = std::size_t{1} << (size - 1 - r);
+  shapes.push_back(w);
+  std::vector<std::vector<std::size_t>> out;
+  for (const auto& weights : shapes) out.push_back(bounds_from(n, weights));
+  return out;
+}
+
+const std::size_t kSizes[] = {1, 3, 7, 1001, 262147};
+
+std::string describe(const std::vector<std::size_t>& bounds) {
+  std::string s;
+  for (std::size_t b : bounds) s += (s.empty() ? "" : ",") + std::to_string(b);
+  return "bounds {" + s + "}";
+}
+
+float sum_over_ranks(std::size_t i) {
+  float want = 0.0f;
+  for (int r = 0; r < env().size; ++r) want += value(r, i);
+  return want;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// `host` on the device (buf), written there by the compute stream behind
+// ~10 ms of queued work (on a GPU) and with no host wait after it: a
+// collective that does not wait for the compute stream reads stale data, on
+// the emulation the NaNs of new device memory.
+struct Staged {
+  DeviceBuffer<float> source, buf;
+};
+Staged written_by_compute(Backend& gpu, DeviceBusy& busy, const std::vector<float>& host) {
+  Staged s{upload(gpu, host), DeviceBuffer<float>(gpu, host.size())};
+  busy.queue(10.0);
+  gpu.copy_device(s.buf.get(), s.source.get(), host.size() * sizeof(float));
+  return s;
+}
+
+// Each rank's own piece holds the sum over the ranks, bit for bit what the
+// MPI communicator sums on host copies of the same data. The data is
+// written by the compute stream and only wait_all orders the download after
+// the sum, so a sum that does not wait for the compute stream, or that the
+// compute stream never waits for, shows too.
+TEST_F(Nccl, ReduceScatterSum) {
+  const int rank = env().rank;
+  DeviceBusy busy(*gpu_);
+  for (std::size_t n : kSizes)
+    for (const auto& bounds : cuts(n, env().size)) {
+      std::vector<float> in(n);
+      for (std::size_t i = 0; i < n; ++i) in[i] = value(rank, i);
+      auto [source, buf] = written_by_compute(*gpu_, busy, in);
+      EXPECT_EQ(comm_->start_reduce_scatter_sum(buf.get(), bounds.data()), 0);
+      comm_->wait_all();
+      const auto out = download(*gpu_, buf);
+      std::vector<float> host = in;
+      mpi_->start_reduce_scatter_sum(host.data(), bounds.data());
+      mpi_->wait_all();
+      std::int64_t wrong = 0, unlike_mpi = 0;
+      for (std::size_t i = bounds[rank]; i < bounds[rank + 1]; ++i) {
+        wrong += out[i] != sum_over_ranks(i);
+        unlike_mpi += !same_bits(out[i], host[i]);
+      }
+      EXPECT_EQ(wrong_on_any_rank(wrong), 0) << "n=" << n << ", " << describe(bounds);
+      EXPECT_EQ(wrong_on_any_rank(unlike_mpi), 0)
+          << "differs from the MPI communicator: n=" << n << ", " << describe(bounds);
+    }
+  const std::vector<std::size_t> nothing(env().size + 1, 0);
+  EXPECT_EQ(comm_->start_reduce_scatter_sum(nullptr, nothing.data()), 0);  // nothing to fail
+  comm_->wait_all();
+}
+
+// Every rank ends with piece r of rank r's buffer, for every r, as the MPI
+// communicator's allgather gives on host copies; ordered both ways with the
+// compute stream as ReduceScatterSum.
+TEST_F(Nccl, Allgather) {
+  const int rank = env().rank;
+  DeviceBusy busy(*gpu_);
+  for (std::size_t n : kSizes)
+    for (const auto& bounds : cuts(n, env().size)) {
+      std::vector<float> in(n);
+      for (std::size_t i = 0; i < n; ++i) in[i] = value(rank, i);
+      auto [source, buf] = written_by_compute(*gpu_, busy, in);
+      comm_->allgather(buf.get(), bounds.data());
+      const auto out = download(*gpu_, buf);
+      std::vector<float> host = in;
+      mpi_->allgather(host.data(), bounds.data());
+      std::int64_t wrong = 0, unlike_mpi = 0;
+      for (int owner = 0; owner < env().size; ++owner)
+        for (std::size_t i = bounds[owner]; i < bounds[owner + 1]; ++i)
+          wrong += out[i] != value(owner, i);
+      for (std::size_t i = 0; i < n; ++i) unlike_mpi += !same_bits(out[i], host[i]);
+      EXPECT_EQ(wrong_on_any_rank(wrong), 0) << "n=" << n << ", " << describe(bounds);
+      EXPECT_EQ(wrong_on_any_rank(unlike_mpi), 0)
+          << "differs from the MPI communicator: n=" << n << ", " << describe(bounds);
+    }
+  const std::vector<std::size_t> nothing(env().size + 1, 0);
+  comm_->allgather(nullptr, nothing.data());  // nothing to do, nothing to fail
+}
+
+// A step of the sharded optimizer's traffic: two buckets reduce-scattered,
+// each with bounds of its own, and a third all-reduced, all started before
+// one wait_all; then the buckets' pieces gathered, so that every rank holds
+// the sums everywhere. Twice, for the tickets after wait_all.
+TEST_F(Nccl, ReduceScatterBucketsThenAllgather) {
+  const int size = env().size, rank = env().rank;
+  const std::size_t first = 1001, second = 262147, third = 7, n = first + second + third;
+  const auto bounds_a = bounds_from(first, std::vector<std::size_t>(size, 1));
+  auto weights = std::vector<std::size_t>(size, 2);
+  weights[0] = 0;
+  weights[size - 1] = 1;
+  const auto bounds_b = bounds_from(second, weights);
+  std::vector<float> in(n);
+  for (std::size_t i = 0; i < n; ++i) in[i] = value(rank, i);
+  DeviceBusy busy(*gpu_);
+  for (int round = 0; round < 2; ++round) {
+    auto [source, buf] = written_by_compute(*gpu_, busy, in);
+    EXPECT_EQ(comm_->start_reduce_scatter_sum(buf.get(), bounds_a.data()), 0);
+    EXPECT_EQ(comm_->start_reduce_scatter_sum(buf.get() + first, bounds_b.data()), 1);
+    EXPECT_EQ(comm_->start_allreduce_sum(buf.get() + first + second, third), 2);
+    comm_->wait_all();
+    const auto scattered = download(*gpu_, buf);
+    std::int64_t wrong = 0;
+    for (std::size_t i = bounds_a[rank]; i < bounds_a[rank + 1]; ++i)
+      wrong += scattered[i] != sum_over_ranks(i);
+    for (std::size_t i = first + bounds_b[rank]; i < first + bounds_b[rank + 1]; ++i)
+      wrong += scattered[i] != sum_over_ranks(i);
+    for (std::size_t i = first + second; i < n; ++i) wrong += scattered[i] != sum_over_ranks(i);
+    EXPECT_EQ(wrong_on_any_rank(wrong), 0) << "own pieces after wait_all, round " << round;
+
+    comm_->allgather(buf.get(), bounds_a.data());
+    comm_->allgather(buf.get() + first, bounds_b.data());
+    const auto out = download(*gpu_, buf);
+    wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += out[i] != sum_over_ranks(i);
+    EXPECT_EQ(wrong_on_any_rank(wrong), 0) << "after the allgathers, round " << round;
   }
 }
 

@@ -52,6 +52,16 @@ TEST_F(InspectTest, CheckpointSummary) {
                  "weight [2, 4]", "parameters:      46", "184 B", "lr = 0.5", "batch-size = 32"});
 }
 
+// --ranks P: what a rank holds with and without the sharded optimizer
+// state (46 parameters, Adam: 368 B of state, a slice of 12 floats on 4).
+TEST_F(InspectTest, RanksShowsMemoryPerRank) {
+  write_checkpoint(path("ck.h5"), small_checkpoint());
+  std::ostringstream out;
+  inspect_file(path("ck.h5"), out, 4);
+  expect_has(out.str(), {"on 4 rank(s):", "optimizer state 368 B (96 B with --shard-optimizer)",
+                         "optimizer state 96 B (slice 1/4 of 368 B)"});
+}
+
 // A version 2 checkpoint of a CNN: every layer with its output shape and
 // parameter count, from the spec and input_shape.
 TEST_F(InspectTest, CnnCheckpointShowsLayerOutputShapes) {

@@ -278,3 +278,78 @@ TEST_F(OptimizerTest, WeightDecayOnMatricesOnly) {
 
 }  // namespace
 }  // namespace dptrain
+
+namespace dptrain {
+namespace {
+
+// --shard-optimizer's cut: balanced, in rank order, any n on any count.
+TEST(ShardBounds, BalancedContiguousSlices) {
+  for (std::size_t n : {0, 1, 3, 173, 1000}) {
+    for (int p : {1, 2, 3, 4, 7}) {
+      const std::vector<std::size_t> b = shard_bounds(n, p);
+      ASSERT_EQ(b.size(), static_cast<std::size_t>(p) + 1);
+      EXPECT_EQ(b.front(), 0u);
+      EXPECT_EQ(b.back(), n);
+      for (int r = 0; r < p; ++r) {
+        const std::size_t size = b[r + 1] - b[r];
+        EXPECT_TRUE(size == n / p || size == n / p + 1) << n << " " << p << " " << r;
+        if (r > 0) EXPECT_LE(size, b[r] - b[r - 1]);  // the larger slices first
+      }
+    }
+  }
+  EXPECT_THROW(shard_bounds(5, 0), Error);
+}
+
+// P optimizers, each owning one slice, update the arena exactly as one
+// optimizer of the whole arena does, decay ranges cut across slices and the
+// clipping norm given as the sum of the slices' sums included.
+TEST(ShardedOptimizer, SlicesUpdateLikeTheWholeArena) {
+  auto be = make_cpu_backend(BackendOptions{});
+  const std::size_t n = 37;
+  OptimizerConfig adamw;
+  adamw.kind = OptimizerKind::kAdamW;
+  adamw.weight_decay = 0.1f;
+  adamw.clip_grad_norm = 0.05f;  // clips every step
+  adamw.decay_all = false;
+  adamw.decay_ranges = {{3, 10}, {20, 9}};
+  OptimizerConfig momentum = sgd(0.9f, true, 0.01f);
+  for (const OptimizerConfig& cfg : {adamw, momentum}) {
+    for (int p : {1, 3, 4}) {
+      std::vector<float> w0(n), whole_w, sliced_w;
+      for (std::size_t i = 0; i < n; ++i) w0[i] = std::sin(0.7f * static_cast<float>(i));
+      DeviceBuffer<float> w(*be, n), g(*be, n), w2(*be, n), g2(*be, n);
+      be->copy_to_device(w.get(), w0.data(), n * sizeof(float));
+      be->copy_to_device(w2.get(), w0.data(), n * sizeof(float));
+      Optimizer whole(*be, cfg, n);
+      const std::vector<std::size_t> b = shard_bounds(n, p);
+      std::vector<std::unique_ptr<Optimizer>> slices;
+      for (int r = 0; r < p; ++r)
+        slices.push_back(std::make_unique<Optimizer>(*be, cfg, n, ArenaRange{b[r], b[r + 1] - b[r]}));
+      for (int step = 0; step < 5; ++step) {
+        std::vector<float> grad(n);
+        for (std::size_t i = 0; i < n; ++i) grad[i] = std::cos(0.3f * static_cast<float>(i * (step + 2)));
+        be->copy_to_device(g.get(), grad.data(), n * sizeof(float));
+        be->copy_to_device(g2.get(), grad.data(), n * sizeof(float));
+        whole.step(w.get(), g.get(), 0.01f);
+        double total = 0;
+        for (auto& s : slices) total += s->local_sum_squares(g2.get());
+        for (auto& s : slices) s->step(w2.get(), g2.get(), 0.01f, &total);
+        if (cfg.clip_grad_norm > 0)
+          EXPECT_NEAR(slices[0]->last_grad_norm(), whole.last_grad_norm(), 1e-6f * whole.last_grad_norm());
+      }
+      whole_w.resize(n);
+      sliced_w.resize(n);
+      be->copy_to_host(whole_w.data(), w.get(), n * sizeof(float));
+      be->copy_to_host(sliced_w.data(), w2.get(), n * sizeof(float));
+      for (std::size_t i = 0; i < n; ++i)
+        EXPECT_NEAR(sliced_w[i], whole_w[i], 2e-7f * (1.0f + std::fabs(whole_w[i])))
+            << optimizer_name(cfg.kind) << " on " << p << " slices, element " << i;
+      std::size_t state = 0;
+      for (auto& s : slices) state += s->state_bytes();
+      EXPECT_EQ(state, whole.state_bytes());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dptrain

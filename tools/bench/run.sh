@@ -7,6 +7,12 @@
 #   tools/bench/run.sh [bench.py options...]     e.g. --repeats 3
 #   tools/bench/run.sh --gpt                     the GPT rows alone (no OpenBLAS
 #                                                build, no Fashion-MNIST)
+#   tools/bench/run.sh --shard                   the sharded-optimizer rows alone
+#                                                (tools/bench/shard_rows.py: dptrain
+#                                                only, its own synthetic set); a
+#                                                full run ends with them unless
+#                                                --skip-shard (or --gpt, --skip-e2e);
+#                                                --shard-* options go to them alone
 # Environment: BUILD_DIR (default build-bench), OUT (default bench-results),
 # DATA (an HDF5 file to use instead), JOBS (default 2).
 set -euo pipefail
@@ -16,16 +22,37 @@ tools/bench/install.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 build=${BUILD_DIR:-build-bench}
 out=${OUT:-bench-results}
-gpt_only=0 skip_gpt=0 skip_mlp=0
-for arg in "$@"; do
-  case "$arg" in
-    --gpt) gpt_only=1 ;;
-    --skip-gpt) skip_gpt=1 ;;
-    --skip-mlp) skip_mlp=1 ;;
+gpt_only=0 skip_gpt=0 skip_mlp=0 shard_only=0 skip_shard=0
+bench_args=()  # to bench.py: every option but the shard rows' own
+shard_args=()  # to shard_rows.py: --shard-* options (it ignores bench.py's)
+while (($#)); do
+  case "$1" in
+    --shard) shard_only=1 ;;
+    --skip-shard) skip_shard=1 ;;
+    --shard-*=*) shard_args+=("$1") ;;
+    --shard-*) shard_args+=("$1" "${2?$1 needs a value}"); shift ;;
+    *)
+      case "$1" in
+        --gpt) gpt_only=1 ;;
+        --skip-gpt) skip_gpt=1 ;;
+        --skip-mlp) skip_mlp=1 ;;
+        --skip-e2e) skip_shard=1 ;;
+      esac
+      bench_args+=("$1") ;;
   esac
+  shift
 done
+if ((gpt_only)); then skip_shard=1; fi
 
+py=$(tools/find-python.sh)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDPTRAIN_CUDA=OFF >/dev/null
+if ((shard_only)); then
+  # The sharded-optimizer rows alone: dptrain on synthetic data, no baselines.
+  cmake --build "$build" -j "${JOBS:-2}" --target dptrain >/dev/null
+  "$py" tools/bench/shard_rows.py --build-dir "$build" --out "$out" "${bench_args[@]}" "${shard_args[@]}"
+  echo "bench: results in $out/shard.md, $out/shard.json"
+  exit 0
+fi
 cmake --build "$build" -j "${JOBS:-2}" \
   --target dptrain dptrain_bench dptrain_cnn_bench dptrain_gpt_bench dptrain_gemm_rate >/dev/null
 openblas_build=${build}-openblas
@@ -38,7 +65,6 @@ if ((!gpt_only && !skip_mlp)); then
   openblas_args=(--openblas-gemm-rate "$openblas_build/tools/bench/dptrain_gemm_rate")
 fi
 
-py=$(tools/find-python.sh)
 if ((!skip_gpt)) && [[ ! -f data/fortunes.h5 ]]; then
   # The GPT rows' token set, as tools/demo_text.sh makes it (package fortunes,
   # from tools/install-deps.sh --demo).
@@ -69,5 +95,11 @@ fi
 if [[ -n "$data" ]]; then data_args=(--data "$data"); fi
 
 "$py" tools/bench/bench.py "${data_args[@]}" --build-dir "$build" --out "$out" --python "$py" \
-  "${openblas_args[@]}" "$@"
-echo "bench: results in $out/results.md, $out/results.json, $out/results.png"
+  "${openblas_args[@]}" "${bench_args[@]}"
+if ((!skip_shard)); then
+  # The sharded-optimizer rows (about 3 minutes at --repeats 5 on 2 cores).
+  "$py" tools/bench/shard_rows.py --build-dir "$build" --out "$out" "${bench_args[@]}" "${shard_args[@]}"
+  echo "bench: results in $out/results.md, $out/results.json, $out/results.png, $out/shard.md, $out/shard.json"
+else
+  echo "bench: results in $out/results.md, $out/results.json, $out/results.png"
+fi

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -183,8 +184,18 @@ class Backend {
   // before the streams and handles it declared ahead of them.
   virtual KernelTables& kernels() = 0;
 
+ public:
+  // Bytes of device memory held in DeviceBuffers now (what the start-up
+  // summary's memory line measures); raw allocate() calls are not counted.
+  std::size_t buffer_bytes() const { return buffer_bytes_.load(); }
+  void count_buffer(std::size_t bytes, bool allocated) noexcept {
+    if (allocated) buffer_bytes_ += bytes;
+    else buffer_bytes_ -= bytes;
+  }
+
  private:
   static constexpr std::size_t kHostAlignment = 64;
+  std::atomic<std::size_t> buffer_bytes_{0};
 };
 
 // --- the factory: the one place that maps names to implementations ---
@@ -221,7 +232,9 @@ class BackendBuffer {
   BackendBuffer() = default;
   BackendBuffer(Backend& be, std::size_t count)
       : be_(&be), ptr_(static_cast<T*>(count ? allocate(be, count * sizeof(T)) : nullptr)),
-        count_(count) {}
+        count_(count) {
+    if (kKind == MemoryKind::kDevice && ptr_) be.count_buffer(count * sizeof(T), true);
+  }
   ~BackendBuffer() { reset(); }
   BackendBuffer(const BackendBuffer&) = delete;
   BackendBuffer& operator=(const BackendBuffer&) = delete;
@@ -239,8 +252,12 @@ class BackendBuffer {
   }
   void reset() noexcept {
     if (ptr_ && be_) {
-      if constexpr (kKind == MemoryKind::kDevice) be_->deallocate(ptr_);
-      else be_->deallocate_host(ptr_);
+      if constexpr (kKind == MemoryKind::kDevice) {
+        be_->deallocate(ptr_);
+        be_->count_buffer(count_ * sizeof(T), false);
+      } else {
+        be_->deallocate_host(ptr_);
+      }
     }
     ptr_ = nullptr;
     count_ = 0;

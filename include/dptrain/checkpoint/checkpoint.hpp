@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct CheckpointData {
   struct State {
     std::string name;             // "m", "v", "velocity"
     std::vector<float> values;    // arena-shaped like params
+    // Writing only, when values is empty: fills one tensor's values, called
+    // once per tensor in arena order (a sharded optimizer's state, gathered
+    // tensor by tensor so that no rank holds all of it).
+    std::function<void(const ParamInfo&, float*)> fetch;
   };
   std::vector<State> optimizer_state;
   bool has_training_state = false;  // false for a /model-only file

@@ -11,7 +11,6 @@
 
 namespace dptrain {
 
-
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -40,6 +39,28 @@ class Communicator {
   // Completes every started sum: afterwards the results are visible to the
   // host (MPI) or to all later work on the compute stream (NCCL).
   virtual void wait_all() { started_ = 0; }
+
+  // --- sharded optimizer state (--shard-optimizer, ZeRO stage 1) ---
+  // `bounds` holds size() + 1 offsets into buf, bounds[0] = 0, ascending:
+  // piece r is buf[bounds[r], bounds[r+1]) (pieces may be empty).
+  //
+  // Starts an in-place sum over all ranks of which each rank receives only
+  // its own piece: afterwards piece rank() of buf holds the sum, the rest of
+  // buf is unspecified. Tickets, progress() and wait_all() as for
+  // start_allreduce_sum, with which it may be mixed. Each element is summed
+  // exactly as allreduce_sum sums it, so the piece matches an all-reduce of
+  // the same buffers. The default is an all-reduce (correct, more traffic).
+  virtual int start_reduce_scatter_sum(float* buf, const std::size_t* bounds) {
+    return start_allreduce_sum(buf, bounds[size()]);
+  }
+  // In place: piece r of rank r's buf is copied into every rank's buf
+  // (blocking on the host for mpi; ordered on the compute stream for nccl).
+  // The default broadcasts the pieces one by one.
+  virtual void allgather(float* buf, const std::size_t* bounds) {
+    for (int r = 0; r < size(); ++r)
+      if (bounds[r + 1] > bounds[r])
+        broadcast(buf + bounds[r], (bounds[r + 1] - bounds[r]) * sizeof(float), r);
+  }
 
   // Broadcast bytes from root, in place.
   virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;

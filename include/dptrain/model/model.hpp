@@ -91,6 +91,11 @@ class Model {
   int output_positions() const { return output_shape().rank() == 2 ? output_shape()[0] : 1; }
   int output_classes() const { return output_dim() / output_positions(); }
   int max_rows() const { return max_rows_; }
+  // Device bytes of what forward and backward keep for max_rows rows: every
+  // layer's output, the gradient buffers and the layers' own workspaces;
+  // and the largest of the model's output and gradient buffers.
+  std::size_t activation_bytes() const { return activation_bytes_; }
+  std::size_t largest_activation_bytes() const { return largest_activation_bytes_; }
   // Every tensor of the parameter (buffer) arena, in arena order.
   const std::vector<ParamInfo>& param_layout() const { return params_layout_; }
   const std::vector<ParamInfo>& buffer_layout() const { return buffers_layout_; }
@@ -108,6 +113,7 @@ class Model {
   int vocab_;
   std::vector<ParamInfo> params_layout_, buffers_layout_;
   StepInfo step_;  // layers hold a pointer to it
+  std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0;
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
   DeviceBuffer<float> params_, grads_, buffers_;
   std::vector<DeviceBuffer<float>> acts_;  // output of each layer [max_rows, its output shape]

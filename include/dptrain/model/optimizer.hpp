@@ -1,6 +1,7 @@
 // Implements: SGD (momentum, Nesterov), Adam and AdamW over the whole
-// parameter arena in one fused backend call (one per stretch of it when only
-// matrices decay), gradient-norm clipping, and the learning-rate schedules.
+// parameter arena, or one rank's slice of it (--shard-optimizer), in one
+// fused backend call (one per stretch of it when only matrices decay),
+// gradient-norm clipping, and the learning-rate schedules.
 #pragma once
 
 #include <cstddef>
@@ -47,26 +48,47 @@ bool parse_decay_all(const std::string& name);
 // merged: what --weight-decay-params matrices decays.
 std::vector<ArenaRange> matrices_decay_ranges(const std::vector<ParamInfo>& layout);
 
+// --shard-optimizer: the arena [0, n) cut into `parts` contiguous slices in
+// rank order, balanced (sizes differ by at most one float, the larger ones
+// first): parts + 1 ascending offsets, bounds[0] = 0, bounds[parts] = n.
+std::vector<std::size_t> shard_bounds(std::size_t n, int parts);
+
 class Optimizer {
  public:
+  // Updates the whole arena of n floats.
   Optimizer(Backend& backend, const OptimizerConfig& cfg, std::size_t n);
-  // One update of w with gradient g at learning rate lr; increments
-  // step_count. With clipping, g is first scaled in place (so it is not
-  // const), as torch.nn.utils.clip_grad_norm_ does.
-  void step(float* w, float* g, float lr);
+  // Updates only `owned`, a slice of the arena of n floats, and keeps the
+  // state of that slice alone (--shard-optimizer: every rank one slice).
+  Optimizer(Backend& backend, const OptimizerConfig& cfg, std::size_t n, ArenaRange owned);
+  // One update of the owned slice of w with gradient g at learning rate lr
+  // (w and g are whole arenas); increments step_count. With clipping, g is
+  // first scaled in place (so it is not const), as
+  // torch.nn.utils.clip_grad_norm_ does; the norm is that of the whole
+  // gradient: total_sum_squares when given (a sharded step sums its slices'
+  // local_sum_squares over ranks), else this optimizer's own slice's.
+  void step(float* w, float* g, float lr, const double* total_sum_squares = nullptr);
+  // The sum of g[i]^2 over the owned slice (double, a fixed order).
+  double local_sum_squares(const float* g) const;
+  bool clips() const { return cfg_.clip_grad_norm > 0.0f; }
   // The L2 norm of the gradient of the last step, before clipping; computed
   // only when clipping is on (0 otherwise).
   float last_grad_norm() const { return grad_norm_; }
   std::int64_t step_count() const { return step_count_; }
   void set_step_count(std::int64_t s) { step_count_ = s; }
-  // Named state arenas (device), each of n floats: "velocity" for SGD with
-  // momentum, "m" and "v" for Adam/AdamW. Used by checkpoints.
+  // Named state arenas (device), each of size() floats, for the owned
+  // slice: "velocity" for SGD with momentum, "m" and "v" for Adam/AdamW.
+  // Used by checkpoints.
   struct State {
     std::string name;
     float* data;
   };
   std::vector<State> state();
-  std::size_t size() const { return n_; }
+  std::size_t size() const { return owned_.count; }
+  std::size_t arena_size() const { return n_; }
+  ArenaRange owned() const { return owned_; }
+  std::size_t state_bytes() const { return state_arrays() * owned_.count * sizeof(float); }
+  // How many state arrays of the arena's size this optimizer keeps (0..2).
+  int state_arrays() const;
   const OptimizerConfig& config() const { return cfg_; }
 
  private:
@@ -79,8 +101,9 @@ class Optimizer {
     ArenaRange range;
     bool decay = true;
   };
-  void clip(float* g);
+  void clip(float* g, const double* total_sum_squares);
 
+  ArenaRange owned_;
   std::int64_t step_count_ = 0;
   float grad_norm_ = 0.0f;
   std::vector<Segment> segments_;

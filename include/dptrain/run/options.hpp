@@ -29,6 +29,8 @@ struct Options {
   std::string lr_schedule = "constant";
   std::int64_t warmup_steps = 0, lr_step_size = 1000;
   double lr_gamma = 0.1, min_lr = 0.0;
+  bool shard_optimizer = false;  // ZeRO stage 1: optimizer state in 1/P slices
+  std::int64_t accumulate = 1;   // micro-batches per rank and step
   // input
   std::string shuffle = "auto";  // auto = full when the set fits the cache, else block
   std::string augment;           // "crop:4,flip"; "" = none
@@ -51,6 +53,7 @@ struct Options {
   std::string timeline;    // Chrome trace of every rank's phases ("" = off)
   // eval / predict / inspect
   std::string checkpoint, set = "test", output, file;
+  std::int64_t inspect_ranks = 0;  // inspect a checkpoint: memory per rank at this many ranks
   bool predict_logits = false;  // predict on a sequence output: also write the N·T·V logits
   // generate: a prompt as text (UTF-8 bytes) or ids "1,2,3", tokens to add,
   // sampling temperature (0: the most likely token) and top-k (0: all).

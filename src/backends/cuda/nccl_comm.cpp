@@ -107,6 +107,35 @@ class NcclCommunicator final : public Communicator {
     started_ = 0;
   }
 
+  // Sharded optimizer: each piece is summed onto its owner only. The pieces
+  // are uneven and ncclReduceScatter wants equal ones, so one ncclReduce per
+  // non-empty piece, rooted at its owner, all in one group (one launch).
+  // Ordered and completed as start_allreduce_sum.
+  int start_reduce_scatter_sum(float* buf, const std::size_t* bounds) override {
+    if (bounds[size_] > 0) {
+      const ncclComm_t c = live();
+      after_compute();
+      grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
+        DPT_NCCL_CHECK(
+            ncclReduce(buf + at, buf + at, n, ncclFloat, ncclSum, root, c, stream_.get()));
+      });
+      pending_ = true;
+    }
+    return started_++;
+  }
+
+  // Each owner broadcasts its piece, all in one group; ordered as broadcast.
+  void allgather(float* buf, const std::size_t* bounds) override {
+    if (bounds[size_] == 0) return;
+    const ncclComm_t c = live();
+    after_compute();
+    grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
+      DPT_NCCL_CHECK(ncclBroadcast(buf + at, buf + at, n * sizeof(float), ncclChar, root, c,
+                                   stream_.get()));
+    });
+    before_compute();
+  }
+
   void broadcast(void* buf, std::size_t bytes, int root) override {
     if (bytes == 0) return;
     after_compute();
@@ -150,6 +179,21 @@ class NcclCommunicator final : public Communicator {
       throw Error(ExitCode::kComm,
                   "NCCL communicator was aborted (rank " + std::to_string(rank_) + ")");
     return c;
+  }
+  // Calls piece(offset, count, owner) for every non-empty piece of bounds
+  // inside one NCCL group. A call that fails leaves its error in the group,
+  // so ncclGroupEnd launches nothing; the group is closed all the same.
+  template <typename Piece>
+  void grouped(const std::size_t* bounds, Piece piece) {
+    DPT_NCCL_CHECK(ncclGroupStart());
+    try {
+      for (int r = 0; r < size_; ++r)
+        if (bounds[r + 1] > bounds[r]) piece(bounds[r], bounds[r + 1] - bounds[r], r);
+    } catch (...) {
+      ncclGroupEnd();
+      throw;
+    }
+    DPT_NCCL_CHECK(ncclGroupEnd());
   }
   void after_compute() {
     DPT_CUDA_CHECK(cudaEventRecord(compute_done_.get(), compute_));

@@ -9,7 +9,8 @@
 // must wait for (streams.hpp), so each rank enters MPI in the order of its
 // host code and sends what the stream's events made ready; its result is
 // written when the stream gets there, so only work that waits for the
-// stream sees it.
+// stream sees it. Calls inside ncclGroupStart/ncclGroupEnd are held and
+// issued, in order, at the outermost ncclGroupEnd, as NCCL launches a group.
 #pragma once
 
 #include <cstddef>
@@ -44,3 +45,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, nccl
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduce(const void* send, void* recv, std::size_t count, ncclDataType_t type,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();

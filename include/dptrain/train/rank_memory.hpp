@@ -1,0 +1,42 @@
+// Implements: what one rank holds in device memory for training, with and
+// without --shard-optimizer: the start-up summary's memory line and
+// `inspect --ranks P` (docs/design.md section 2; docs/scaling.md plans a
+// large job with the same arithmetic).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dptrain {
+
+struct RankMemory {
+  int ranks = 1;
+  bool sharded = false;
+  std::uint64_t params = 0;        // fp32 parameters, every rank all of them
+  std::uint64_t grads = 0;         // fp32 gradient arena
+  std::uint64_t accumulation = 0;  // --accumulate K > 1: the earlier micro-batches' sum
+  std::uint64_t state = 0;         // optimizer state this rank keeps (its slice when sharded)
+  std::uint64_t state_whole = 0;   // the same unsharded
+  std::uint64_t state_slice = 0;   // the same sharded over `ranks`
+  std::uint64_t activations = 0;   // layer outputs, gradient buffers, layer workspaces
+  std::uint64_t largest_activation = 0;
+  int activation_rows = 0;         // the rows they are sized for (0: not known)
+  std::uint64_t total() const { return params + grads + accumulation + state + activations; }
+};
+
+// The bytes of a model of num_params floats whose optimizer keeps
+// state_arrays arrays of the arena's size (0 plain SGD, 1 momentum, 2 Adam),
+// trained by `ranks` ranks, sharded or not: rank 0 holds the largest slice
+// (shard_bounds). Activations are left 0 for the caller to fill in.
+RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool sharded,
+                       bool accumulates);
+
+// "1.5 MiB": three significant digits in B, KiB, MiB, GiB or TiB.
+std::string human_bytes(std::uint64_t bytes);
+
+// One line: "parameters 1.03 MiB, gradients 1.03 MiB, optimizer state
+// 0.514 MiB (slice 1/4 of 2.05 MiB), activations ..., total ...".
+std::string describe(const RankMemory& m);
+
+}  // namespace dptrain

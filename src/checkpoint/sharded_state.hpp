@@ -1,0 +1,58 @@
+// Implements: moving a sharded optimizer state (--shard-optimizer) between
+// the ranks' slices and rank 0, which reads and writes checkpoints (internal
+// to checkpoint/). Writing gathers it tensor by tensor, so that rank 0 never
+// holds more of it than its own slice and one tensor; the file has the
+// layout of an unsharded run. Restoring sends each rank its slice of the
+// state rank 0 read.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include <mpi.h>
+
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/model/layer.hpp"
+
+namespace dptrain {
+
+class ShardedStateGather {
+ public:
+  // states: this rank's slices (device), one per state array, each of
+  // bounds[rank + 1] - bounds[rank] floats; bounds: shard_bounds.
+  ShardedStateGather(MPI_Comm world, Backend& be, const std::vector<ParamInfo>& layout,
+                     std::vector<std::size_t> bounds, std::vector<float*> states);
+
+  // Rank 0: tensor p of state array s into out (p.count floats): its own
+  // part from its slice, the others' from their owners. Called for every
+  // (state array, tensor) in that order, as write_checkpoint does.
+  void fetch(std::size_t s, const ParamInfo& p, float* out);
+  // Rank 0, after a failed write: receives every part fetch did not, so no
+  // owner is left waiting to send.
+  void drain();
+  // Every other rank: sends its part of every (state array, tensor) to
+  // rank 0, in fetch order.
+  void serve();
+
+ private:
+  // The part of tensor p that rank r owns, as arena offsets [lo, hi).
+  std::pair<std::size_t, std::size_t> part(const ParamInfo& p, std::size_t r) const;
+  void receive(std::size_t s, const ParamInfo& p, float* out);
+
+  MPI_Comm world_;
+  Backend& be_;
+  const std::vector<ParamInfo>& layout_;
+  std::vector<std::size_t> bounds_;
+  std::vector<float*> states_;
+  int rank_ = 0, size_ = 1;
+  std::size_t next_ = 0;  // fetch order: state array * tensors + tensor
+};
+
+// After rank 0 read a checkpoint: each rank's slice of every state array
+// from rank 0's whole arrays (`whole`, rank 0 only) into its own slices
+// (`states`, device). Collective over world.
+void scatter_sharded_state(MPI_Comm world, Backend& be, const std::vector<std::size_t>& bounds,
+                           const std::vector<std::vector<float>>& whole,
+                           const std::vector<float*>& states);
+
+}  // namespace dptrain

@@ -1,0 +1,48 @@
+// Implements: the memory a rank holds (see rank_memory.hpp).
+#include "dptrain/train/rank_memory.hpp"
+
+#include <cstdio>
+
+namespace dptrain {
+
+RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool sharded,
+                       bool accumulates) {
+  RankMemory m;
+  m.ranks = ranks;
+  m.sharded = sharded;
+  const std::uint64_t floats = sizeof(float);
+  m.params = m.grads = num_params * floats;
+  if (accumulates) m.accumulation = num_params * floats;
+  m.state_whole = static_cast<std::uint64_t>(state_arrays) * num_params * floats;
+  const auto p = static_cast<std::uint64_t>(ranks > 0 ? ranks : 1);
+  m.state_slice = static_cast<std::uint64_t>(state_arrays) * ((num_params + p - 1) / p) * floats;
+  m.state = sharded ? m.state_slice : m.state_whole;
+  return m;
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
+  char text[32];
+  if (u == 0) std::snprintf(text, sizeof text, "%llu B", static_cast<unsigned long long>(bytes));
+  else std::snprintf(text, sizeof text, "%.3g %s", v, units[u]);
+  return text;
+}
+
+std::string describe(const RankMemory& m) {
+  std::string s = "parameters " + human_bytes(m.params) + ", gradients " + human_bytes(m.grads);
+  if (m.accumulation) s += " (+" + human_bytes(m.accumulation) + " accumulation)";
+  s += ", optimizer state " + human_bytes(m.state);
+  if (m.sharded && m.ranks > 1)
+    s += " (slice 1/" + std::to_string(m.ranks) + " of " + human_bytes(m.state_whole) + ")";
+  else if (m.ranks > 1 && m.state_whole)
+    s += " (" + human_bytes(m.state_slice) + " with --shard-optimizer)";
+  if (m.activation_rows > 0)
+    s += ", activations " + human_bytes(m.activations) + " for " + std::to_string(m.activation_rows) +
+         " rows (largest buffer " + human_bytes(m.largest_activation) + ")";
+  return s + "; total " + human_bytes(m.total());
+}
+
+}  // namespace dptrain
