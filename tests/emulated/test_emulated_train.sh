@@ -11,7 +11,9 @@
 #  - with --precision tf32 and bf16 the losses of an MLP and a CNN stay
 #    within the GPU check's bounds of the fp32 CPU run's;
 #  - a run checkpointed half-way and resumed ends bitwise where the
-#    straight one does (the checkpoint reads and writes device memory).
+#    straight one does (the checkpoint reads and writes device memory), also
+#    resumed with --shard-optimizer (NCCL's grouped reduces and broadcasts);
+#    sharded with --accumulate 2 it ends with the CPU run's weights.
 # Tolerance 1e-4, as test_rank_invariance.sh: fp32 rounding in a different
 # summation order is about 1e-6 relative over these few steps (measured up
 # to 3e-6); a lost reduction or a wrong step's data is over 1e-2.
@@ -97,4 +99,16 @@ PY
   compare_models "$WORK/resumed.h5" "$WORK/straight.h5" exact ||
     fail "resumed emulated cuda run differs ($schedule streams)"
   echo "ok: emulated cuda, 2 ranks, $schedule streams: checkpoint at 8 + resume = straight"
+
+  # --shard-optimizer (NCCL grouped reduces and broadcasts) resumed from the
+  # unsharded checkpoint: on 2 ranks every sum is one addition, so bitwise
+  # the straight run; with --accumulate 2 too, the CPU run within rounding.
+  on cuda 2 sharded "${mlp[@]}" --steps 16 --shard-optimizer --resume "$WORK/ck-$schedule/ckpt-000000008.h5"
+  grep -q "slice 1/2" "$OUT" || fail "no sharded memory line"
+  same_state "$WORK/sharded.h5" "$WORK/straight.h5" ||
+    fail "sharded emulated cuda run differs from the unsharded one ($schedule streams)"
+  on cuda 2 sharded-k2 "${mlp[@]}" --steps 16 --shard-optimizer --accumulate 2
+  compare_models "$WORK/sharded-k2.h5" "$WORK/mlp-cpu-2.h5" 1e-4 ||
+    fail "sharded, --accumulate 2 on emulated cuda vs cpu ($schedule streams)"
+  echo "ok: emulated cuda, 2 ranks, $schedule streams: --shard-optimizer = unsharded, with --accumulate 2 = cpu"
 done
