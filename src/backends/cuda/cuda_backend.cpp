@@ -1,9 +1,9 @@
 // Implements: the core of the CUDA backend — device memory and copies on one
 // non-blocking compute stream, input uploads from pinned memory on a copy
 // stream ordered by per-slot events, device markers, cuBLAS GEMMs (fp32,
-// tf32, bf16 inputs) on row-major data through operand order, the NCCL
-// communicator on its device, and the kernel tables of kernel_tables.hpp, all
-// launching on the compute stream. Semantics are those of the CPU reference
+// tf32, bf16 inputs; strided-batched for attention) on row-major data
+// through operand order, the NCCL communicator on its device, and the kernel
+// tables of kernel_tables.hpp, all launching on the compute stream. Semantics are those of the CPU reference
 // (src/backends/cpu/), which the GPU tests check.
 #include "backends/cuda/cuda_backend.hpp"
 
@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
     kernels_.losses = cuda::make_loss_kernels(launch_);
     kernels_.optimizers = cuda::make_optimizer_kernels(launch_);
     kernels_.spatial = cuda::make_spatial_kernels(launch_, precision_);
+    kernels_.sequence = cuda::make_sequence_kernels(launch_);
     counter_ = cuda::DeviceMemory(sizeof(unsigned long long));
     host_counter_ = cuda::PinnedMemory(sizeof(unsigned long long));
     // Everything the upload path needs exists before the first step. Each
@@ -222,30 +223,30 @@ class CudaBackend final : public Backend {
       cuda::scale_matrix(launch_, c, m, n, ldc, beta);
       return;
     }
-    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
-    // stored row-major matrices are already the column-major transposes, so
-    // swapping the operands (and m, n) needs no copies.
-    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const void* ga = a;
-    const void* gb = b;
-    cudaDataType_t in_type = CUDA_R_32F;
-    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-    if (precision_ == Precision::kTf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-    if (precision_ == Precision::kBf16) {
-      const std::size_t a_elems = stored_elements(trans_a ? k : m, trans_a ? m : k, lda);
-      const std::size_t b_elems = stored_elements(trans_b ? n : k, trans_b ? k : n, ldb);
-      grow(bf16_a_, a_elems * kBf16Bytes);
-      grow(bf16_b_, b_elems * kBf16Bytes);
-      cuda::to_bf16(launch_, a, bf16_a_.get(), a_elems);
-      cuda::to_bf16(launch_, b, bf16_b_.get(), b_elems);
-      ga = bf16_a_.get();
-      gb = bf16_b_.get();
-      in_type = CUDA_R_16BF;
-    }
-    DPT_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), op_b, op_a, n, m, k, &alpha, gb, in_type, ldb, ga,
-                                  in_type, lda, &beta, c, CUDA_R_32F, ldc, compute,
+    const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
+    DPT_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), in.op_b, in.op_a, n, m, k, &alpha, in.b, in.type,
+                                  ldb, in.a, in.type, lda, &beta, c, CUDA_R_32F, ldc, in.compute,
                                   CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Attention's products over N·H heads: one strided-batched cuBLAS call,
+  // mapped to column-major as gemm() is.
+  void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    int lda, std::size_t stride_a, const float* b, int ldb, std::size_t stride_b,
+                    float beta, float* c, int ldc, std::size_t stride_c, int batch) override {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    if (k <= 0) {
+      for (int i = 0; i < batch; ++i)
+        cuda::scale_matrix(launch_, c + static_cast<std::size_t>(i) * stride_c, m, n, ldc, beta);
+      return;
+    }
+    const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb,
+                                      stride_b, batch);
+    DPT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        cublas_.get(), in.op_b, in.op_a, n, m, k, &alpha, in.b, in.type, ldb,
+        static_cast<long long>(stride_b), in.a, in.type, lda, static_cast<long long>(stride_a),
+        &beta, c, CUDA_R_32F, ldc, static_cast<long long>(stride_c), batch, in.compute,
+        CUBLAS_GEMM_DEFAULT));
   }
 
   void add(const float* x, float* y, std::size_t n) override {
@@ -279,6 +280,39 @@ class CudaBackend final : public Backend {
       throw Error(ExitCode::kOther, "upload slot " + std::to_string(slot) + " out of range [0, " +
                                         std::to_string(kUploadSlots) + ")");
     return static_cast<std::size_t>(slot);
+  }
+
+  // The operands of a (batched) GEMM as cuBLAS gets them. Row-major
+  // C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the stored
+  // row-major matrices are already the column-major transposes, so swapping
+  // the operands (and m, n) needs no copies. In bf16 both operands, all
+  // `batch` matrices of them, are first rounded into scratch of the same
+  // layout (strides in elements stay as they are).
+  struct GemmInputs {
+    cublasOperation_t op_a, op_b;
+    const void* a;
+    const void* b;
+    cudaDataType_t type;
+    cublasComputeType_t compute;
+  };
+  GemmInputs gemm_inputs(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                         std::size_t stride_a, const float* b, int ldb, std::size_t stride_b,
+                         int batch) {
+    GemmInputs in{trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  a, b, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    if (precision_ == Precision::kTf32) in.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (precision_ != Precision::kBf16) return in;
+    const std::size_t before = static_cast<std::size_t>(batch - 1);
+    const std::size_t a_elems = before * stride_a + stored_elements(trans_a ? k : m, trans_a ? m : k, lda);
+    const std::size_t b_elems = before * stride_b + stored_elements(trans_b ? n : k, trans_b ? k : n, ldb);
+    grow(bf16_a_, a_elems * kBf16Bytes);
+    grow(bf16_b_, b_elems * kBf16Bytes);
+    cuda::to_bf16(launch_, a, bf16_a_.get(), a_elems);
+    cuda::to_bf16(launch_, b, bf16_b_.get(), b_elems);
+    in.a = bf16_a_.get();
+    in.b = bf16_b_.get();
+    in.type = CUDA_R_16BF;
+    return in;
   }
 
   // Elements spanned by a row-major rows x cols matrix with row stride ld.

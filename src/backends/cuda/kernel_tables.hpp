@@ -16,6 +16,7 @@
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "dptrain/backends/kernels/optimizer_kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/backends/kernels/spatial_kernels.hpp"
 
 namespace dptrain::cuda {
@@ -28,6 +29,7 @@ std::unique_ptr<OptimizerKernels> make_optimizer_kernels(const Launch& l);
 std::unique_ptr<NormKernels> make_norm_kernels(const Launch& l);
 std::unique_ptr<DropoutKernels> make_dropout_kernels(const Launch& l);
 std::unique_ptr<AugmentKernels> make_augment_kernels(const Launch& l);
+std::unique_ptr<SequenceKernels> make_sequence_kernels(const Launch& l);
 // Convolution and pooling in the backend's precision: on cuDNN
 // (cudnn/spatial_kernels.cpp), or, in a build without it, plans that throw
 // a usage error (no_cudnn/spatial_kernels.cpp).

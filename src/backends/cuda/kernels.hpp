@@ -13,6 +13,7 @@
 #include "dptrain/backends/kernels/activation_kernels.hpp"
 #include "dptrain/backends/kernels/augment_kernels.hpp"
 #include "dptrain/backends/kernels/norm_kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 
 namespace dptrain::cuda {
 
@@ -94,5 +95,44 @@ void dropout_backward(const Launch& l, const float* dy, const std::uint8_t* keep
 // of it (in-place crops would read pixels already moved).
 void augment(const Launch& l, const float* source, float* x, int rows, const AugmentGeometry& g,
              std::uint64_t seed, std::uint64_t epoch, std::uint64_t first_row);
+
+// --- sequence.cu --- what sequence_kernels.hpp defines, one launcher each
+// (the split/join and merge/split pairs as one launcher with a direction).
+void embed(const Launch& l, const std::int32_t* ids, const float* table, int rows, int dim,
+           float* y);
+void embed_grad(const Launch& l, const std::int32_t* ids, const float* dy, int rows, int vocab,
+                int dim, float* dtable);
+void add_positions(const Launch& l, const float* x, const float* pos, int batch, int tokens,
+                   int dim, float* y);
+void position_grad(const Launch& l, const float* dy, int batch, int tokens, int dim, float* dpos);
+void layer_norm(const Launch& l, const float* x, const float* w, const float* b, int rows, int dim,
+                float eps, float* y, float* mean, float* rstd);
+void layer_norm_grad(const Launch& l, const float* x, const float* dy, const float* w,
+                     const float* mean, const float* rstd, int rows, int dim, float* dx);
+// Layer norm's parameter gradients sum each column over chunks of `rows`
+// rows (at least kParamRows: one chunk, the CPU's order, up to that many),
+// then over the `count` chunks: partials holds 2 · count · dim floats.
+constexpr int kParamRows = 64;
+struct LayerNormChunks {
+  int rows = 0, count = 0;
+};
+LayerNormChunks layer_norm_chunks(int rows);
+void layer_norm_param_grad(const Launch& l, const float* x, const float* dy, const float* mean,
+                           const float* rstd, int rows, int dim, float* partials, float* dw,
+                           float* db);
+// split: qkv [N, T, 3, H, hd] -> q, k, v [N, H, T, hd]; else the reverse.
+void move_qkv(const Launch& l, float* qkv, const HeadShape& s, float* q, float* k, float* v,
+              bool split);
+// split: merged [N, T, H, hd] -> heads [N, H, T, hd]; else the reverse.
+void move_heads(const Launch& l, float* merged, const HeadShape& s, float* heads, bool split);
+void attention_softmax(const Launch& l, const float* scores, const HeadShape& s, float scale,
+                       bool causal, float* p);
+void attention_softmax_grad(const Launch& l, const float* p, const float* dp, const HeadShape& s,
+                            float scale, float* ds);
+// y[n] = x[n]^T for `batch` row-major [a, b] matrices.
+void transpose(const Launch& l, const float* x, int batch, int a, int b, float* y);
+void mean_positions(const Launch& l, const float* x, int batch, int tokens, int dim, float* y);
+void mean_positions_grad(const Launch& l, const float* dy, int batch, int tokens, int dim,
+                         float* dx);
 
 }  // namespace dptrain::cuda

@@ -9,6 +9,8 @@
 //     when beta is 0; CUDA_R_16BF operands read as bf16; under
 //     CUBLAS_COMPUTE_32F_FAST_TF32 every operand rounded to TF32 (10
 //     mantissa bits, to nearest even) first; fp32 accumulation.
+//   cublasGemmStridedBatchedEx: batchCount of those, the i-th on
+//     A + i strideA, B + i strideB, C + i strideC (strides in elements).
 //   cublasSaxpy: y += alpha x.
 // Both are checked when called and run when the handle's stream gets to
 // them (streams.hpp); alpha and beta are read from host memory when called
@@ -131,6 +133,25 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
                                     *static_cast<const float*>(alpha),
                                     *static_cast<const float*>(beta), static_cast<float*>(C)};
   dptrain_emu::enqueue(h->stream, [g] { dptrain_emu::run_gemm(g); });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    const void* alpha, const void* A, cudaDataType_t atype, int lda, long long strideA,
+    const void* B, cudaDataType_t btype, int ldb, long long strideB, const void* beta, void* C,
+    cudaDataType_t ctype, int ldc, long long strideC, int batch, cublasComputeType_t compute,
+    cublasGemmAlgo_t algo) {
+  if (batch < 0 || strideA < 0 || strideB < 0 || strideC < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  const std::size_t a_bytes = atype == CUDA_R_16BF ? 2 : 4, b_bytes = btype == CUDA_R_16BF ? 2 : 4;
+  for (int i = 0; i < batch; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    const cublasStatus_t rc = cublasGemmEx(
+        h, transa, transb, m, n, k, alpha, static_cast<const char*>(A) + at * strideA * a_bytes,
+        atype, lda, static_cast<const char*>(B) + at * strideB * b_bytes, btype, ldb, beta,
+        static_cast<float*>(C) + at * strideC, ctype, ldc, compute, algo);
+    if (rc != CUBLAS_STATUS_SUCCESS) return rc;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -1,0 +1,94 @@
+// Implements: the CUDA sequence kernel table — embeddings, positions, layer
+// norm, the head shuffles of attention, its softmax, and images read as
+// sequences, each one launcher of sequence.cu on the compute stream. The
+// scratch of layer norm's per-chunk partial sums grows once, to the largest
+// shape, on the first step (the steady state allocates nothing).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/scratch.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+class CudaSequenceKernels final : public SequenceKernels {
+ public:
+  explicit CudaSequenceKernels(const Launch& l) : launch_(l), partials_(l.stream) {}
+
+  void embed(const std::int32_t* ids, const float* table, int rows, int dim, float* y) override {
+    cuda::embed(launch_, ids, table, rows, dim, y);
+  }
+  void embed_grad(const std::int32_t* ids, const float* dy, int rows, int vocab, int dim,
+                  float* dtable) override {
+    cuda::embed_grad(launch_, ids, dy, rows, vocab, dim, dtable);
+  }
+  void add_positions(const float* x, const float* pos, int batch, int tokens, int dim,
+                     float* y) override {
+    cuda::add_positions(launch_, x, pos, batch, tokens, dim, y);
+  }
+  void position_grad(const float* dy, int batch, int tokens, int dim, float* dpos) override {
+    cuda::position_grad(launch_, dy, batch, tokens, dim, dpos);
+  }
+  void layer_norm(const float* x, const float* weight, const float* bias, int rows, int dim,
+                  float eps, float* y, float* mean, float* rstd) override {
+    cuda::layer_norm(launch_, x, weight, bias, rows, dim, eps, y, mean, rstd);
+  }
+  void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
+                       const float* rstd, int rows, int dim, float* dx) override {
+    cuda::layer_norm_grad(launch_, x, dy, weight, mean, rstd, rows, dim, dx);
+  }
+  void layer_norm_param_grad(const float* x, const float* dy, const float* mean, const float* rstd,
+                             int rows, int dim, float* dweight, float* dbias) override {
+    const std::size_t chunks = static_cast<std::size_t>(layer_norm_chunks(rows).count);
+    float* partials = partials_.get<float>(2 * chunks * static_cast<std::size_t>(dim));
+    cuda::layer_norm_param_grad(launch_, x, dy, mean, rstd, rows, dim, partials, dweight, dbias);
+  }
+  void split_qkv(const float* qkv, const HeadShape& s, float* q, float* k, float* v) override {
+    move_qkv(launch_, const_cast<float*>(qkv), s, q, k, v, true);
+  }
+  void join_qkv(const float* q, const float* k, const float* v, const HeadShape& s,
+                float* qkv) override {
+    move_qkv(launch_, qkv, s, const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v),
+             false);
+  }
+  void merge_heads(const float* heads, const HeadShape& s, float* merged) override {
+    move_heads(launch_, merged, s, const_cast<float*>(heads), false);
+  }
+  void split_heads(const float* merged, const HeadShape& s, float* heads) override {
+    move_heads(launch_, const_cast<float*>(merged), s, heads, true);
+  }
+  void attention_softmax(const float* scores, const HeadShape& s, float scale, bool causal,
+                         float* p) override {
+    cuda::attention_softmax(launch_, scores, s, scale, causal, p);
+  }
+  void attention_softmax_grad(const float* p, const float* dp, const HeadShape& s, float scale,
+                              float* dscores) override {
+    cuda::attention_softmax_grad(launch_, p, dp, s, scale, dscores);
+  }
+  void channels_last(const float* x, int batch, int channels, int length, float* y) override {
+    transpose(launch_, x, batch, channels, length, y);
+  }
+  void channels_first(const float* x, int batch, int channels, int length, float* y) override {
+    transpose(launch_, x, batch, length, channels, y);
+  }
+  void mean_positions(const float* x, int batch, int tokens, int dim, float* y) override {
+    cuda::mean_positions(launch_, x, batch, tokens, dim, y);
+  }
+  void mean_positions_grad(const float* dy, int batch, int tokens, int dim, float* dx) override {
+    cuda::mean_positions_grad(launch_, dy, batch, tokens, dim, dx);
+  }
+
+ private:
+  Launch launch_;
+  Scratch partials_;  // one for every ln layer: their kernels run in stream order
+};
+
+}  // namespace
+
+std::unique_ptr<SequenceKernels> make_sequence_kernels(const Launch& l) {
+  return std::make_unique<CudaSequenceKernels>(l);
+}
+
+}  // namespace dptrain::cuda
