@@ -74,7 +74,7 @@ SequenceKernels& Backend::sequence() {
   if (!table)
     throw Error(ExitCode::kUsage, "the " + name() +
                                       " backend has no kernels for sequence layers (embed, pos, "
-                                      "ln, attn, seq) yet; run them with --device cpu");
+                                      "ln, attn, seq); run them with --device cpu or cuda");
   return *table;
 }
 
