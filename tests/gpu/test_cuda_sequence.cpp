@@ -114,8 +114,9 @@ TEST_F(CudaSequence, LayerNormMatchesTheCpuWithinFloatRounding) {
             gw(be, dim), gb(be, dim);
         be.sequence().layer_norm(dx.get(), dw.get(), db.get(), rows, dim, eps, y.get(), mean.get(), rstd.get());
         be.sequence().layer_norm_grad(dx.get(), dg.get(), dw.get(), mean.get(), rstd.get(), rows, dim, gx.get());
+        DeviceBuffer<float> work(be, be.sequence().layer_norm_workspace(rows, dim));
         be.sequence().layer_norm_param_grad(dx.get(), dg.get(), mean.get(), rstd.get(), rows, dim,
-                                            gw.get(), gb.get());
+                                            gw.get(), gb.get(), work.get());
         return std::vector<Floats>{download(be, y), download(be, mean), download(be, rstd),
                                    download(be, gx), download(be, gw), download(be, gb)};
       };
@@ -145,8 +146,9 @@ TEST_F(CudaSequence, LayerNormParameterGradientsOverChunks) {
   const Floats mean = random_vector(rows, 11, -0.1f, 0.1f), rstd = random_vector(rows, 12, 0.5f, 2.0f);
   auto run = [&](dptrain::Backend& be) {
     auto dx = upload(be, x), dg = upload(be, dy), dm = upload(be, mean), dr = upload(be, rstd);
-    DeviceBuffer<float> gw(be, dim), gb(be, dim);
-    be.sequence().layer_norm_param_grad(dx.get(), dg.get(), dm.get(), dr.get(), rows, dim, gw.get(), gb.get());
+    DeviceBuffer<float> gw(be, dim), gb(be, dim), work(be, be.sequence().layer_norm_workspace(rows, dim));
+    be.sequence().layer_norm_param_grad(dx.get(), dg.get(), dm.get(), dr.get(), rows, dim, gw.get(),
+                                        gb.get(), work.get());
     return std::vector<Floats>{download(be, gw), download(be, gb)};
   };
   const auto g = run(*gpu_), c = run(*cpu_);

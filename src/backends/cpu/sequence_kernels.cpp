@@ -119,8 +119,10 @@ class CpuSequenceKernels final : public SequenceKernels {
     }
   }
 
+  std::size_t layer_norm_workspace(int, int) const override { return 0; }
+
   void layer_norm_param_grad(const float* x, const float* dy, const float* mean, const float* rstd,
-                             int rows, int dim, float* dweight, float* dbias) override {
+                             int rows, int dim, float* dweight, float* dbias, float*) override {
 #pragma omp parallel if (at(rows, dim) > kParallelValues)
     {
       int c0, c1;

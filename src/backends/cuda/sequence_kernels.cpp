@@ -1,21 +1,20 @@
 // Implements: the CUDA sequence kernel table — embeddings, positions, layer
 // norm, the head shuffles of attention, its softmax, and images read as
 // sequences, each one launcher of sequence.cu on the compute stream. The
-// scratch of layer norm's per-chunk partial sums grows once, to the largest
-// shape, on the first step (the steady state allocates nothing).
+// table holds no memory: layer norm's per-chunk partial sums live in a
+// workspace each ln layer allocates when it is built.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "backends/cuda/kernel_tables.hpp"
-#include "backends/cuda/scratch.hpp"
 
 namespace dptrain::cuda {
 namespace {
 
 class CudaSequenceKernels final : public SequenceKernels {
  public:
-  explicit CudaSequenceKernels(const Launch& l) : launch_(l), partials_(l.stream) {}
+  explicit CudaSequenceKernels(const Launch& l) : launch_(l) {}
 
   void embed(const std::int32_t* ids, const float* table, int rows, int dim, float* y) override {
     cuda::embed(launch_, ids, table, rows, dim, y);
@@ -39,11 +38,15 @@ class CudaSequenceKernels final : public SequenceKernels {
                        const float* rstd, int rows, int dim, float* dx) override {
     cuda::layer_norm_grad(launch_, x, dy, weight, mean, rstd, rows, dim, dx);
   }
+  // Partial sums per chunk of rows: two per column and chunk.
+  std::size_t layer_norm_workspace(int rows, int dim) const override {
+    return 2 * static_cast<std::size_t>(layer_norm_chunks(rows).count) *
+           static_cast<std::size_t>(dim);
+  }
   void layer_norm_param_grad(const float* x, const float* dy, const float* mean, const float* rstd,
-                             int rows, int dim, float* dweight, float* dbias) override {
-    const std::size_t chunks = static_cast<std::size_t>(layer_norm_chunks(rows).count);
-    float* partials = partials_.get<float>(2 * chunks * static_cast<std::size_t>(dim));
-    cuda::layer_norm_param_grad(launch_, x, dy, mean, rstd, rows, dim, partials, dweight, dbias);
+                             int rows, int dim, float* dweight, float* dbias,
+                             float* workspace) override {
+    cuda::layer_norm_param_grad(launch_, x, dy, mean, rstd, rows, dim, workspace, dweight, dbias);
   }
   void split_qkv(const float* qkv, const HeadShape& s, float* q, float* k, float* v) override {
     move_qkv(launch_, const_cast<float*>(qkv), s, q, k, v, true);
@@ -82,7 +85,6 @@ class CudaSequenceKernels final : public SequenceKernels {
 
  private:
   Launch launch_;
-  Scratch partials_;  // one for every ln layer: their kernels run in stream order
 };
 
 }  // namespace

@@ -27,6 +27,7 @@ class LayerNorm final : public Layer {
     const std::size_t rows = static_cast<std::size_t>(max_rows) * positions_;
     mean_ = DeviceBuffer<float>(be, rows);
     rstd_ = DeviceBuffer<float>(be, rows);
+    workspace_ = DeviceBuffer<float>(be, be.sequence().layer_norm_workspace(int(rows), dim_));
   }
 
   void init(std::uint64_t, bool, const ArenaPointers& host) const override {
@@ -41,7 +42,7 @@ class LayerNorm final : public Layer {
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
     be.sequence().layer_norm_param_grad(x.data, dy.data, mean_.get(), rstd_.get(),
                                         x.rows * positions_, dim_, arenas().grads + weight_,
-                                        arenas().grads + bias_);
+                                        arenas().grads + bias_, workspace_.get());
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
@@ -54,6 +55,7 @@ class LayerNorm final : public Layer {
   int positions_, dim_;
   std::size_t weight_, bias_;
   DeviceBuffer<float> mean_, rstd_;  // per row of the last forward
+  DeviceBuffer<float> workspace_;    // the parameter gradients' partial sums (CUDA)
 };
 
 LayerSpec parse_layer_norm(const std::string& token) {

@@ -7,6 +7,7 @@
 // Backend::gemm_batched. Sequence tensors are [N, T, D], row-major.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dptrain {
@@ -55,10 +56,14 @@ class SequenceKernels {
   virtual void layer_norm_grad(const float* x, const float* dy, const float* weight,
                                const float* mean, const float* rstd, int rows, int dim,
                                float* dx) = 0;
-  // dweight = Σ dy · x̂, dbias = Σ dy over the rows, in increasing order (overwritten).
+  // dweight = Σ dy · x̂, dbias = Σ dy over the rows (overwritten), in a
+  // fixed order (increasing on the CPU). `workspace`: device scratch of
+  // layer_norm_workspace(rows, dim) floats or more, which the layer
+  // allocates when it is built (none on the CPU: may be null there).
+  virtual std::size_t layer_norm_workspace(int rows, int dim) const = 0;
   virtual void layer_norm_param_grad(const float* x, const float* dy, const float* mean,
                                      const float* rstd, int rows, int dim, float* dweight,
-                                     float* dbias) = 0;
+                                     float* dbias, float* workspace) = 0;
 
   // --- heads ---
   // qkv [N, T, 3, H, hd] (an input projection's output) -> q, k, v, each
