@@ -100,9 +100,9 @@ void accumulate_and_reduce(Backend& be, Communicator& comm, Model& model, LossKi
 bool sharded_update(Backend& be, Communicator& comm, Model& model, Optimizer& opt, float lr,
                     const StepOptions& o) {
   const ArenaRange mine = opt.owned();
-  double local[2] = {
-      static_cast<double>(be.count_nonfinite(model.grads() + mine.offset, mine.count)),
-      opt.clips() ? opt.local_sum_squares(model.grads()) : 0.0};
+  const Backend::GradientCheck check =
+      be.check_gradients(model.grads() + mine.offset, mine.count, opt.clips());
+  double local[2] = {static_cast<double>(check.nonfinite), check.sum_squares};
   double total[2] = {0.0, 0.0};
   DPT_MPI_CHECK(MPI_Allreduce(local, total, 2, MPI_DOUBLE, MPI_SUM, o.shards->world));
   lap(o, Phase::kComm);
@@ -131,8 +131,11 @@ bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, L
     forward_backward(be, comm, model, loss, shard, scale, stats, o, true);
   lap(o, Phase::kComm);
   if (o.shards) return sharded_update(be, comm, model, opt, lr, o);
-  const bool finite = be.count_nonfinite(model.grads(), model.num_params()) == 0;
-  if (finite) opt.step(model.params(), model.grads(), lr);
+  // One read-back: the verdict and, with clipping, the norm.
+  const Backend::GradientCheck check =
+      be.check_gradients(model.grads(), model.num_params(), opt.clips());
+  const bool finite = check.nonfinite == 0;
+  if (finite) opt.step(model.params(), model.grads(), lr, &check.sum_squares);
   lap(o, Phase::kOptimizer);
   return finite;
 }

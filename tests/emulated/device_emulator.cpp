@@ -13,6 +13,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -349,6 +350,13 @@ std::size_t launches() {
   const std::lock_guard lock(g_mutex);
   return g_launches;
 }
+
+namespace {
+std::atomic<std::size_t> g_calls[static_cast<int>(RuntimeCall::kCount)];
+}  // namespace
+
+void count_call(RuntimeCall c) { ++g_calls[static_cast<int>(c)]; }
+std::size_t calls(RuntimeCall c) { return g_calls[static_cast<int>(c)].load(); }
 
 void sync_block(const char* file, int line) {
   if (t_block) {

@@ -109,6 +109,24 @@ void device_free(void* p);
 // Kernel launches that ran since the start (tests of the emulator itself).
 std::size_t launches();
 
+// Calls of the emulated runtime (include/cuda_runtime.h) that allocate, or
+// that make the host wait for the device, counted on every thread since the
+// start: a test reads them before and after the work it checks (a warmed-up
+// training step allocates nothing and waits only where it must, e.g.
+// tests/gpu/test_gpt_step.cpp).
+enum class RuntimeCall {
+  kMalloc,        // cudaMalloc (failed ones too)
+  kHostAlloc,     // cudaHostAlloc, cudaMallocHost
+  kFree,          // cudaFree, cudaFreeHost (each also waits for the whole device)
+  kStreamSync,    // cudaStreamSynchronize, cudaStreamQuery (which runs the stream here)
+  kEventSync,     // cudaEventSynchronize
+  kDeviceSync,    // cudaDeviceSynchronize
+  kBlockingCopy,  // a copy into pageable host memory: returns once it has landed
+  kCount
+};
+void count_call(RuntimeCall c);
+std::size_t calls(RuntimeCall c);
+
 // The block barrier of the thread now running, at a __syncthreads of the
 // source (threads released together must wait at the same one).
 void sync_block(const char* file, int line);

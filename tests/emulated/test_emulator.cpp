@@ -181,4 +181,50 @@ TEST(DeviceEmulator, BadConfigurationsAndHostPointersRunNothing) {
   EXPECT_EQ(x.p[1023], 1.0f);
 }
 
+// The runtime counters (RuntimeCall) see each allocating or waiting call
+// once, and nothing else: queued work, a copy to pinned memory and an event
+// record do not wait.
+TEST(DeviceEmulator, RuntimeCountersCountAllocationsAndWaits) {
+  using dptrain_emu::RuntimeCall;
+  auto counts = [] {
+    std::vector<std::size_t> c;
+    for (int i = 0; i < static_cast<int>(RuntimeCall::kCount); ++i)
+      c.push_back(dptrain_emu::calls(static_cast<RuntimeCall>(i)));
+    return c;
+  };
+  auto added = [&](const std::vector<std::size_t>& before, RuntimeCall c) {
+    return counts()[static_cast<std::size_t>(c)] - before[static_cast<std::size_t>(c)];
+  };
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaEvent_t e = nullptr;
+  cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  const auto start = counts();
+  DeviceArray<float> x(32);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 32 * sizeof(float)), cudaSuccess);
+  EXPECT_EQ(added(start, RuntimeCall::kMalloc), 1u);
+  EXPECT_EQ(added(start, RuntimeCall::kHostAlloc), 1u);
+
+  const auto queued = counts();
+  Launcher("touch", 1, 32, 0, s)(touch, x.p);
+  cudaMemcpyAsync(pinned, x.p, 32 * sizeof(float), cudaMemcpyDeviceToHost, s);
+  cudaEventRecord(e, s);
+  EXPECT_EQ(counts(), queued) << "queuing work waits for nothing";
+  cudaEventSynchronize(e);
+  EXPECT_EQ(static_cast<float*>(pinned)[31], 1.0f);
+  std::vector<float> pageable(32);
+  cudaMemcpyAsync(pageable.data(), x.p, 32 * sizeof(float), cudaMemcpyDeviceToHost, s);
+  cudaStreamSynchronize(s);
+  cudaDeviceSynchronize();
+  EXPECT_EQ(added(queued, RuntimeCall::kEventSync), 1u);
+  EXPECT_EQ(added(queued, RuntimeCall::kBlockingCopy), 1u);
+  EXPECT_EQ(added(queued, RuntimeCall::kStreamSync), 1u);
+  EXPECT_EQ(added(queued, RuntimeCall::kDeviceSync), 1u);
+  cudaFreeHost(pinned);
+  EXPECT_EQ(added(queued, RuntimeCall::kFree), 1u);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+}
+
 }  // namespace

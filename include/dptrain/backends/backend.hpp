@@ -167,6 +167,18 @@ class Backend {
   // Number of NaN/Inf values in x (returned to the host).
   virtual std::size_t count_nonfinite(const float* x, std::size_t n) = 0;
 
+  // What a step checks of its gradients g[0, n) before the update, returned
+  // to the host together: the NaN/Inf count and, when `norm` (clipping),
+  // OptimizerKernels::sum_squares(g, n), bit for bit (else 0). A backend
+  // whose work runs behind the host (CUDA) waits for the device once.
+  struct GradientCheck {
+    std::size_t nonfinite = 0;
+    double sum_squares = 0.0;
+  };
+  virtual GradientCheck check_gradients(const float* g, std::size_t n, bool norm) {
+    return {count_nonfinite(g, n), norm ? optimizers().sum_squares(g, n) : 0.0};
+  }
+
   // --- the kernel families, one table each (dptrain/backends/kernels/) ---
   ActivationKernels& activations() { return *kernels().activations; }
   DenseKernels& dense() { return *kernels().dense; }

@@ -64,8 +64,9 @@ class CudaBackend final : public Backend {
     kernels_.optimizers = cuda::make_optimizer_kernels(launch_);
     kernels_.spatial = cuda::make_spatial_kernels(launch_, precision_);
     kernels_.sequence = cuda::make_sequence_kernels(launch_);
-    counter_ = cuda::DeviceMemory(sizeof(unsigned long long));
-    host_counter_ = cuda::PinnedMemory(sizeof(unsigned long long));
+    // The non-finite count, the sum of squares, then its max_blocks partials.
+    check_ = cuda::DeviceMemory(static_cast<std::size_t>(launch_.max_blocks + 2) * sizeof(double));
+    host_check_ = cuda::PinnedMemory(2 * sizeof(double));
     // Everything the upload path needs exists before the first step. Each
     // event is recorded once here, so that every wait has a defined target.
     copy_ = cuda::Stream::create();
@@ -260,12 +261,25 @@ class CudaBackend final : public Backend {
   }
 
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
-    auto* counter = static_cast<unsigned long long*>(counter_.get());
-    auto* host = static_cast<unsigned long long*>(host_counter_.get());
-    cuda::count_nonfinite(launch_, x, n, counter);
-    DPT_CUDA_CHECK(cudaMemcpyAsync(host, counter, sizeof *host, cudaMemcpyDeviceToHost, stream_.get()));
+    return check_gradients(x, n, false).nonfinite;
+  }
+
+  // The count and the sum of squares (cuda::sum_squares as the optimizer
+  // table runs it: the same partials count, so the same bits) land side by
+  // side in device memory and come back in one copy and one wait.
+  GradientCheck check_gradients(const float* g, std::size_t n, bool norm) override {
+    auto* counter = static_cast<unsigned long long*>(check_.get());
+    auto* sum = static_cast<double*>(check_.get()) + 1;
+    cuda::count_nonfinite(launch_, g, n, counter);
+    if (norm) cuda::sum_squares(launch_, g, n, sum + 1, sum);
+    const std::size_t bytes = norm ? 2 * sizeof(double) : sizeof(double);
+    DPT_CUDA_CHECK(cudaMemcpyAsync(host_check_.get(), check_.get(), bytes, cudaMemcpyDeviceToHost,
+                                   stream_.get()));
     DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-    return static_cast<std::size_t>(*host);
+    GradientCheck c;
+    c.nonfinite = static_cast<std::size_t>(*static_cast<unsigned long long*>(host_check_.get()));
+    if (norm) c.sum_squares = static_cast<double*>(host_check_.get())[1];
+    return c;
   }
 
  protected:
@@ -336,8 +350,8 @@ class CudaBackend final : public Backend {
   cuda::CublasHandle cublas_;
   cuda::Launch launch_;
   KernelTables kernels_;  // destroyed before the stream and handles they use
-  cuda::DeviceMemory counter_;
-  cuda::PinnedMemory host_counter_;
+  cuda::DeviceMemory check_;       // check_gradients' results and scratch
+  cuda::PinnedMemory host_check_;
   cuda::DeviceMemory bf16_a_, bf16_b_;
   cuda::Stream copy_;  // host-to-device uploads of the input
   std::array<cuda::Event, kUploadSlots> released_, uploaded_;

@@ -2,7 +2,8 @@
 // host emulation of tests/emulated/: device memory is host memory that the
 // emulator registers (device_emulator.hpp), pinned memory is host memory
 // it knows as pinned, and streams and events defer work as streams.hpp
-// says. Nothing here talks to a GPU.
+// says; the calls that allocate or wait for the device are counted
+// (dptrain_emu::calls, device_emulator.hpp). Nothing here talks to a GPU.
 #pragma once
 
 #include <unistd.h>
@@ -33,6 +34,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
 
 // A failed allocation is also the last error, as CUDA records it.
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  dptrain_emu::count_call(dptrain_emu::RuntimeCall::kMalloc);
   *p = dptrain_emu::device_allocate(bytes);
   if (*p || bytes == 0) return cudaSuccess;
   dptrain_emu::set_error(cudaErrorMemoryAllocation,
@@ -48,11 +50,13 @@ cudaError_t cudaMalloc(T** p, std::size_t bytes) {
 }
 // cudaFree and cudaFreeHost wait for the device, as CUDA's do.
 inline cudaError_t cudaFree(void* p) {
+  dptrain_emu::count_call(dptrain_emu::RuntimeCall::kFree);
   dptrain_emu::run_device();
   dptrain_emu::device_free(p);
   return dptrain_emu::take_error();
 }
 inline cudaError_t cudaMallocHost(void** p, std::size_t bytes) {
+  dptrain_emu::count_call(dptrain_emu::RuntimeCall::kHostAlloc);
   *p = dptrain_emu::pinned_allocate(bytes);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
@@ -61,6 +65,7 @@ inline cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
   return cudaMallocHost(p, bytes);
 }
 inline cudaError_t cudaFreeHost(void* p) {
+  dptrain_emu::count_call(dptrain_emu::RuntimeCall::kFree);
   dptrain_emu::run_device();
   dptrain_emu::pinned_free(p);
   return dptrain_emu::take_error();
@@ -93,6 +98,7 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes
                                                       static_cast<const char*>(src) + bytes);
     dptrain_emu::enqueue(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
   } else if (dst_pageable) {
+    dptrain_emu::count_call(dptrain_emu::RuntimeCall::kBlockingCopy);
     dptrain_emu::enqueue_and_run(s, [dst, src, bytes] { std::memmove(dst, src, bytes); });
   } else {
     dptrain_emu::enqueue(s, [dst, src, bytes] { std::memmove(dst, src, bytes); });
@@ -122,12 +128,14 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  dptrain_emu::count_call(dptrain_emu::RuntimeCall::kStreamSync);
   dptrain_emu::run_stream(s);
   return dptrain_emu::take_error();
 }
 // Work left is run, not reported: code that polls must see progress.
 inline cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 inline cudaError_t cudaDeviceSynchronize() {
+  dptrain_emu::count_call(dptrain_emu::RuntimeCall::kDeviceSync);
   dptrain_emu::run_device();
   return dptrain_emu::take_error();
 }
@@ -145,6 +153,7 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
   return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  dptrain_emu::count_call(dptrain_emu::RuntimeCall::kEventSync);
   dptrain_emu::run_to_event(e);
   return dptrain_emu::take_error();
 }
