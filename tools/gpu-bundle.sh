@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Implements: the one carried path of the GPU check. Builds the GPU binaries
-# (dptrain, gpu_tests, dptrain_bench, dptrain_nccl_rate, dptrain_conv_layout), gathers their
-# runtime (tools/gpu-deps.sh: Open MPI, PMIx, HDF5, Boost, oneDNN, ...),
-# strips the binaries, adds the CUDA runtime (libcudart, 0.7 MB) and a
-# synthetic data set, and packs it all into one gzip tarball (gzip unpacks
+# (dptrain, gpu_tests, dptrain_bench, dptrain_gpt_bench, dptrain_nccl_rate,
+# dptrain_conv_layout), gathers their runtime (tools/gpu-deps.sh: Open MPI,
+# PMIx, HDF5, Boost, oneDNN, ...), strips the binaries, adds the CUDA
+# runtime (libcudart, 0.7 MB), a synthetic data set and the GPT rows' token
+# set (this checkout's README.md and docs/ as bytes, T = 64, made with
+# tools/convert_text.py), and packs it all into one gzip tarball (gzip unpacks
 # on any Linux), checked here to fit the 64 MiB that a GPU machine takes:
 #   tools/gpu-bundle.sh          -> .gpu-bundle/dptrain-gpu.tar.gz (+ MANIFEST)
 # Carry .gpu-bundle/ with the working tree; on the GPU machine run
@@ -85,9 +87,10 @@ build=${BUILD_DIR:-build-gpu}
 out=${BUNDLE_OUT:-.gpu-bundle}
 limit=$((64 << 20))
 note() { echo "gpu-bundle: $*"; }
-targets=(dptrain gpu_tests dptrain_bench dptrain_nccl_rate dptrain_conv_layout)
+targets=(dptrain gpu_tests dptrain_bench dptrain_gpt_bench dptrain_nccl_rate dptrain_conv_layout)
 binaries=("$build/dptrain" "$build/tests/gpu_tests" "$build/tools/bench/dptrain_bench"
-  "$build/tools/bench/dptrain_nccl_rate" "$build/tools/bench/dptrain_conv_layout")
+  "$build/tools/bench/dptrain_gpt_bench" "$build/tools/bench/dptrain_nccl_rate"
+  "$build/tools/bench/dptrain_conv_layout")
 
 # What the GPU machine brings: glibc, the driver, the CUDA libraries.
 from_machine='^(libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2'
@@ -115,10 +118,16 @@ for b in "${binaries[@]}"; do strip --strip-all -o "$stage/bin/$(basename "$b")"
 build_probe "$stage/bin/dptrain_libprobe"
 # The check itself, for a GPU machine that gets the tarball alone.
 mkdir -p "$stage/tools"
-cp tools/gpu-check.sh tools/gpu-check-env.sh tools/gpu-check-torch.py tools/make_synthetic.py "$stage/tools/"
+cp tools/gpu-check.sh tools/gpu-check-env.sh tools/gpu-check-gpt.sh tools/gpu-check-torch.py \
+  tools/make_synthetic.py tools/convert_text.py "$stage/tools/"
 cp -a .gpu-deps/root "$stage/root"
 cp -a .gpu-deps/fallback "$stage/fallback"
 [[ -f .gpu-deps/synthetic.h5 ]] && cp .gpu-deps/synthetic.h5 "$stage/data/"
+# The GPT rows' token set (about 190 kB; the GPU machine may lack h5py).
+if ! { py=$(tools/find-python.sh) && "$py" tools/convert_text.py README.md docs \
+  --output "$stage/data/gpt_text.h5" --window 64 >/dev/null; }; then
+  note "no token set for the GPT rows (tools/convert_text.py needs python3-h5py): the check makes one if it can"
+fi
 cudart=$(ldd "$build/dptrain" | awk '$1 ~ /^libcudart\.so/ {print $3}')
 [[ -n $cudart ]] && cp -L "$cudart" "$stage/lib/"
 

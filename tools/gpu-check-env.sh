@@ -69,6 +69,7 @@ unpack_bundle() {
   fi
   dptrain=$B/bin/dptrain gpu_tests=$B/bin/gpu_tests
   bench=$B/bin/dptrain_bench nccl_rate=$B/bin/dptrain_nccl_rate conv_layout=$B/bin/dptrain_conv_layout
+  gpt_bench=$B/bin/dptrain_gpt_bench
   probe=$B/bin/dptrain_libprobe
   root=$B/root
   row setup bundle ok "$(basename "$1"), $(du -shL "$1" 2>/dev/null | cut -f1); $(grep '^commit=' "$B/MANIFEST" | cut -d= -f2)"

@@ -16,7 +16,8 @@
 # set-up (glibc, the venv's PyTorch found, the built cuBLAS version chosen
 # over the stale one, ldd -r of every binary and library, every cuDNN
 # sub-library opened, the smoke launch), report every GPU test skipped
-# (gpu_tests exits 77), train the CPU reference from the bundle, and leave
+# (gpu_tests exits 77), train the CPU references (the MLP; the GPT job on
+# the bundled token set) from the bundle, and leave
 # its table and logs in the output folder; it then exits 77. Last, 2 ranks
 # are launched from the bundle (CPU training, gpu_tests), as the 2-GPU rows
 # do. Then the rehearsal exits 0.
@@ -167,7 +168,7 @@ need=("| setup | glibc | ok" "| setup | ldd (-r: every symbol of the programs; a
   "| setup | smoke launch (orterun -n 1 true) | ok | Open MPI" "skipped (no GPU visible)"
   "| setup | PyTorch | torch 0.0+rehearsal | $venv/bin/python |"
   "| setup | cuDNN sub-libraries (dlopen) | ok |"
-  "| accuracy | CPU reference (fp32, 20 steps) | ok")
+  "| accuracy | CPU reference (fp32, 20 steps) | ok" "| gpt | CPU reference (fp32, 30 steps) | ok")
 [[ -n $stale ]] && need+=("cublas $built (built with $built) from $site/nvidia/cu13/lib")
 missing=0
 for n in "${need[@]}"; do

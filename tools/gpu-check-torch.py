@@ -8,6 +8,14 @@
 # waiting for data. Without PyTorch (or without a GPU) it prints the
 # dptrain-only rows and says why the others are missing.
 #   gpu-check-torch.py WORK
+# The GPT rows (tools/gpu-check-gpt.sh): the GPT of dptrain's spec
+# embed:D,pos,L*(res(ln,attn:H:causal),res(ln,dense:4D,gelu:tanh,dense:D)),ln,dense:V
+# in PyTorch eager (bf16 autocast, AdamW, clip_grad_norm_), its tokens/s
+# and model FLOP utilization, counted as dptrain_gpt_bench counts them
+# (6 N + 12 L T D per token, N without the token and position tables),
+# and dptrain's tokens/s (--dptrain) against it:
+#   gpu-check-torch.py gpt --shape L,H,D,T,V --batch B [--steps N] [--warmup N]
+#                          [--peak TFLOPS] [--dptrain TOKENS_PER_S]
 # DPTRAIN_TORCH_DEVICE=cpu runs the PyTorch side on the CPU instead (for
 # the check's run on the emulated GPU, tests/emulated/: the rows' code runs,
 # their figures mean nothing).
@@ -45,8 +53,8 @@ def synchronize(torch):
         torch.cuda.synchronize()
 
 
-def timed(torch, fn, iters):
-    for _ in range(20):
+def timed(torch, fn, iters, warmup=20):
+    for _ in range(warmup):
         fn()
     synchronize(torch)
     t = time.perf_counter()
@@ -97,13 +105,20 @@ def gemm_ms(torch, precision):
     return timed(torch, lambda: [torch.matmul(a, b) for a, b in ops], 300)
 
 
-def main():
-    work = sys.argv[1]
+def import_torch():
+    """(torch or None, why not)."""
     try:
         import torch
-        why = None if DEVICE == "cpu" or torch.cuda.is_available() else "PyTorch sees no GPU"
+        return torch, None if DEVICE == "cpu" or torch.cuda.is_available() else "PyTorch sees no GPU"
     except Exception as e:  # ImportError, or OSError from a library torch loads
-        torch, why = None, f"no PyTorch ({type(e).__name__}: {str(e)[:160]})"
+        return None, f"no PyTorch ({type(e).__name__}: {str(e)[:160]})"
+
+
+def main():
+    if sys.argv[1:2] == ["gpt"]:
+        return gpt_main(sys.argv[2:])
+    work = sys.argv[1]
+    torch, why = import_torch()
     for p in PRECISIONS:
         d = dptrain_stats(work, p)
         if d is None:
@@ -119,6 +134,112 @@ def main():
             f"(torch {torch.__version__} on {DEVICE})")
         row(f"{p} fwd+bwd vs bare GEMMs (torch.matmul)", f"{d[1] / g:.2f}" if g > 0 else "n/a",
             f"dptrain fwd+bwd {d[1]:.3f} ms (device events), 8 GEMMs {g:.3f} ms")
+
+
+# --- the GPT rows ---------------------------------------------------------------------
+
+
+def gpt_model(torch, L, H, D, T, V):
+    """dptrain's GPT of the header in torch.nn: nn.Embedding, a learned [T, D]
+    position table, pre-norm blocks (LayerNorm, causal self-attention with
+    an in-projection [3D, D] and an out-projection [D, D], both with biases,
+    as nn.MultiheadAttention's; LayerNorm, Linear D->4D, GELU tanh, Linear
+    4D->D), LayerNorm and an untied Linear head, so the parameter count is
+    dptrain's. Attention through scaled_dot_product_attention(is_causal=True)
+    where this torch has it (2.0 and later), else softmax(q kT / sqrt(hd) +
+    mask) v."""
+    nn, F = torch.nn, torch.nn.functional
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.out = nn.Linear(D, 3 * D), nn.Linear(D, D)
+            self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1), persistent=False)
+
+        def forward(self, x):
+            n = x.shape[0]
+            q, k, v = self.qkv(x).view(n, T, 3, H, D // H).permute(2, 0, 3, 1, 4)
+            if sdpa is not None:
+                o = sdpa(q, k, v, is_causal=True)
+            else:
+                o = torch.softmax(q @ k.transpose(-1, -2) * (D // H) ** -0.5 + self.mask, -1) @ v
+            return self.out(o.transpose(1, 2).reshape(n, T, D))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.attn, self.ln2 = nn.LayerNorm(D), Attention(), nn.LayerNorm(D)
+            self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(approximate="tanh"), nn.Linear(4 * D, D))
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.pos = nn.Embedding(V, D), nn.Parameter(torch.randn(T, D) * 0.02)
+            self.blocks = nn.Sequential(*[Block() for _ in range(L)])
+            self.ln, self.head = nn.LayerNorm(D), nn.Linear(D, V)
+
+        def forward(self, ids):
+            return self.head(self.ln(self.blocks(self.embed(ids) + self.pos)))
+
+    return Gpt(), "scaled_dot_product_attention" if sdpa is not None else "softmax(q kT) v"
+
+
+def gpt_main(argv):
+    import argparse
+    ap = argparse.ArgumentParser(prog="gpu-check-torch.py gpt")
+    ap.add_argument("--shape", required=True, help="L,H,D,T,V")
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--peak", type=float, default=0.0, help="dense bf16 peak, TFLOPS (0: unknown)")
+    ap.add_argument("--dptrain", type=float, default=0.0, help="dptrain's tokens/s, same shape")
+    ap.add_argument("--name", help="the rows' name for the model (default: its shape)")
+    a = ap.parse_args(argv)
+    L, H, D, T, V = (int(v) for v in a.shape.split(","))
+    name = f"{a.name or f'GPT {L}x{D}, {H} heads, T {T}, V {V}'} bf16"
+    mfu_row = f"{name}: tokens/s and MFU (PyTorch eager, batch {a.batch})"
+    torch, why = import_torch()
+    if why:
+        row(mfu_row, "skipped", why)
+        return
+    dev = torch.device(DEVICE)
+    torch.manual_seed(0)
+    model, attention = gpt_model(torch, L, H, D, T, V)
+    model = model.to(dev)
+    params = sum(p.numel() for p in model.parameters())
+    matmul = params - model.embed.weight.numel() - model.pos.numel()
+    flops = 6.0 * matmul + 12.0 * L * T * D  # per token, as dptrain_gpt_bench counts
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95))
+    ids = torch.randint(0, V, (a.batch, T), device=dev)
+    labels = torch.randint(0, V, (a.batch * T,), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(ids).view(-1, V).float(), labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    ms = timed(torch, step, a.steps, a.warmup)
+    per_s = a.batch * T / ms * 1e3
+    mfu = f"{per_s * flops / (a.peak * 1e12):.3g}" if a.peak > 0 else "peak unknown"
+    row(mfu_row, mfu,
+        f"{per_s:,.0f} tokens/s, {ms:.4g} ms a step ({a.steps} after {a.warmup} warm-up); "
+        f"{flops * 1e-6:.4g} MFLOP per token (6 N + 12 L T D, N = {matmul:,} of {params:,} parameters), "
+        f"{per_s * flops * 1e-12:.3g} TFLOPS" + (f" of {a.peak:g}" if a.peak > 0 else "") +
+        f"; autocast bf16, AdamW, clip_grad_norm_, attention by {attention}; torch {torch.__version__} on {DEVICE}")
+    if a.dptrain > 0:
+        row(f"{name}: dptrain vs PyTorch eager tokens/s", f"{a.dptrain / per_s:.2f}",
+            f"dptrain {a.dptrain:,.0f} tokens/s, PyTorch {per_s:,.0f} tokens/s; ratio = dptrain / PyTorch")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@
 # tools/gpu-bundle.sh, checks glibc and every library, launches
 # `orterun -n 1 true`, then runs every GPU test (1 rank; 2 with 2+ GPUs),
 # the training runs (1 GPU; 2 GPUs when present), fp32/TF32/bf16 accuracy
-# against the CPU reference and the speed rows of docs/gpu.md, within 7
-# minutes, and prints one table.
+# against the CPU reference, the speed rows of docs/gpu.md and the GPT
+# rows (tools/gpu-check-gpt.sh: a GPT job's losses against the CPU's on 1
+# and 2 GPUs; a GPT-2-small-shaped model's tokens/s and MFU, against
+# PyTorch, and its step against its GEMMs), within 8 minutes, and prints
+# one table.
 #   Here (Debian, network):  tools/gpu-bundle.sh     -> .gpu-bundle/ (carry it)
 #   There:                   tools/gpu-check.sh [--out DIR]
 # (or tools/gpu-check.sh inside the unpacked bundle, which carries it).
@@ -26,12 +29,19 @@
 # holds PyTorch, where the search of tools/gpu-check-env.sh misses it),
 # DPTRAIN_CUDA_LIB_DIRS (folders of CUDA libraries to consider first),
 # STEPS (training steps per speed run, default 400), BUDGET_S (default
-# 420). For a quick run whose speed figures
-# mean nothing (tests/emulated/test_emulated_gpu_check.sh runs the whole
-# check on the emulated GPU): SPEED_REPEATS (timed repeats of every speed
-# row, after one warm-up; default: each tool's own), SPEED_ROWS (rows per
-# step of the CNN and convolution rows, default 128), ALLREDUCE_MIB
-# (default 1,16,256).
+# 480: 420 before the GPT rows, which take about a minute and a half on
+# a GPU), PEAK_TFLOPS (the GPU's dense bf16 peak for the MFU rows, where
+# the table of tools/gpu-check-gpt.sh does not know its name). For a quick
+# run whose speed figures mean nothing
+# (tests/emulated/test_emulated_gpu_check.sh runs the whole check on the
+# emulated GPU): SPEED_REPEATS (timed repeats of every speed row, after one
+# warm-up; default: each tool's own), SPEED_ROWS (rows per step of the CNN
+# and convolution rows, default 128), ALLREDUCE_MIB (default 1,16,256);
+# GPT_MODEL, GPT_BATCH and GPT_STEPS (the GPT job of the accuracy rows:
+# default jobs/text_gpt.ini's model, batch 32, 30 steps; T is the token
+# set's), GPT2_SHAPE (layers,heads,width,T,vocab of the GPT speed rows,
+# default 12,12,768,1024,50304) and GPT2_BATCH (default 16; the GEMM rows
+# take half).
 set -uo pipefail
 
 out_dir=${DPTRAIN_GPU_CHECK_OUT:-}
@@ -52,7 +62,8 @@ here=$(cd "$(dirname "$0")/.." && pwd) && cd "$here" || exit 1
 [[ -z ${BUNDLE:-} && -f MANIFEST && -d bin ]] && BUNDLE=$here
 bundle=${BUNDLE:-.gpu-bundle/dptrain-gpu.tar.gz}
 steps=${STEPS:-400}
-deadline=$((SECONDS + ${BUDGET_S:-420}))
+budget=${BUDGET_S:-480}
+deadline=$((SECONDS + budget))
 # The speed tools' repeats and sizes: their own unless the quick-run knobs say.
 speed=() layout=()
 [[ -n ${SPEED_REPEATS:-} ]] && speed+=(--repeats "$SPEED_REPEATS" --warmup 1) &&
@@ -80,6 +91,8 @@ write_table() {
 }
 # shellcheck source=tools/gpu-check-env.sh
 . tools/gpu-check-env.sh
+# shellcheck source=tools/gpu-check-gpt.sh
+. tools/gpu-check-gpt.sh
 save_start_env
 # CMD... in the environment the check started with (for timeout and run_for).
 start_cmd=(env -i "${start_env[@]}")
@@ -97,7 +110,7 @@ run_for() {
   timeout -k 5 "$t" "$@" >"$out" 2>&1
 }
 outcome() {  # outcome RC -> a result word for a row
-  case $1 in 0) echo ok ;; 124 | 137) echo "TIMED OUT" ;; 125) echo "TIMED OUT (the 7-minute budget was spent before it)" ;;
+  case $1 in 0) echo ok ;; 124 | 137) echo "TIMED OUT" ;; 125) echo "TIMED OUT (the $budget-second budget was spent before it)" ;;
     *) echo "FAILED (exit $1)" ;; esac
 }
 
@@ -211,6 +224,19 @@ train_row() {  # train_row SECTION CHECK NAME RC
   if [[ $result == ok ]]; then row "$1" "$2" ok "$(summary "$3")"
   else row "$1" "$2" "$result" "$(tail -2 "$work/$3.out" 2>/dev/null | tr '\n\t' '  ')"; fi
 }
+# loss_row SECTION CHECK RUN REF BOUND STEPS: the largest difference of a
+# step's loss between RUN and REF, relative to REF's first loss (the
+# problem's scale), against BOUND; FAILED when RUN logged fewer steps.
+loss_row() {
+  local worst verdict
+  worst=$(paste <(losses "$3") <(losses "$4") | awk '
+    NR == 1 {scale = $2 < 0 ? -$2 : $2}
+    $1 != "" && $2 != "" {d = $1 - $2; if (d < 0) d = -d; r = d / scale; if (r > m) m = r; n++}
+    END {printf "%.3g %d", m, n}')
+  verdict=$(awk -v w="${worst% *}" -v b="$5" 'BEGIN {print (w <= b) ? "ok" : "OVER"}')
+  ((${worst#* } < $6)) && verdict="FAILED (${worst#* } of $6 steps logged)"
+  row "$1" "$2" "$verdict" "largest difference ${worst% *} of the first loss, over ${worst#* } steps (bound $5); $(summary "$3")"
+}
 if [[ ! -f $data ]]; then
   row training "data set" FAILED "no bundled synthetic.h5 and no Python with h5py to make one"
 else
@@ -241,31 +267,25 @@ else
     train "acc-$p" 1 cuda "$p" 20 1
     rc=$?
     if ((rc != 0)); then train_row accuracy "$p vs CPU" "acc-$p" "$rc"; continue; fi
-    worst=$(paste <(losses "acc-$p") <(losses cpu-ref) | awk '
-      NR == 1 {scale = $2 < 0 ? -$2 : $2}
-      {d = $1 - $2; if (d < 0) d = -d; r = d / scale; if (r > m) m = r; n++}
-      END {printf "%.3g %d", m, n}')
-    verdict=$(awk -v w="${worst% *}" -v b="$bound" 'BEGIN {print (w <= b) ? "ok" : "OVER"}')
-    row accuracy "$p vs CPU, loss of each of 20 steps" "$verdict" \
-      "largest difference ${worst% *} of the first loss, over ${worst#* } steps (bound $bound)"
+    loss_row accuracy "$p vs CPU, loss of each of 20 steps" "acc-$p" cpu-ref "$bound" 20
   done
 fi
 
 # --- speed rows ---------------------------------------------------------------------
-bench_rows() {  # bench_rows NAME LIMIT ARGS...: dptrain_bench JSON rows -> table rows
-  local name=$1 limit=$2 rc line
-  shift 2
-  run_for "$limit" "$work/$name.txt" "${mpirun[@]}" -n 1 "$bench" "$@"
+bench_rows() {  # bench_rows PROGRAM NAME LIMIT ARGS...: a bench tool's JSON rows -> table rows
+  local prog=$1 name=$2 limit=$3 rc line
+  shift 3
+  run_for "$limit" "$work/$name.txt" "${mpirun[@]}" -n 1 "$prog" "$@"
   rc=$?
-  if ((rc != 0)); then row speed "dptrain_bench $*" "$(outcome "$rc")" "$(tail -1 "$work/$name.txt")"; return; fi
-  grep '^{' "$work/$name.txt" | while read -r line; do
+  if ((rc != 0)); then row speed "${prog##*/} $*" "$(outcome "$rc")" "$(tail -1 "$work/$name.txt")"; return; fi
+  grep '^{"row"' "$work/$name.txt" | while read -r line; do
     row speed "$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line") ($name)" "$(field ratio <<<"$line")" \
       "ours $(field ours <<<"$line") ms, baseline $(field baseline <<<"$line") ms, target $(sed -n 's/.*"target":"\([^"]*\)".*/\1/p' <<<"$line")"
   done
 }
 for p in fp32 tf32 bf16; do
   if ((ngpu == 0)); then row speed "$p step vs its 8 GEMMs (dptrain_bench gemm)" skipped "no GPU"; continue; fi
-  bench_rows "gemm-$p" 60 gemm --device cuda --precision "$p" --repeats 200 "${speed[@]}"
+  bench_rows "$bench" "gemm-$p" 60 gemm --device cuda --precision "$p" --repeats 200 "${speed[@]}"
 done
 if ((ngpu > 0)); then
   if [[ -n $py ]]; then
@@ -304,7 +324,7 @@ run_for 30 "$work/bench-help.txt" "${mpirun[@]}" -n 1 "$bench" --help
 if grep -qw cnn "$work/bench-help.txt"; then
   for p in fp32 tf32 bf16; do
     if ((ngpu == 0)); then row speed "$p CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" skipped "no GPU"
-    else bench_rows "cnn-$p" 60 cnn --device cuda --precision "$p" "${speed[@]}" ${SPEED_ROWS:+--batch "$SPEED_ROWS"}; fi
+    else bench_rows "$bench" "cnn-$p" 60 cnn --device cuda --precision "$p" "${speed[@]}" ${SPEED_ROWS:+--batch "$SPEED_ROWS"}; fi
   done
 else
   row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" "not built" "dptrain_bench has no cnn mode in this build"
@@ -338,4 +358,6 @@ else
     done
   fi
 fi
+# The GPT rows (tools/gpu-check-gpt.sh).
+gpt_section
 finish

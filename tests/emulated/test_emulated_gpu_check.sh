@@ -1,12 +1,16 @@
 # Tests: tools/gpu-check.sh run whole, every row of its table, on GPUS (1
 # or 2) emulated GPUs: the emulated programs (dptrain, gpu_tests,
-# dptrain_bench, dptrain_nccl_rate, dptrain_conv_layout on the CUDA host
-# emulation) laid out as an unpacked bundle, the machine's own Open MPI,
-# and a stand-in nvidia-smi that reports GPUS GPUs. Without a GPU nothing
-# else runs the check's GPU branch: its test rows on 1 and (with 2 GPUs) 2
-# ranks, the training runs on 1 and 2 GPUs, the accuracy rows against the CPU reference (TF32 and bf16
-# rounding are emulated, so their bounds are met or not as on a GPU), and
-# the speed rows of every tool. The check must exit 0 with every row
+# dptrain_bench, dptrain_gpt_bench, dptrain_nccl_rate, dptrain_conv_layout
+# on the CUDA host emulation) laid out as an unpacked bundle with a
+# synthetic set and a token set (this checkout's docs as bytes), the
+# machine's own Open MPI, and a stand-in nvidia-smi that reports GPUS GPUs.
+# Without a GPU nothing else runs the check's GPU branch: its test rows on
+# 1 and (with 2 GPUs) 2 ranks, the training runs on 1 and 2 GPUs, the
+# accuracy rows of the MLP and of the GPT job against the CPU reference
+# (TF32 and bf16 rounding are emulated, so their bounds are met or not as
+# on a GPU), and the speed rows of every tool (the GPT ones on a shrunken
+# GPT-2 shape: GPT2_SHAPE, GPT2_BATCH; PEAK_TFLOPS stands in for the peak
+# of a GPU the check knows, so the MFU rows are numbers). The check must exit 0 with every row
 # present and none failed; with 1 GPU the 2-GPU rows say skipped. The speed figures mean nothing here (emulated
 # time; quick sizes: SPEED_REPEATS, SPEED_ROWS, ALLREDUCE_MIB; the PyTorch
 # rows on the CPU, where torch is installed); what is checked is that each
@@ -20,12 +24,16 @@ GPUS=${GPUS:-2}
 tree=$WORK/bundle
 mkdir -p "$tree/bin" "$tree/data" "$WORK/driver"
 for pair in dptrain:emulated_dptrain gpu_tests:emulated_gpu_tests dptrain_bench:emulated_dptrain_bench \
-  dptrain_nccl_rate:emulated_nccl_rate dptrain_conv_layout:emulated_conv_layout; do
+  dptrain_gpt_bench:emulated_dptrain_gpt_bench dptrain_nccl_rate:emulated_nccl_rate \
+  dptrain_conv_layout:emulated_conv_layout; do
   ln "$EMULATED_BIN/${pair#*:}" "$tree/bin/${pair%%:*}" 2>/dev/null ||
     cp "$EMULATED_BIN/${pair#*:}" "$tree/bin/${pair%%:*}"
 done
 printf 'glibc=%s\ncommit=emulated\n' "$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)" >"$tree/MANIFEST"
 synthetic "$tree/data/synthetic.h5" --n 2048 --val-n 256 --shape 28,28 --classes 10 --dtype uint8 --seed 1
+# The GPT job's token set, as tools/gpu-bundle.sh makes it but T = 16.
+"$PYTHON" "$DPTRAIN_SOURCE_DIR/tools/convert_text.py" "$DPTRAIN_SOURCE_DIR/docs" \
+  --output "$tree/data/gpt_text.h5" --window 16 >/dev/null
 cat >"$WORK/driver/nvidia-smi" <<EOF
 #!/bin/sh
 # Stands in for the driver's tool: $GPUS emulated GPU(s).
@@ -50,9 +58,13 @@ tests+=':CudaTraining.*:CudaCnnTraining.ImagesAdamMatchesCpu:CudnnConv*:CudnnPoo
 tests+=':Nccl.OrderedWithComputeStream'
 table=$WORK/check.txt
 set +e
+# The GPT job: one block of width 32 on batches of 8 x 16 tokens, 8 steps;
+# the GPT-2 shape: 2 layers, 2 heads, width 32, T 16, vocab 64, batch 2.
+gpt_steps=8
 PATH=$WORK/driver:$PATH DPTRAIN_TORCH_DEVICE=cpu BUNDLE=$tree GTEST_FILTER=$tests STEPS=20 BUDGET_S=900 SPEED_REPEATS=2 \
-  SPEED_ROWS=4 ALLREDUCE_MIB=1 timeout -k 5 1000 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" \
-  >"$table" 2>"$WORK/check.err"
+  SPEED_ROWS=4 ALLREDUCE_MIB=1 GPT_STEPS=$gpt_steps GPT_BATCH=8 GPT2_SHAPE=2,2,32,16,64 GPT2_BATCH=2 PEAK_TFLOPS=1 \
+  GPT_MODEL="embed:32,pos,res(ln,attn:2:causal),res(ln,dense:64,gelu:tanh,dense:32),ln,dense:256" \
+  timeout -k 5 1000 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" >"$table" 2>"$WORK/check.err"
 rc=$?
 set -e
 cat "$table"
@@ -62,6 +74,8 @@ rows() { grep -c "^| $1 |" "$table" || true; }  # rows of a section
 has() { grep -qF -- "$1" "$table" || fail "no table row with: $1"; }
 bad=$(grep -E '\| (FAILED|TIMED OUT|OVER|NOT FOUND|not run|not built)' "$table" || true)
 [[ -z $bad ]] || fail "rows that did not pass: $bad"
+nameless=$(grep -E '^\| [a-z]+ \| ( |\()' "$table" || true)
+[[ -z $nameless ]] || fail "rows without a name: $nameless"
 
 has "| setup | GPUs | $GPUS | emulated GPU"
 has "| setup | Open MPI | the machine's |"
@@ -85,6 +99,16 @@ else
   has "| speed | all-reduce bus bandwidth vs NCCL | skipped | needs 2+ GPUs (dptrain_nccl_rate on 1 rank: ok) |"
 fi
 has "| accuracy | CPU reference (fp32, 20 steps) | ok |"
+# The GPT job: the CPU reference, and every GPU run's losses within bounds.
+has "| gpt | CPU reference (fp32, $gpt_steps steps) | ok | loss "
+for p in fp32 tf32 bf16; do
+  has "| gpt | 1 GPU $p vs CPU, loss of each of $gpt_steps steps | ok | largest difference "
+done
+if ((GPUS == 2)); then
+  has "| gpt | 2 GPUs fp32 vs CPU, loss of each of $gpt_steps steps | ok | largest difference "
+else
+  has "| gpt | 2 GPUs fp32 vs CPU, loss of each of $gpt_steps steps | skipped | needs 2 GPUs |"
+fi
 
 # Speed: each tool's rows are in the table, each with a number for a result.
 number='[0-9][0-9.e+-]*'
@@ -103,6 +127,21 @@ for p in fp32 tf32 bf16; do
       fail "no $p PyTorch GEMM row"
   fi
 done
+# The GPT speed rows: MFU of dptrain (and of PyTorch), the step against its GEMMs.
+gpt2="| speed | GPT-2 small shape (2 layers, 2 heads, width 32, T 16, vocab 64) bf16: "
+mfu=$(grep -F "${gpt2}tokens/s and MFU (dptrain, batch 2) |" "$table" || true)
+grep -qE "^\| speed \| .* \| $number \| [0-9]+ tokens/s, .* peak 1 TFLOPS \(PEAK_TFLOPS\) \|$" <<<"$mfu" ||
+  fail "no GPT tokens/s and MFU row with an MFU: ${mfu:-none}"
+for p in fp32 tf32 bf16; do
+  grep -qE "^\| speed \| GPT step vs its GEMMs \(1 GPU, $p, batch 1 x 16\) \(gpt-gemm-$p\) \| $number \| .* target >= 0.85 \|" "$table" ||
+    fail "no GPT step vs GEMMs row for $p"
+done
+if ((torch)); then
+  grep -F "${gpt2}tokens/s and MFU (PyTorch eager, batch 2) |" "$table" |
+    grep -qE "\| $number \| [0-9,]+ tokens/s, .* on cpu \|$" || fail "no PyTorch GPT row"
+  grep -F "${gpt2}dptrain vs PyTorch eager tokens/s |" "$table" | grep -qE "\| $number \| dptrain " ||
+    fail "no dptrain vs PyTorch GPT row"
+fi
 ((torch)) || echo "no torch for $PYTHON: the PyTorch rows were not checked"
 if ((GPUS == 2)); then
   grep -qE "^\| speed \| all-reduce 1 MiB bus bandwidth vs NCCL \(2 GPUs\) \| $number \|" "$table" ||

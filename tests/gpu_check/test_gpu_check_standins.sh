@@ -35,7 +35,7 @@ lines=$'13.0.0 /a\n13.2.5 /b\n13.1.0 /c\n14.0.1 /d'
 # --- the stand-ins ---------------------------------------------------------------------
 B=$WORK/bundle S=$WORK/standin
 mkdir -p "$B/bin" "$B/lib" "$B/data" "$S/bin" "$S/stale" "$S/right" "$WORK/home"
-touch "$B/data/synthetic.h5"
+touch "$B/data/synthetic.h5" "$B/data/gpt_text.h5"
 bash "$src/tools/gpu-bundle.sh" --probe "$B/bin/dptrain_libprobe"
 stub() {  # stub DIR SONAME C-SOURCE [LINK ARGS]: a shared library
   local dir=$1 soname=$2 code=$3
@@ -233,7 +233,8 @@ line=$(awk '/^<!-- the one command line -->$/ {getline; getline; print; exit}' "
 [[ -n $line ]] || fail "no command line after '<!-- the one command line -->' in docs/gpu.md"
 ((${#line} <= 2000)) || fail "the command line has ${#line} characters, over 2,000"
 mkdir -p "$B/tools" "$WORK/carried/.gpu-bundle"
-cp "$src"/tools/gpu-check.sh "$src"/tools/gpu-check-env.sh "$src"/tools/gpu-check-torch.py "$B/tools/"
+cp "$src"/tools/gpu-check.sh "$src"/tools/gpu-check-env.sh "$src"/tools/gpu-check-gpt.sh \
+  "$src"/tools/gpu-check-torch.py "$B/tools/"
 tar -C "$B" -czf "$WORK/carried/.gpu-bundle/dptrain-gpu.tar.gz" .
 set +e
 (cd "$WORK/carried" && env -u BUNDLE HOME="$WORK/home" PATH="$S/bin:$PATH" STEPS=16 STANDIN_LOG="$WORK/line.launches" \

@@ -1,6 +1,7 @@
 // Implements: dptrain_gpt_bench, the GPT micro-benchmark rows of
-// tools/bench/bench.py (tools/bench/gpt_rows.py); one rank, rank 0 prints
-// one JSON line per row:
+// tools/bench/bench.py (tools/bench/gpt_rows.py) and of the GPU check
+// (tools/gpu-check.sh); one rank, on the CPU backend or one GPU (--device
+// cuda, --precision), rank 0 prints one JSON line per row:
 //   gemm    the GPT's training step (train_step: forward, xent over every
 //           position, backward, AdamW with clipping) against every GEMM and
 //           batched GEMM that step makes, recorded from one step (same
@@ -13,14 +14,21 @@
 //           (every layer's forward, backward_params and backward_input
 //           timed, the blocks' copies and sums as "res adds", the loss, the
 //           optimizer), the GEMM time inside each family measured where the
-//           calls run; and that driven step against train_step
-// plus two JSON lines without "row" that gpt_rows.py turns into tables:
-// {"gpt_gemm_calls": [...]}, the bare time of each distinct GEMM of the
-// step, and {"gpt_families": [...]}, the layers row's figures per family.
-// Usage: dptrain_gpt_bench <gemm|layers|all> --model SPEC [--tokens T]
-//            [--vocab V] [--batch B] [--threads T] [--repeats N] [--warmup N]
-//            [--lr LR] [--beta2 B2] [--weight-decay W] [--clip-grad-norm C]
-//            [--weight-decay-params all|matrices]
+//           calls run; and that driven step against train_step (CPU only:
+//           on a GPU the host clock of a call says nothing)
+//   throughput  tokens/s of the training step and its model FLOP
+//           utilization, 6 N + 12 L T D FLOPs per token against
+//           --peak-tflops (gpt_throughput_row.cpp says what is counted)
+// plus JSON lines without "row": {"gpt_gemm_calls": [...]}, the bare time
+// of each distinct GEMM of the step, and {"gpt_families": [...]}, the
+// layers row's figures per family, that gpt_rows.py turns into tables;
+// {"gpt_throughput": {...}}, the throughput row's figures, which
+// tools/gpu-check.sh reads. On CUDA every time is device time (markers).
+// Usage: dptrain_gpt_bench <gemm|layers|throughput|all>[,...] --model SPEC
+//            [--tokens T] [--vocab V] [--batch B] [--threads T] [--repeats N]
+//            [--warmup N] [--device cpu|cuda] [--precision fp32|tf32|bf16]
+//            [--peak-tflops X] [--lr LR] [--beta2 B2] [--weight-decay W]
+//            [--clip-grad-norm C] [--weight-decay-params all|matrices]
 #include "gpt_bench.hpp"
 
 namespace dptrain::bench {
@@ -28,17 +36,23 @@ namespace {
 
 
 constexpr const char* kUsage =
-    "usage: dptrain_gpt_bench <gemm|layers|all> --model SPEC [--tokens T] [--vocab V]\n"
-    "                         [--batch B] [--threads T] [--repeats N] [--warmup N]\n"
-    "                         [--lr LR] [--beta2 B2] [--weight-decay W]\n"
+    "usage: dptrain_gpt_bench <gemm|layers|throughput|all>[,...] --model SPEC [--tokens T]\n"
+    "                         [--vocab V] [--batch B] [--threads T] [--repeats N]\n"
+    "                         [--warmup N] [--device cpu|cuda] [--precision P]\n"
+    "                         [--peak-tflops X] [--lr LR] [--beta2 B2] [--weight-decay W]\n"
     "                         [--clip-grad-norm C] [--weight-decay-params all|matrices]\n"
+    "  rows          gemm (step vs its GEMMs), layers (time per layer family, cpu only),\n"
+    "                throughput (tokens/s and MFU); all = gemm,layers; or a list: gemm,throughput\n"
     "  --model SPEC  a sequence model starting with embed:D (res blocks of plain layers)\n"
     "  --tokens T    positions per sample (default 64)\n"
     "  --vocab V     vocabulary (default 256, bytes)\n"
     "  --batch B     rows per step (default 32)\n"
     "  --threads T   compute threads (default 1)\n"
     "  --repeats N   timed repeats per row (default: as many as fit a few seconds)\n"
-    "  --warmup N    untimed pairs first (default 3)\n"
+    "  --warmup N    untimed pairs (throughput: steps) first (default 3)\n"
+    "  --device D    cpu (default) or cuda: one GPU, device time\n"
+    "  --precision P fp32 (default), tf32 or bf16 (cuda only)\n"
+    "  --peak-tflops X  the device's peak in TFLOPS for MFU (throughput; default: unknown)\n"
     "  optimizer:    AdamW, defaults those of jobs/text_gpt.ini (lr 0.003, beta2 0.95,\n"
     "                weight decay 0.1 on matrices, clip-grad-norm 1)\n";
 
@@ -60,8 +74,33 @@ float number(const std::string& opt, const std::string& v) {
   }
 }
 
+std::vector<std::string> rows_of(const std::string& list) {
+  std::vector<std::string> rows;
+  std::stringstream in(list);
+  for (std::string r; std::getline(in, r, ',');) {
+    if (r == "all") {
+      rows.insert(rows.end(), {"gemm", "layers"});
+      continue;
+    }
+    DPT_REQUIRE(r == "gemm" || r == "layers" || r == "throughput", ExitCode::kUsage,
+                "which benchmark: gemm, layers, throughput or all, not '" + r + "'\n" + kUsage);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+double real_number(const std::string& opt, const std::string& v) {
+  try {
+    return std::stod(v);
+  } catch (const std::exception&) {
+    throw Error(ExitCode::kUsage, opt + " needs a number, not '" + v + "'");
+  }
+}
+
 GptArgs parse_args(int argc, char** argv) {
   GptArgs a;
+  bool help = false;
+  std::string rows;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -75,34 +114,58 @@ GptArgs parse_args(int argc, char** argv) {
     else if (arg == "--threads") a.threads = positive(arg, value());
     else if (arg == "--repeats") a.repeats = positive(arg, value());
     else if (arg == "--warmup") a.warmup = positive(arg, value());
+    else if (arg == "--device") a.device = value();
+    else if (arg == "--precision") a.precision = value();
+    else if (arg == "--peak-tflops") a.peak_tflops = real_number(arg, value());
     else if (arg == "--lr") a.lr = number(arg, value());
     else if (arg == "--beta2") a.beta2 = number(arg, value());
     else if (arg == "--weight-decay") a.weight_decay = number(arg, value());
     else if (arg == "--clip-grad-norm") a.clip = number(arg, value());
     else if (arg == "--weight-decay-params") a.decay_all = parse_decay_all(value());
-    else if (arg == "-h" || arg == "--help") a.what = "help";
-    else if (a.what.empty() && arg[0] != '-') a.what = arg;
+    else if (arg == "-h" || arg == "--help") help = true;
+    else if (rows.empty() && arg[0] != '-') rows = arg;
     else throw Error(ExitCode::kUsage, "unexpected argument '" + arg + "'\n" + kUsage);
   }
-  if (a.what == "help") return a;
-  DPT_REQUIRE(a.what == "gemm" || a.what == "layers" || a.what == "all", ExitCode::kUsage,
-              "which benchmark: gemm, layers or all\n" + std::string(kUsage));
+  if (help) {
+    a.what = {"help"};
+    return a;
+  }
+  DPT_REQUIRE(!rows.empty(), ExitCode::kUsage,
+              "which benchmark: gemm, layers, throughput or all\n" + std::string(kUsage));
+  a.what = rows_of(rows);
   DPT_REQUIRE(!a.model.empty(), ExitCode::kUsage, "--model SPEC is needed");
+  DPT_REQUIRE(a.device == "cpu" || a.device == "cuda", ExitCode::kUsage, "--device: cpu or cuda");
+  DPT_REQUIRE(a.precision == "fp32" || a.precision == "tf32" || a.precision == "bf16",
+              ExitCode::kUsage, "--precision: fp32, tf32 or bf16");
+  DPT_REQUIRE(!a.gpu() || !a.wants("layers"), ExitCode::kUsage,
+              "layers: cpu only (it times each call on the host clock)");
+  DPT_REQUIRE(a.peak_tflops >= 0, ExitCode::kUsage, "--peak-tflops: a number of TFLOPS (0: unknown)");
   return a;
 }
 
 int run(const MpiSession& mpi, const GptArgs& a) {
   if (mpi.rank() == 0) {
-    auto real = make_backend("cpu", BackendOptions{a.threads});
-    InstrumentedBackend inst(*real);
-    const std::vector<GemmCall> calls = record_step(inst, a);
-    Replay replay(*real, calls);
-    if (a.what == "gemm" || a.what == "all") {
-      print_row(gemm_row(*real, a, calls, replay));
-      print_calls(replay, calls);
+    BackendOptions bo;
+    bo.threads = a.threads;
+    bo.precision = parse_precision(a.precision);
+    auto real = make_backend(a.device, bo);
+    if (a.wants("gemm") || a.wants("layers")) {
+      InstrumentedBackend inst(*real);
+      auto gpt = std::make_unique<Gpt>(inst, a, 5);
+      const std::vector<GemmCall> calls = record_step(inst, *gpt);
+      // The CPU rows time a model on the backend itself, as measured in
+      // docs/performance.md; on a GPU the recorded model is the one timed
+      // (a GPT-2-sized model and the replay's operands fit once, not twice).
+      if (!a.gpu()) gpt.reset();
+      Replay replay(*real, calls, a.gpu());
+      if (a.wants("gemm")) {
+        print_row(gemm_row(*real, a, calls, replay, gpt.get()));
+        print_calls(*real, replay, calls, a.repeats);
+      }
+      if (a.wants("layers"))
+        for (const Row& r : layer_rows(*real, inst, a, replay)) print_row(r);
     }
-    if (a.what == "layers" || a.what == "all")
-      for (const Row& r : layer_rows(*real, inst, a, replay)) print_row(r);
+    if (a.wants("throughput")) print_row(throughput_row(*real, a));
   }
   idle_barrier(mpi.world());
   return 0;
@@ -122,7 +185,7 @@ int main(int argc, char** argv) {
     if (mpi.rank() == 0) std::fprintf(stderr, "dptrain_gpt_bench: error: %s\n", e.what());
     return static_cast<int>(e.code());
   }
-  if (args.what == "help") {
+  if (args.wants("help")) {
     if (mpi.rank() == 0) std::fputs(bench::kUsage, stdout);
     return 0;
   }

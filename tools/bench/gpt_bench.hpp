@@ -1,12 +1,14 @@
 // Implements: what the parts of dptrain_gpt_bench share (internal to
-// tools/bench): its arguments, a backend that records and times the GEMMs
-// it forwards, the GPT with its random token shard and optimizer, the
-// replay of recorded GEMMs, and the two row makers (gpt_gemm_rows.cpp,
-// gpt_layer_rows.cpp); gpt_bench.cpp is the command.
+// tools/bench): its arguments, device timing, a backend that records and
+// times the GEMMs it forwards, the GPT with its random token shard and
+// optimizer, the replay of recorded GEMMs, and the row makers
+// (gpt_gemm_rows.cpp, gpt_layer_rows.cpp, gpt_throughput_row.cpp);
+// gpt_bench.cpp is the command.
 #pragma once
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -21,7 +23,6 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_gemm.hpp"
-#include "backends/cpu/kernel_tables.hpp"
 #include "bench_rows.hpp"
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/comm/communicator.hpp"
@@ -36,10 +37,43 @@
 namespace dptrain::bench {
 
 struct GptArgs {
-  std::string what, model;
+  std::vector<std::string> what;  // gemm, layers, throughput (all: gemm and layers)
+  std::string model, device = "cpu", precision = "fp32";
   int tokens = 64, vocab = 256, batch = 32, threads = 1, repeats = 0, warmup = 3;
   float lr = 3e-3f, beta2 = 0.95f, weight_decay = 0.1f, clip = 1.0f;
+  double peak_tflops = 0.0;  // the device's dense peak for MFU; 0: unknown
   bool decay_all = false;
+  bool wants(const char* row) const { return std::find(what.begin(), what.end(), row) != what.end(); }
+  bool gpu() const { return device == "cuda"; }
+  // "1 rank, 1 thread" on the CPU, "1 GPU, bf16" on CUDA: the rows' placement.
+  std::string where() const {
+    return gpu() ? "1 GPU, " + precision : "1 rank, " + plural(threads, "thread");
+  }
+};
+
+// The milliseconds of fn, which queues work on be. Where be has a device
+// clock (the host only queues work there) it is the device's time between
+// a marker before fn's work and one after it (Backend::mark, marker_ms);
+// elsewhere the host's, fn's work done when it returns. be is idle after it.
+template <typename F>
+double device_ms(Backend& be, F&& fn) {
+  if (!be.caps().device_clock) {
+    const auto t0 = Clock::now();
+    fn();
+    be.synchronize();
+    return ms_since(t0);
+  }
+  be.mark(0);
+  fn();
+  be.mark(1);
+  return be.marker_ms(0, 1);  // waits for the second marker
+}
+
+// The kernel tables of another backend. Backend::kernels() is protected; a
+// class derived from Backend may form a pointer to it (&TablesOf::kernels
+// is Backend's virtual member) and call that on any Backend.
+struct TablesOf : Backend {
+  static KernelTables& of(Backend& be) { return (be.*&TablesOf::kernels)(); }
 };
 
 // --- a backend that records and times the GEMMs it forwards -------------------
@@ -66,18 +100,13 @@ struct GemmCall {
 };
 
 // Forwards everything to `inner` (so GEMMs run on its library and its
-// cached batched primitives); kernel tables of its own, made by the CPU
-// backend's factories. While `record`, every GEMM call is appended to
-// `calls`; each call's time adds to gemm_ms / batched_ms.
+// cached batched primitives, kernels on its kernel tables, on its device).
+// While `record`, every GEMM call is appended to `calls`; each call's host
+// time adds to gemm_ms / batched_ms (the layers row, CPU only: on a GPU the
+// host only queues the call).
 class InstrumentedBackend final : public Backend {
  public:
-  explicit InstrumentedBackend(Backend& inner)
-      : inner_(inner),
-        tables_{make_cpu_activation_kernels(), make_cpu_dense_kernels(),
-                make_cpu_loss_kernels(),       make_cpu_optimizer_kernels(),
-                make_cpu_spatial_kernels(),    make_cpu_norm_kernels(),
-                make_cpu_dropout_kernels(),    make_cpu_augment_kernels(),
-                make_cpu_sequence_kernels()} {}
+  explicit InstrumentedBackend(Backend& inner) : inner_(inner) {}
 
   bool record = false;
   std::vector<GemmCall> calls;
@@ -109,6 +138,11 @@ class InstrumentedBackend final : public Backend {
   }
   void fill(float* x, float value, std::size_t n) override { inner_.fill(x, value, n); }
   void synchronize() override { inner_.synchronize(); }
+  void release_slot(int slot) override { inner_.release_slot(slot); }
+  void wait_upload(int slot) override { inner_.wait_upload(slot); }
+  void sync_upload(int slot) override { inner_.sync_upload(slot); }
+  void mark(int i) override { inner_.mark(i); }
+  double marker_ms(int from, int to) override { return inner_.marker_ms(from, to); }
   void add(const float* x, float* y, std::size_t n) override { inner_.add(x, y, n); }
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
     return inner_.count_nonfinite(x, n);
@@ -133,11 +167,10 @@ class InstrumentedBackend final : public Backend {
   }
 
  protected:
-  KernelTables& kernels() override { return tables_; }
+  KernelTables& kernels() override { return TablesOf::of(inner_); }
 
  private:
   Backend& inner_;
-  KernelTables tables_;
 };
 
 // --- the GPT, its data and its optimizer ----------------------------------------
@@ -179,9 +212,14 @@ struct Gpt {
       : be(be), args(a), model(be, parse_model_spec(a.model), Shape{a.tokens}, a.batch, a.vocab),
         opt(be, (model.init(1), adamw(a, model)), model.num_params()), data(be, a, seed),
         stats(be, 2), comm(make_mpi_communicator(MPI_COMM_SELF)) {}
-  void step() {
+  // One step queued (train_step reads the NaN count back halfway, so the
+  // host waits for its forward and backward, not for its optimizer).
+  void queue_step() {
     train_step(be, *comm, model, opt, LossKind::kXent, data.shard, std::uint64_t(args.batch),
                args.lr, stats.get(), nullptr);
+  }
+  void step() {
+    queue_step();
     be.synchronize();
   }
   Backend& be;
@@ -201,24 +239,34 @@ inline std::string format_g(double v) {
 
 inline std::string on_what(const GptArgs& a, const Model& m) {
   return std::to_string(m.num_params()) + " params, batch " + std::to_string(a.batch) + " x " +
-         std::to_string(a.tokens) + " tokens, vocab " + std::to_string(a.vocab) + ", 1 rank, " +
-         plural(a.threads, "thread");
+         std::to_string(a.tokens) + " tokens, vocab " + std::to_string(a.vocab) + ", " + a.where();
 }
 
 // --- gemm: the step against its GEMMs, replayed ----------------------------------
 
 // Each recorded call on operands of its own (random values), as many floats
-// as its leading dimensions and strides reach.
+// as its leading dimensions and strides reach. With `shared` (on a GPU) the
+// calls of one shape share their operands: a GPT-2-sized step's calls, each
+// with operands of its own, would take several times the model's memory.
 class Replay {
  public:
-  Replay(Backend& be, const std::vector<GemmCall>& calls) : be_(be), calls_(calls) {
+  Replay(Backend& be, const std::vector<GemmCall>& calls, bool shared) : be_(be), calls_(calls) {
     std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    pool_.resize(std::size_t(1) << 20);
+    for (float& v : pool_) v = u(rng);
+    std::map<decltype(calls_[0].key()), Operands> seen;
     for (const GemmCall& g : calls_) {
+      if (shared && seen.count(g.key())) {
+        ops_.push_back(seen.at(g.key()));
+        continue;
+      }
       const int a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
       const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
-      ops_.push_back({buffer(extent(a_rows, a_cols, g.lda, g.sa, g.batch), rng),
-                      buffer(extent(b_rows, b_cols, g.ldb, g.sb, g.batch), rng),
-                      buffer(extent(g.m, g.n, g.ldc, g.sc, g.batch), rng)});
+      ops_.push_back({buffer(extent(a_rows, a_cols, g.lda, g.sa, g.batch)),
+                      buffer(extent(b_rows, b_cols, g.ldb, g.sb, g.batch)),
+                      buffer(extent(g.m, g.n, g.ldc, g.sc, g.batch))});
+      seen.emplace(g.key(), ops_.back());
     }
   }
   void run(std::size_t i) {
@@ -230,8 +278,11 @@ class Replay {
     else
       be_.gemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, o.a, g.lda, o.b, g.ldb, g.beta, o.c, g.ldc);
   }
-  void run_all() {
+  void queue_all() {
     for (std::size_t i = 0; i < calls_.size(); ++i) run(i);
+  }
+  void run_all() {
+    queue_all();
     be_.synchronize();
   }
 
@@ -243,28 +294,33 @@ class Replay {
   static std::size_t extent(int rows, int cols, int ld, std::size_t stride, int batch) {
     return std::size_t(batch - 1) * stride + std::size_t(rows - 1) * ld + std::size_t(cols);
   }
-  float* buffer(std::size_t n, std::mt19937& rng) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> host(n);
-    for (float& v : host) v = u(rng);
+  // n floats of the random pool, repeated as often as it takes.
+  float* buffer(std::size_t n) {
     buffers_.emplace_back(be_, n);
-    be_.copy_to_device(buffers_.back().get(), host.data(), n * sizeof(float));
-    return buffers_.back().get();
+    float* p = buffers_.back().get();
+    for (std::size_t at = 0; at < n; at += pool_.size())
+      be_.copy_to_device(p + at, pool_.data(), std::min(pool_.size(), n - at) * sizeof(float));
+    return p;
   }
 
   Backend& be_;
   std::vector<GemmCall> calls_;
+  std::vector<float> pool_;
   std::vector<DeviceBuffer<float>> buffers_;
   std::vector<Operands> ops_;
 };
 
 // The GEMMs one train_step of the GPT makes, in order (one recorded step).
 // gemm: the step against its GEMMs replayed (gpt_gemm_rows.cpp).
-std::vector<GemmCall> record_step(InstrumentedBackend& inst, const GptArgs& a);
-void print_calls(Replay& replay, const std::vector<GemmCall>& calls);
-Row gemm_row(Backend& real, const GptArgs& a, const std::vector<GemmCall>& calls, Replay& replay);
+std::vector<GemmCall> record_step(InstrumentedBackend& inst, Gpt& gpt);
+void print_calls(Backend& be, Replay& replay, const std::vector<GemmCall>& calls, int repeats);
+Row gemm_row(Backend& real, const GptArgs& a, const std::vector<GemmCall>& calls, Replay& replay,
+             Gpt* recorded);
 // layers: where the step's time goes per layer family (gpt_layer_rows.cpp).
 std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptArgs& a,
                             Replay& replay);
+// throughput: tokens/s of the step and its model FLOP utilization
+// (gpt_throughput_row.cpp).
+Row throughput_row(Backend& real, const GptArgs& a);
 
 }  // namespace dptrain::bench

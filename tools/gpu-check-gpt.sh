@@ -1,0 +1,157 @@
+# shellcheck shell=bash disable=SC2154  # uses gpu-check.sh's row, run_for, outcome, work, tmp, B, py, ...
+# Implements: the GPT section of tools/gpu-check.sh (sourced, not run):
+# - accuracy: a small GPT job (the model of jobs/text_gpt.ini on the
+#   bundle's byte-level token set, GPT_STEPS steps of AdamW with clipping
+#   and a cosine schedule) on 1 GPU in fp32, tf32 and bf16 and on 2 GPUs in
+#   fp32, the loss of every step against the CPU backend's run of the same
+#   job, relative to its first loss (bounds as the MLP's: fp32 1e-4, tf32
+#   1e-2, bf16 3e-2);
+# - speed, on a GPT-2-small-shaped model (GPT2_SHAPE): dptrain's tokens/s
+#   and model FLOP utilization in bf16 (dptrain_gpt_bench throughput), the
+#   same model in PyTorch eager with bf16 autocast (tools/gpu-check-torch.py
+#   gpt), and the step against its GEMMs replayed bare through cuBLAS in
+#   fp32, tf32 and bf16 (dptrain_gpt_bench gemm, target >= 0.85).
+# MFU = tokens/s x (6 N + 12 L T D) / peak: N the parameters in matrix
+# products (all but the token and position tables), 12 L T D attention's
+# two batched products, forward and backward, over the full T x T
+# (tools/bench/gpt_throughput_row.cpp derives it); the peak is the GPU's
+# dense bf16 tensor-core peak, from its nvidia-smi name (gpt_peak below)
+# or PEAK_TFLOPS.
+
+# The demo job: jobs/text_gpt.ini's model and optimizer, few steps.
+gpt_model=${GPT_MODEL:-"embed:128,pos,4*(res(ln,attn:4:causal),res(ln,dense:512,gelu:tanh,dense:128)),ln,dense:256"}
+gpt_batch=${GPT_BATCH:-32} gpt_steps=${GPT_STEPS:-30}
+# GPT-2 small (12 layers, 12 heads, width 768, T 1024, vocab 50304), untied
+# head. Batch 16: dptrain_gpt_bench throughput at batch 1 holds 5.40 GiB of
+# buffers, 2.43 of them parameters, gradients and AdamW moments, so 2.97
+# GiB of activations per sequence (the attention keeps its N·H·T·T weights
+# and their gradients): 50 GiB at 16, which leaves an 80 GB GPU room for
+# cuBLAS and the bf16 operand copies. The GEMM rows take half the batch:
+# the replayed calls' operands (about 10 GB at 8) sit beside the model.
+IFS=, read -r gpt2_l gpt2_h gpt2_d gpt2_t gpt2_v <<<"${GPT2_SHAPE:-12,12,768,1024,50304}"
+gpt2_batch=${GPT2_BATCH:-16}
+gpt_warmup=3  # untimed steps before the timed ones (1 for a quick run)
+[[ -n ${SPEED_REPEATS:-} ]] && gpt_warmup=1
+gpt2_model="embed:$gpt2_d,pos,$gpt2_l*(res(ln,attn:$gpt2_h:causal),res(ln,dense:$((4 * gpt2_d)),gelu:tanh,dense:$gpt2_d)),ln,dense:$gpt2_v"
+gpt2_name="GPT-2 small shape ($gpt2_l layers, $gpt2_h heads, width $gpt2_d, T $gpt2_t, vocab $gpt2_v)"
+
+# gpt_data: sets gpt_data to the bundle's token set, else one made here
+# from the bundle's own text (tools/), where the Python has h5py.
+gpt_data() {
+  gpt_data=$B/data/gpt_text.h5
+  [[ -f $gpt_data ]] && return 0
+  if [[ -n $py && -f $B/tools/convert_text.py ]] && as_started "$py" -c "import h5py, numpy" 2>/dev/null; then
+    run_for 60 "$work/gpt-data.txt" "${start_cmd[@]}" "$py" "$B/tools/convert_text.py" "$B/tools" \
+      --output "$tmp/gpt_text.h5" --window 64 && gpt_data=$tmp/gpt_text.h5 && return 0
+  fi
+  return 1
+}
+
+gpt_train() {  # gpt_train NAME NP DEVICE PRECISION -> WORK/NAME.{out,jsonl}
+  run_for 120 "$work/$1.out" "${mpirun[@]}" -n "$2" "$dptrain" train --data "$gpt_data" --val-set "" \
+    --model "$gpt_model" --loss xent --batch-size "$gpt_batch" --optimizer adamw --lr 3e-3 \
+    --beta2 0.95 --weight-decay 0.1 --weight-decay-params matrices --clip-grad-norm 1 \
+    --lr-schedule cosine --warmup-steps $((gpt_steps / 6)) --steps "$gpt_steps" --seed 1 \
+    --shuffle none --device "$3" --precision "$4" --log-every 1 --metrics "$work/$1.jsonl"
+}
+
+gpt_accuracy_rows() {
+  local spec p bound np name rc runs=("1:fp32:1e-4" "1:tf32:1e-2" "1:bf16:3e-2" "2:fp32:1e-4")
+  gpt_train gpt-cpu-ref 1 cpu fp32
+  train_row gpt "CPU reference (fp32, $gpt_steps steps)" gpt-cpu-ref $?
+  for spec in "${runs[@]}"; do
+    IFS=: read -r np p bound <<<"$spec"
+    name="$np GPU$( ((np > 1)) && echo s) $p vs CPU, loss of each of $gpt_steps steps"
+    if ((ngpu == 0)); then row gpt "$name" skipped "no GPU"; continue; fi
+    if ((ngpu < np)); then row gpt "$name" skipped "needs $np GPUs"; continue; fi
+    gpt_train "gpt-$np-$p" "$np" cuda "$p"
+    rc=$?
+    if ((rc != 0)); then train_row gpt "$name" "gpt-$np-$p" "$rc"; continue; fi
+    loss_row gpt "$name" "gpt-$np-$p" gpt-cpu-ref "$bound" "$gpt_steps"
+  done
+}
+
+# gpt_peak: sets peak (TFLOPS, dense bf16 tensor cores, no sparsity) and
+# peak_from from PEAK_TFLOPS or the GPU's name; peak 0 when unknown.
+gpt_peak() {
+  local name
+  name=$(as_started timeout 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  peak=0 peak_from="no peak known for ${name:-this GPU}; PEAK_TFLOPS names one"
+  if [[ -n ${PEAK_TFLOPS:-} ]]; then
+    peak=$PEAK_TFLOPS peak_from="PEAK_TFLOPS"
+    return
+  fi
+  case $name in
+    *H100*PCIe* | *H100*NVL* | *H200*NVL*) return ;;  # other clocks and power limits: not in this table
+    *H100* | *H200*) peak=989.4 ;;                    # the SXM parts' dense bf16 figure
+    *A100*) peak=312 ;;                               # A100's dense bf16 figure (SXM and PCIe)
+    *) return ;;
+  esac
+  peak_from="$name, dense bf16"
+}
+
+# gpt_bench_rows NAME LIMIT ARGS...: dptrain_gpt_bench on the GPT-2 shape.
+gpt_bench_rows() {
+  local name=$1 limit=$2
+  shift 2
+  bench_rows "$gpt_bench" "$name" "$limit" "$@" --model "$gpt2_model" --tokens "$gpt2_t" --vocab "$gpt2_v" \
+    --device cuda
+}
+
+# The throughput row: dptrain's tokens/s and MFU in bf16; then PyTorch's.
+gpt_throughput_rows() {
+  local rc j mfu per_s detail result
+  run_for 120 "$work/gpt-throughput.txt" "${mpirun[@]}" -n 1 "$gpt_bench" throughput --model "$gpt2_model" \
+    --tokens "$gpt2_t" --vocab "$gpt2_v" --batch "$gpt2_batch" --device cuda --precision bf16 \
+    --peak-tflops "$peak" --repeats "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup"
+  rc=$?
+  j=$(grep '^{"gpt_throughput"' "$work/gpt-throughput.txt" | tail -1)
+  if ((rc != 0)) || [[ -z $j ]]; then
+    result=$(outcome "$rc")
+    [[ $result == ok ]] && result="FAILED (no gpt_throughput line)"
+    row speed "$gpt2_name bf16: tokens/s and MFU (dptrain)" "$result" "$(tail -1 "$work/gpt-throughput.txt")"
+  else
+    per_s=$(field tokens_per_s <<<"$j")
+    mfu=$(field mfu <<<"$j")
+    [[ -n $mfu ]] && mfu=$(awk -v m="$mfu" 'BEGIN {printf "%.3g", m}')
+    detail=$(awk -v t="$per_s" -v ms="$(field step_ms <<<"$j")" -v f="$(field flops_per_token <<<"$j")" \
+      -v n="$(field matmul_params <<<"$j")" -v a="$(field achieved_tflops <<<"$j")" -v g="$(field buffer_mib <<<"$j")" \
+      'BEGIN {printf "%.0f tokens/s, %.4g ms a step; %.4g MFLOP per token (6 N + 12 L T D, N = %.4g M); %.3g TFLOPS achieved; device buffers %.3g GiB", t, ms, f / 1e6, n / 1e6, a, g / 1024}')
+    if [[ -n $mfu ]]; then detail+="; peak $peak TFLOPS ($peak_from)"; else detail+="; $peak_from"; fi
+    row speed "$gpt2_name bf16: tokens/s and MFU (dptrain, batch $gpt2_batch)" "${mfu:-peak unknown}" "$detail"
+  fi
+  if [[ -z $py ]]; then
+    row speed "$gpt2_name bf16: tokens/s and MFU (PyTorch eager, batch $gpt2_batch)" skipped "no Python"
+    return
+  fi
+  run_for 150 "$work/gpt-torch.tsv" "${start_cmd[@]}" "$py" tools/gpu-check-torch.py gpt \
+    --shape "$gpt2_l,$gpt2_h,$gpt2_d,$gpt2_t,$gpt2_v" --batch "$gpt2_batch" --peak "$peak" \
+    --dptrain "${per_s:-0}" --steps "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup" --name "$gpt2_name"
+  rc=$?
+  grep $'^speed\t' "$work/gpt-torch.tsv" >>"$rows" || true
+  write_table
+  ((rc == 0)) || row speed "$gpt2_name bf16: PyTorch eager" "$(outcome "$rc")" "$(tail -1 "$work/gpt-torch.tsv")"
+}
+
+gpt_section() {
+  if ! gpt_data; then
+    row gpt "token set" FAILED "no bundled gpt_text.h5 and no Python with h5py to make one"
+  else
+    gpt_accuracy_rows
+  fi
+  if ((ngpu == 0)); then
+    row speed "$gpt2_name: tokens/s and MFU, step vs its GEMMs" skipped "no GPU"
+    return
+  fi
+  if [[ ! -x $gpt_bench ]]; then
+    row speed "$gpt2_name: tokens/s and MFU, step vs its GEMMs" "not built" "no dptrain_gpt_bench in the bundle"
+    return
+  fi
+  gpt_peak
+  gpt_throughput_rows
+  local p gemm_batch=$(((gpt2_batch + 1) / 2))
+  for p in fp32 tf32 bf16; do
+    gpt_bench_rows "gpt-gemm-$p" 90 gemm --precision "$p" --batch "$gemm_batch" \
+      --repeats "${SPEED_REPEATS:-5}" --warmup "$((gpt_warmup > 1 ? 2 : 1))"
+  done
+}
