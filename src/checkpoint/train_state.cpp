@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <optional>
 
-#include "checkpoint/sharded_state.hpp"
 #include "dptrain/common/error.hpp"
+#include "dptrain/parallel/state_slices.hpp"
 
 namespace dptrain {
 namespace {
@@ -20,7 +20,7 @@ struct RestoreHeader {
   std::int64_t have_weights = 0;    // 1: weights (and buffers) to broadcast
 };
 
-// The devices' pointers to the optimizer's state arrays (its slices when sharded).
+// The devices' pointers to the optimizer's state arrays (its slices when sliced).
 std::vector<float*> state_arrays(Optimizer& opt) {
   std::vector<float*> out;
   for (const auto& s : opt.state()) out.push_back(s.data);
@@ -30,11 +30,12 @@ std::vector<float*> state_arrays(Optimizer& opt) {
 }  // namespace
 
 StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt, Model& model,
-                         Optimizer& opt, LossKind loss, const BatchPlan& plan) {
+                         Optimizer& opt, LossKind loss, const BatchPlan& plan,
+                         const std::vector<std::size_t>& state_slices) {
   Backend& be = *rt.backend;
   StartPoint sp;
   RestoreHeader header;
-  // Sharded (--shard-optimizer): rank 0 keeps the arrays it read, then sends
+  // Sliced (--shard-optimizer): rank 0 keeps the arrays it read, then sends
   // each rank its slice. A file of either kind resumes either way.
   std::vector<std::vector<float>> whole_state;
   agree(mpi.world(), [&] {
@@ -77,7 +78,7 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
         DPT_REQUIRE(ck.optimizer_state[i].name == state[i].name &&
                         ck.optimizer_state[i].values.size() == opt.arena_size(),
                     ExitCode::kCheckpoint, path + ": optimizer state '" + state[i].name + "' missing or misshaped");
-        if (opts.shard_optimizer)
+        if (!state_slices.empty())
           whole_state.push_back(std::move(ck.optimizer_state[i].values));
         else
           be.copy_to_device(state[i].data, ck.optimizer_state[i].values.data(),
@@ -104,9 +105,8 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
       rt.comm->broadcast(model.buffers(), model.num_buffers() * sizeof(float), 0);
   }
   if (header.resumed) {
-    if (opts.shard_optimizer)
-      scatter_sharded_state(mpi.world(), be, shard_bounds(opt.arena_size(), mpi.size()),
-                            whole_state, state_arrays(opt));
+    if (!state_slices.empty())
+      scatter_state_slices(mpi.world(), be, state_slices, whole_state, state_arrays(opt));
     else
       for (auto& s : opt.state()) rt.comm->broadcast(s.data, opt.size() * sizeof(float), 0);
     opt.set_step_count(header.optimizer_step);
@@ -120,7 +120,7 @@ namespace {
 
 void write_state(const std::string& path, bool in_checkpoint_dir, const Options& opts,
                  const MpiSession& mpi, Backend& be, Model& model, Optimizer& opt, LossKind loss,
-                 const BatchPlan& plan, std::uint64_t step, ShardedStateGather* gather) {
+                 const BatchPlan& plan, std::uint64_t step, StateSliceGather* gather) {
   // Refuse to persist a broken state: a resumed run must never start from it.
   DPT_REQUIRE(be.count_nonfinite(model.params(), model.num_params()) == 0, ExitCode::kNumeric,
               "refusing to write checkpoint " + path + ": parameters hold NaN/Inf at step " +
@@ -170,13 +170,13 @@ void write_state(const std::string& path, bool in_checkpoint_dir, const Options&
 
 void save_state(const std::string& path, bool in_checkpoint_dir, const Options& opts,
                 const MpiSession& mpi, Runtime& rt, Model& model, Optimizer& opt, LossKind loss,
-                const BatchPlan& plan, std::uint64_t step) {
+                const BatchPlan& plan, std::uint64_t step,
+                const std::vector<std::size_t>& state_slices) {
   Backend& be = *rt.backend;
-  // Sharded: rank 0 gathers the state tensor by tensor as it writes them.
-  std::optional<ShardedStateGather> gather;
-  if (opts.shard_optimizer)
-    gather.emplace(mpi.world(), be, model.param_layout(),
-                   shard_bounds(opt.arena_size(), mpi.size()), state_arrays(opt));
+  // Sliced: rank 0 gathers the state tensor by tensor as it writes them.
+  std::optional<StateSliceGather> gather;
+  if (!state_slices.empty())
+    gather.emplace(mpi.world(), be, model.param_layout(), state_slices, state_arrays(opt));
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) {
       if (gather) gather->serve();

@@ -66,6 +66,12 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  void allreduce_host_sum(double* values, std::size_t n) override {
+    if (n == 0) return;
+    DPT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(n), MPI_DOUBLE, MPI_SUM,
+                                comm_));
+  }
+
   int start_allreduce_sum(float* buf, std::size_t n) override {
     const int ticket = static_cast<int>(ticket_end_.size());
     if (size_ > 1) {

@@ -94,35 +94,38 @@ ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const 
   return {acts_[li - 1].get(), rows, layers_[li - 1]->output_shape()};
 }
 
-const float* Model::forward(const float* x, int rows, LayerHooks* hooks, Mode mode) {
+const float* Model::forward(const float* x, int rows, LayerListener* events, Mode mode) {
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
               "forward with " + std::to_string(rows) + " rows, more than max_rows " +
                   std::to_string(max_rows_));
   if (rows == 0) {
-    if (mode == Mode::kTrain)
-      for (const auto& l : layers_)
-        if (l->communicates()) l->forward_empty(be_);
+    for (std::size_t li = 0; li < layers_.size(); ++li) {
+      if (events) events->before_forward(li);
+      if (mode == Mode::kTrain && layers_[li]->communicates()) layers_[li]->forward_empty(be_);
+    }
     return acts_.back().get();
   }
   for (std::size_t li = 0; li < layers_.size(); ++li) {
+    if (events) events->before_forward(li);
     const TensorView out{acts_[li].get(), rows, layers_[li]->output_shape()};
     layers_[li]->forward(be_, input_of(li, x, rows), out, mode);
-    if (hooks) hooks->between_layers();
+    if (events) events->between_layers();
   }
   return acts_.back().get();
 }
 
-void Model::backward(const float* x, const float* dout, int rows, LayerHooks* hooks) {
+void Model::backward(const float* x, const float* dout, int rows, LayerListener* events) {
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
               "backward with " + std::to_string(rows) + " rows, more than max_rows " +
                   std::to_string(max_rows_));
   if (rows == 0 || first_trained_ == layers_.size()) {
     // An empty shard still takes part in the all-reduce: it adds exact zeros.
     if (num_params()) be_.fill(grads_.get(), 0.0f, num_params());
-    if (rows == 0)  // the peers' collectives, last layer first as in backward
-      for (std::size_t li = layers_.size(); li-- > 0;)
-        if (layers_[li]->communicates()) layers_[li]->backward_empty(be_);
-    if (hooks) hooks->grads_ready(0);
+    for (std::size_t li = layers_.size(); li-- > 0;) {  // the peers' order, last layer first
+      if (events && !layers_[li]->params().empty()) events->before_backward(li);
+      if (rows == 0 && layers_[li]->communicates()) layers_[li]->backward_empty(be_);
+    }
+    if (events) events->grads_ready(0);
     return;
   }
   // Layers before the first one with parameters have none to train, so the
@@ -131,16 +134,17 @@ void Model::backward(const float* x, const float* dout, int rows, LayerHooks* ho
   for (std::size_t li = layers_.size(); li-- > first_trained_;) {
     Layer& l = *layers_[li];
     const ConstTensorView x_in = input_of(li, x, rows);
+    if (events) events->before_backward(li);
     if (!l.params().empty()) {
       l.backward_params(be_, x_in, dy);
       // Arena order is layer order, so this layer and all later ones are done.
-      if (hooks) hooks->grads_ready(l.params().front().offset);
+      if (events) events->grads_ready(l.params().front().offset);
       if (li == first_trained_) break;
     }
     const TensorView dx{dy.data == dbuf_a_.get() ? dbuf_b_.get() : dbuf_a_.get(), rows,
                         l.input_shape()};
     l.backward_input(be_, x_in, {acts_[li].get(), rows, l.output_shape()}, dy, dx);
-    if (hooks) hooks->between_layers();
+    if (events) events->between_layers();
     dy = dx;
   }
 }

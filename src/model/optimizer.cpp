@@ -75,8 +75,8 @@ std::vector<std::pair<ArenaRange, bool>> decay_segments(const OptimizerConfig& c
 
 }  // namespace
 
-std::vector<std::size_t> shard_bounds(std::size_t n, int parts) {
-  DPT_REQUIRE(parts >= 1, ExitCode::kOther, "shard_bounds: parts must be >= 1");
+std::vector<std::size_t> slice_bounds(std::size_t n, int parts) {
+  DPT_REQUIRE(parts >= 1, ExitCode::kOther, "slice_bounds: parts must be >= 1");
   const auto p = static_cast<std::size_t>(parts);
   std::vector<std::size_t> bounds(p + 1, 0);
   for (std::size_t r = 0; r < p; ++r) bounds[r + 1] = bounds[r] + n / p + (r < n % p ? 1 : 0);

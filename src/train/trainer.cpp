@@ -92,14 +92,11 @@ void TrainingRun::train_one(std::uint64_t step) {
                         progress_->stats(), step_options_);
   }
   timer_.end_step();  // the step read its non-finite count back: all done
-  if (timeline_.enabled()) {
-    for (std::size_t b = 0; b < buckets_->plan().size(); ++b) {
-      char name[48];
-      std::snprintf(name, sizeof name, "%s bucket %zu", shards_ ? "reduce-scatter" : "all-reduce", b);
-      timeline_.add(name, timeline_category::kComm, kTimelineCommThread, buckets_->started_at(b),
-                    buckets_->done_at(b), static_cast<std::int64_t>(step));
-    }
-  }
+  if (timeline_.enabled())
+    sync_->visit_collectives([&](const char* name, auto started, auto done) {
+      timeline_.add(name, timeline_category::kComm, kTimelineCommThread, started, done,
+                    static_cast<std::int64_t>(step));
+    });
   if (perturb_hook().fires(mpi_.rank(), step)) poke(be, model_->params(), 1234.5f);
   if (finite) lr_ = step_lr;
   else skip_nonfinite_step(step);

@@ -18,6 +18,7 @@
 #include "dptrain/model/loss.hpp"
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"
+#include "dptrain/parallel/sync_strategy.hpp"
 #include "dptrain/run/agree.hpp"
 #include "dptrain/run/options.hpp"
 #include "dptrain/run/runtime.hpp"
@@ -25,7 +26,6 @@
 #include "dptrain/run/watchdog.hpp"
 #include "dptrain/telemetry/metrics.hpp"
 #include "dptrain/telemetry/timeline.hpp"
-#include "train/buckets.hpp"
 #include "train/loop_policy.hpp"
 #include "train/progress.hpp"
 #include "train/replica_sum.hpp"
@@ -90,9 +90,9 @@ class TrainingRun {
   ShuffleMode shuffle_ = ShuffleMode::kFull;
   std::unique_ptr<InputQueue> queue_;  // input readers only
   std::unique_ptr<InputPipeline> input_;
-  std::unique_ptr<GradientBuckets> buckets_;
-  std::optional<GradientShards> shards_;  // --shard-optimizer
-  DeviceBuffer<float> accumulated_;       // --accumulate K > 1: the earlier micro-batches' sum
+  std::unique_ptr<SyncStrategy> sync_;  // how the ranks' gradients become one update
+  LayerEvents layer_events_;            // the strategy and the input pipeline listen
+  DeviceBuffer<float> accumulated_;     // --accumulate K > 1: the earlier micro-batches' sum
   StepOptions step_options_;
   std::unique_ptr<CommReplicaSum> replica_sum_;  // bn's global statistics
   std::unique_ptr<Augmenter> augmenter_;         // --augment, when given

@@ -126,24 +126,20 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
   print_summary();
 
   Backend& be = *rt_.backend;
-  // Batch t+1 moves to its shards while batch t computes; gradient buckets
-  // are reduced while backward goes on (both moved along between layers).
+  // Batch t+1 moves to its shards while batch t computes, and the strategy
+  // reduces gradients while backward goes on: both listen to the model's
+  // layer events and move their communication along between layers.
   input_ = std::make_unique<InputPipeline>(readers_.comm(), be, queue_.get(),
                                            max_shard_rows(batch_, mpi_.size()),
                                            train_.info.dim, train_.info.label_width, label_type(loss_),
                                            feature_wire(train_.info), readers_.shards());
-  buckets_ = std::make_unique<GradientBuckets>(
-      *rt_.comm, model_->grads(),
-      plan_buckets(model_->param_layout(), model_->num_params(),
-                   static_cast<std::size_t>(opts_.bucket_mb * 1048576.0)),
-      input_.get());
+  layer_events_ = LayerEvents{sync_.get(), input_.get()};
   replica_sum_ = std::make_unique<CommReplicaSum>(*rt_.comm);
-  if (shards_) buckets_->reduce_scatter_to(shards_->bounds);
   if (opts_.accumulate > 1) accumulated_ = DeviceBuffer<float>(be, model_->num_params());
+  step_options_.sync = sync_.get();
+  step_options_.events = &layer_events_;
   step_options_.timer = &timer_;
-  step_options_.buckets = buckets_.get();
   step_options_.replicas = replica_sum_.get();
-  step_options_.shards = shards_ ? &*shards_ : nullptr;
   step_options_.micro_batches = static_cast<int>(opts_.accumulate);
   step_options_.accumulated = accumulated_.get();
   const AugmentSpec augment = parse_augment(opts_.augment);
@@ -156,7 +152,8 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
     agree(mpi_.world(), [&] {
       augmenter_ = std::make_unique<Augmenter>(augment, model_->input_shape(), be);
     });
-  saver_ = std::make_unique<StateSaver>(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
+  saver_ = std::make_unique<StateSaver>(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_,
+                                        sync_->state_slices());
   progress_ = std::make_unique<Progress>(mpi_, be, *rt_.comm, metrics_, timer_, total_steps_,
                                          loss_terms_per_sample(loss_, model_->output_shape()));
   stop_vote_ = std::make_unique<StopVote>(mpi_.world());
@@ -210,17 +207,12 @@ void TrainingRun::build_model() {
   rt_.comm->broadcast(model_->params(), model_->num_params() * sizeof(float), 0);
   OptimizerConfig oc = optimizer_config(opts_);
   if (!oc.decay_all) oc.decay_ranges = matrices_decay_ranges(model_->param_layout());
-  ArenaRange owned{0, model_->num_params()};
-  if (opts_.shard_optimizer) {
-    shards_.emplace();
-    shards_->bounds = shard_bounds(model_->num_params(), mpi_.size());
-    shards_->world = mpi_.world();
-    const auto r = static_cast<std::size_t>(mpi_.rank());
-    owned = {shards_->bounds[r], shards_->bounds[r + 1] - shards_->bounds[r]};
-  }
-  optimizer_ = std::make_unique<Optimizer>(*rt_.backend, oc, model_->num_params(), owned);
+  sync_ = make_sync_strategy(
+      opts_, {*rt_.backend, *rt_.comm, *model_, static_cast<std::size_t>(opts_.bucket_mb * 1048576.0)});
+  optimizer_ = std::make_unique<Optimizer>(*rt_.backend, oc, model_->num_params(), sync_->owned());
   schedule_ = schedule_config(opts_, total_steps_);
-  start_ = restore_state(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_);
+  start_ = restore_state(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_,
+                         sync_->state_slices());
   first_step_ = std::min(start_.step, total_steps_);
 }
 
@@ -280,7 +272,7 @@ void TrainingRun::print_summary() const {
                 (shards.front() + static_cast<int>(opts_.accumulate) - 1) /
                     static_cast<int>(opts_.accumulate));
   RankMemory mem = rank_memory(model_->num_params(), optimizer_->state_arrays(), mpi_.size(),
-                               opts_.shard_optimizer, opts_.accumulate > 1);
+                               !sync_->state_slices().empty(), opts_.accumulate > 1);
   mem.activations = model_->activation_bytes();
   mem.largest_activation = model_->largest_activation_bytes();
   mem.activation_rows = model_->max_rows();

@@ -48,7 +48,7 @@
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "gpu_env.hpp"
-#include "train/buckets.hpp"
+#include "parallel/gradient_buckets.hpp"
 #include "train/train_step.hpp"
 
 namespace dptrain {
@@ -125,7 +125,7 @@ void warmed_up_steps_allocate_nothing(Precision precision) {
   InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, t, t, LabelType::kClass,
                       FeatureType::kTokenId);
   GradientBuckets buckets(*comm, model.grads(),
-                          plan_buckets(model.param_layout(), model.num_params(), 1), &input);
+                          plan_buckets(model.param_layout(), model.num_params(), 1));
   DeviceBuffer<float> stats(*be, 2);
 
   const std::uint64_t warm = plan.steps_per_epoch();
@@ -147,7 +147,7 @@ void warmed_up_steps_allocate_nothing(Precision precision) {
     const Shard& shard = input.finish();
     if (s + 1 < steps) input.start(plan.slot(s + 1).rows);
     ASSERT_TRUE(train_step(*be, *comm, model, opt, LossKind::kXent, shard, plan.slot(s).rows,
-                           0.01f, stats.get(), nullptr, &buckets))
+                           0.01f, stats.get(), nullptr, &buckets, nullptr, &input))
         << "non-finite gradients at step " << s;
   }
 #if defined(DPTRAIN_EMULATED_DEVICE)

@@ -36,7 +36,7 @@
 #include "dptrain/telemetry/metrics.hpp"
 #include "h5_fixtures.hpp"
 #include "test_paths.hpp"
-#include "train/buckets.hpp"
+#include "parallel/gradient_buckets.hpp"
 #include "train/train_step.hpp"
 
 namespace {
@@ -178,7 +178,7 @@ TEST(NoAllocation, StepsAfterWarmUpAllocateNothing) {
   Optimizer opt(*be, oc, model.num_params());
   InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, dim, 1, LabelType::kClass);
   GradientBuckets buckets(*comm, model.grads(),
-                          plan_buckets(model.param_layout(), model.num_params(), 1), &input);
+                          plan_buckets(model.param_layout(), model.num_params(), 1));
   DeviceBuffer<float> stats(*be, 2);
   PhaseTimer timer;
   std::vector<std::pair<int, int>> dense;  // {in, out} of each weight [out, in]
@@ -198,7 +198,7 @@ TEST(NoAllocation, StepsAfterWarmUpAllocateNothing) {
     if (s + 1 < steps) input.start(plan.slot(s + 1).rows);
     timer.lap(Phase::kData);
     EXPECT_TRUE(train_step(*be, *comm, model, opt, LossKind::kXent, shard, plan.slot(s).rows,
-                           0.01f, stats.get(), &timer, &buckets));
+                           0.01f, stats.get(), &timer, &buckets, nullptr, &input));
     counting = false;
     counted += allocations;
     counted_mallocs += mallocs;
@@ -273,7 +273,7 @@ TEST(NoAllocation, GptStepsAfterWarmUpAllocateNothing) {
   InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, t, t, LabelType::kClass,
                       FeatureType::kTokenId);
   GradientBuckets buckets(*comm, model.grads(),
-                          plan_buckets(model.param_layout(), model.num_params(), 1), &input);
+                          plan_buckets(model.param_layout(), model.num_params(), 1));
   DeviceBuffer<float> stats(*be, 2);
   long counted = 0, library = 0, counted_steps = 0;
   input.start(plan.slot(0).rows);
@@ -283,7 +283,7 @@ TEST(NoAllocation, GptStepsAfterWarmUpAllocateNothing) {
     const Shard& shard = input.finish();
     if (s + 1 < steps) input.start(plan.slot(s + 1).rows);
     EXPECT_TRUE(train_step(*be, *comm, model, opt, LossKind::kXent, shard, plan.slot(s).rows,
-                           0.01f, stats.get(), nullptr, &buckets));
+                           0.01f, stats.get(), nullptr, &buckets, nullptr, &input));
     counting = false;
     counted += allocations;
     library += onednn_allocations;

@@ -17,7 +17,7 @@
 #include "dptrain/model/optimizer.hpp"
 #include "h5_fixtures.hpp"
 #include "test_paths.hpp"
-#include "train/buckets.hpp"
+#include "parallel/gradient_buckets.hpp"
 #include "train/train_step.hpp"
 
 namespace dptrain {

@@ -45,7 +45,7 @@ std::size_t mismatches(const std::vector<float>& a, const std::vector<float>& b,
 // Cuts of n for `size` ranks: balanced, all at the front (the last pieces
 // empty), and one rank with everything.
 std::vector<std::vector<std::size_t>> cuts(std::size_t n, int size) {
-  std::vector<std::vector<std::size_t>> out = {shard_bounds(n, size)};
+  std::vector<std::vector<std::size_t>> out = {slice_bounds(n, size)};
   std::vector<std::size_t> front(static_cast<std::size_t>(size) + 1, n);
   front[0] = 0;
   if (size > 1) front[1] = n / 3;
@@ -84,7 +84,7 @@ TEST(ReduceScatter, BucketsThenAllGatherGiveTheAllReduce) {
   const std::vector<float> mine = values(n, rank);
   std::vector<float> summed = mine;
   comm->allreduce_sum(summed.data(), n);
-  const std::vector<std::size_t> bounds = shard_bounds(n, size);
+  const std::vector<std::size_t> bounds = slice_bounds(n, size);
   auto cut = [&](std::size_t begin, std::size_t end) {
     std::vector<std::size_t> c;
     for (std::size_t b : bounds) c.push_back(std::min(std::max(b, begin), end) - begin);

@@ -286,7 +286,7 @@ namespace {
 TEST(ShardBounds, BalancedContiguousSlices) {
   for (std::size_t n : {0, 1, 3, 173, 1000}) {
     for (int p : {1, 2, 3, 4, 7}) {
-      const std::vector<std::size_t> b = shard_bounds(n, p);
+      const std::vector<std::size_t> b = slice_bounds(n, p);
       ASSERT_EQ(b.size(), static_cast<std::size_t>(p) + 1);
       EXPECT_EQ(b.front(), 0u);
       EXPECT_EQ(b.back(), n);
@@ -297,7 +297,7 @@ TEST(ShardBounds, BalancedContiguousSlices) {
       }
     }
   }
-  EXPECT_THROW(shard_bounds(5, 0), Error);
+  EXPECT_THROW(slice_bounds(5, 0), Error);
 }
 
 // P optimizers, each owning one slice, update the arena exactly as one
@@ -321,7 +321,7 @@ TEST(ShardedOptimizer, SlicesUpdateLikeTheWholeArena) {
       be->copy_to_device(w.get(), w0.data(), n * sizeof(float));
       be->copy_to_device(w2.get(), w0.data(), n * sizeof(float));
       Optimizer whole(*be, cfg, n);
-      const std::vector<std::size_t> b = shard_bounds(n, p);
+      const std::vector<std::size_t> b = slice_bounds(n, p);
       std::vector<std::unique_ptr<Optimizer>> slices;
       for (int r = 0; r < p; ++r)
         slices.push_back(std::make_unique<Optimizer>(*be, cfg, n, ArenaRange{b[r], b[r + 1] - b[r]}));

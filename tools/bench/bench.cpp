@@ -36,7 +36,7 @@
 #include "dptrain/run/agree.hpp"
 #include "dptrain/run/mpi_session.hpp"
 #include "dptrain/run/options.hpp"
-#include "train/buckets.hpp"
+#include "parallel/gradient_buckets.hpp"
 #include "train/train_step.hpp"
 
 namespace dptrain::bench {

@@ -22,7 +22,7 @@
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "dptrain/run/options.hpp"
-#include "train/buckets.hpp"
+#include "parallel/gradient_buckets.hpp"
 #include "train/train_step.hpp"
 
 namespace dptrain::bench {

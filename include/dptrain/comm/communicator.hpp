@@ -19,6 +19,10 @@ class Communicator {
   virtual int size() const = 0;
   // In-place sum over all ranks of n floats.
   virtual void allreduce_sum(float* buf, std::size_t n) = 0;
+  // In-place sum over all ranks of n doubles in HOST memory, blocking: a
+  // step's few scalars (a strategy's NaN/Inf count and squared norm). Every
+  // rank gets the same bits.
+  virtual void allreduce_host_sum(double* values, std::size_t n) = 0;
 
   // --- non-blocking sums, for gradient buckets ---
   // Starts an in-place sum of buf[0, n) over all ranks, ordered after the

@@ -16,7 +16,8 @@
 #include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/scatter.hpp"
 #include "dptrain/data/shared_set.hpp"
-#include "dptrain/model/model.hpp"
+#include "dptrain/model/layer_events.hpp"
+#include "dptrain/model/shard.hpp"
 
 namespace dptrain {
 
@@ -76,7 +77,7 @@ class ShardBuffers {
 // (MPI_Iscatterv on its own communicator, moved along between layers) runs
 // while batch t computes. Every rank calls start() and finish() in the same
 // order; between them the shard buffers being filled are not touched.
-class InputPipeline final : public LayerHooks {
+class InputPipeline final : public LayerListener {
  public:
   // comm: the ranks served by one reader, whose world ranks group names
   // (default: the world, one reader); queue: that reader's, null elsewhere.

@@ -14,6 +14,7 @@
 
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/model/layer.hpp"
+#include "dptrain/model/layer_events.hpp"
 #include "dptrain/model/layer_spec.hpp"
 #include "dptrain/model/tensor.hpp"
 
@@ -21,18 +22,6 @@ namespace dptrain {
 
 // "relu", "tanh", "gelu", "sigmoid": the activation family's token names.
 std::string activation_name(Activation a);
-
-// What forward and backward tell the caller as they go: a point between
-// layers (to move communication along) and, in backward, each time a suffix
-// of the gradient arena is final (last layer first), so that its all-reduce
-// can start while earlier layers still compute.
-class LayerHooks {
- public:
-  virtual ~LayerHooks() = default;
-  virtual void between_layers() {}
-  // Gradients from arena offset `begin` to the end are final for this step.
-  virtual void grads_ready(std::size_t begin) { (void)begin; }
-};
 
 class Model {
  public:
@@ -54,14 +43,18 @@ class Model {
   void init(std::uint64_t seed);
 
   // Forward over x[rows, input] (device); returns the output [rows, output].
-  // Keeps each layer's output, which backward reads.
-  const float* forward(const float* x, int rows, LayerHooks* hooks = nullptr,
+  // Keeps each layer's output, which backward reads. `events` (a listener,
+  // or a LayerEvents list of them) hears before_forward of every top-level
+  // layer, also on an empty shard, and between_layers after each.
+  const float* forward(const float* x, int rows, LayerListener* events = nullptr,
                        Mode mode = Mode::kTrain);
   // Backward from dout[rows, output] (device, typically output_grad()),
   // after forward with the same x and rows. Overwrites the gradient arena;
-  // calls hooks->grads_ready with decreasing offsets, ending with 0. No
-  // gradient flows past the first layer with parameters.
-  void backward(const float* x, const float* dout, int rows, LayerHooks* hooks = nullptr);
+  // tells `events` before_backward of each layer it runs (last first; every
+  // layer with parameters on an empty shard), between_layers, and
+  // grads_ready with decreasing offsets, ending with 0. No gradient flows
+  // past the first layer with parameters.
+  void backward(const float* x, const float* dout, int rows, LayerListener* events = nullptr);
 
   // The step the next forward and backward run in (seed, epoch, the
   // shard's first global row, the global batch, the replica sum). Default:

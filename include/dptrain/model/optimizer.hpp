@@ -51,7 +51,7 @@ std::vector<ArenaRange> matrices_decay_ranges(const std::vector<ParamInfo>& layo
 // --shard-optimizer: the arena [0, n) cut into `parts` contiguous slices in
 // rank order, balanced (sizes differ by at most one float, the larger ones
 // first): parts + 1 ascending offsets, bounds[0] = 0, bounds[parts] = n.
-std::vector<std::size_t> shard_bounds(std::size_t n, int parts);
+std::vector<std::size_t> slice_bounds(std::size_t n, int parts);
 
 class Optimizer {
  public:

@@ -28,7 +28,7 @@ struct RankMemory {
 // The bytes of a model of num_params floats whose optimizer keeps
 // state_arrays arrays of the arena's size (0 plain SGD, 1 momentum, 2 Adam),
 // trained by `ranks` ranks, sharded or not: rank 0 holds the largest slice
-// (shard_bounds). Activations are left 0 for the caller to fill in.
+// (slice_bounds). Activations are left 0 for the caller to fill in.
 RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool sharded,
                        bool accumulates);
 

@@ -80,6 +80,13 @@ class NcclCommunicator final : public Communicator {
 
   void allreduce_sum(float* buf, std::size_t n) override { allreduce_sum(buf, buf, n); }
 
+  // Host scalars need no device: MPI on the communicator's own duplicate.
+  void allreduce_host_sum(double* values, std::size_t n) override {
+    if (n == 0) return;
+    DPT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(n), MPI_DOUBLE, MPI_SUM,
+                                mpi_.comm));
+  }
+
   // The in-place sum is this with in == out.
   void allreduce_sum(const float* in, float* out, std::size_t n) {
     if (n == 0) return;

@@ -1,9 +1,10 @@
-// Implements: moving a sharded optimizer state (--shard-optimizer) between
-// the ranks' slices and rank 0, which reads and writes checkpoints (internal
-// to checkpoint/). Writing gathers it tensor by tensor, so that rank 0 never
+// Implements: moving optimizer state kept in slices (one per rank, the
+// --shard-optimizer strategy) between the ranks and rank 0, which reads and
+// writes checkpoints: what a strategy's state_slices() asks the checkpoint
+// code to do. Writing gathers it tensor by tensor, so that rank 0 never
 // holds more of it than its own slice and one tensor; the file has the
-// layout of an unsharded run. Restoring sends each rank its slice of the
-// state rank 0 read.
+// layout of a run whose every rank keeps the whole state. Restoring sends
+// each rank its slice of the state rank 0 read.
 #pragma once
 
 #include <cstddef>
@@ -16,11 +17,11 @@
 
 namespace dptrain {
 
-class ShardedStateGather {
+class StateSliceGather {
  public:
   // states: this rank's slices (device), one per state array, each of
-  // bounds[rank + 1] - bounds[rank] floats; bounds: shard_bounds.
-  ShardedStateGather(MPI_Comm world, Backend& be, const std::vector<ParamInfo>& layout,
+  // bounds[rank + 1] - bounds[rank] floats; bounds: slice_bounds.
+  StateSliceGather(MPI_Comm world, Backend& be, const std::vector<ParamInfo>& layout,
                      std::vector<std::size_t> bounds, std::vector<float*> states);
 
   // Rank 0: tensor p of state array s into out (p.count floats): its own
@@ -51,7 +52,7 @@ class ShardedStateGather {
 // After rank 0 read a checkpoint: each rank's slice of every state array
 // from rank 0's whole arrays (`whole`, rank 0 only) into its own slices
 // (`states`, device). Collective over world.
-void scatter_sharded_state(MPI_Comm world, Backend& be, const std::vector<std::size_t>& bounds,
+void scatter_state_slices(MPI_Comm world, Backend& be, const std::vector<std::size_t>& bounds,
                            const std::vector<std::vector<float>>& whole,
                            const std::vector<float*>& states);
 

@@ -1,6 +1,6 @@
-// Implements: bucket planning and the overlapped gradient all-reduce (see
-// src/train/buckets.hpp).
-#include "train/buckets.hpp"
+// Implements: bucket planning and the overlapped gradient reduction (see
+// src/parallel/gradient_buckets.hpp).
+#include "parallel/gradient_buckets.hpp"
 
 #include <algorithm>
 
@@ -23,12 +23,10 @@ std::vector<BucketRange> plan_buckets(const std::vector<ParamInfo>& params, std:
   return plan;
 }
 
-GradientBuckets::GradientBuckets(Communicator& comm, float* grads, std::vector<BucketRange> plan,
-                                 LayerHooks* also)
+GradientBuckets::GradientBuckets(Communicator& comm, float* grads, std::vector<BucketRange> plan)
     : comm_(comm),
       grads_(grads),
       plan_(std::move(plan)),
-      also_(also),
       ticket_(plan_.size(), -1),
       seen_done_(plan_.size(), 0),
       started_(plan_.size()),
@@ -68,11 +66,6 @@ void GradientBuckets::poll() {
       done_[i] = now;
     }
   }
-}
-
-void GradientBuckets::between_layers() {
-  poll();
-  if (also_) also_->between_layers();
 }
 
 void GradientBuckets::grads_ready(std::size_t begin) {

@@ -1,10 +1,12 @@
 // Implements: gradient buckets (docs/design.md section 1, "buckets, last layer
-// first"). The gradient arena is cut at layer boundaries into buckets of
-// about --bucket-mb, last layer first; backward reports each finished layer
-// and a bucket's all-reduce starts as soon as all its layers are done, while
-// earlier layers still compute. Each bucket is summed exactly as the whole
-// arena would be (an elementwise sum over ranks), so results do not depend
-// on the bucket size.
+// first"), the reduction machinery of the strategies that sum gradients
+// (internal to parallel/; tests and benchmarks drive it too). The gradient
+// arena is cut at layer boundaries into buckets of about --bucket-mb, last
+// layer first; a strategy passes on backward's grads_ready and a bucket's
+// all-reduce (or reduce-scatter) starts as soon as all its layers are done,
+// while earlier layers still compute. Each bucket is summed exactly as the
+// whole arena would be (an elementwise sum over ranks), so results do not
+// depend on the bucket size.
 #pragma once
 
 #include <chrono>
@@ -28,16 +30,14 @@ struct BucketRange {
 std::vector<BucketRange> plan_buckets(const std::vector<ParamInfo>& params, std::size_t num_params,
                                       std::size_t bucket_bytes);
 
-class GradientBuckets final : public LayerHooks {
+class GradientBuckets {
  public:
   using Clock = std::chrono::steady_clock;
-  // `also` gets every between_layers() call too (e.g. the input pipeline).
-  GradientBuckets(Communicator& comm, float* grads, std::vector<BucketRange> plan,
-                  LayerHooks* also = nullptr);
+  GradientBuckets(Communicator& comm, float* grads, std::vector<BucketRange> plan);
 
   // --shard-optimizer: each bucket is reduce-scattered, not all-reduced, so
   // that rank r ends with the sum of arena[arena_bounds[r], arena_bounds[r+1])
-  // (shard_bounds); a bucket's pieces are those bounds cut to it.
+  // (slice_bounds); a bucket's pieces are those bounds cut to it.
   void reduce_scatter_to(const std::vector<std::size_t>& arena_bounds);
   // --accumulate: `earlier` (an arena like the gradients, the sum of the
   // earlier micro-batches) is added to each bucket just before its
@@ -46,13 +46,12 @@ class GradientBuckets final : public LayerHooks {
     be_ = be;
     earlier_ = earlier;
   }
-  // The hooks besides the buckets' own (the input pipeline), for a backward
-  // whose gradients are not reduced yet.
-  LayerHooks* others() const { return also_; }
-
   void begin_step();  // before backward: no bucket started yet
-  void between_layers() override;
-  void grads_ready(std::size_t begin) override;
+  // Moves started buckets along (the strategy calls it between layers).
+  void between_layers() { poll(); }
+  // Backward's news: gradients from `begin` on are final; starts every
+  // bucket that lies wholly past it.
+  void grads_ready(std::size_t begin);
   // Starts the buckets not started yet and waits for all of them.
   void finish();
 
@@ -68,7 +67,6 @@ class GradientBuckets final : public LayerHooks {
   Communicator& comm_;
   float* grads_;
   std::vector<BucketRange> plan_;
-  LayerHooks* also_;
   std::vector<std::vector<std::size_t>> pieces_;  // per bucket, sharded: its bounds
   Backend* be_ = nullptr;
   const float* earlier_ = nullptr;

@@ -1,8 +1,8 @@
-// Implements: gathering and scattering a sharded optimizer state (see
-// sharded_state.hpp). Point-to-point messages on the world communicator
+// Implements: gathering and scattering optimizer state slices (see
+// dptrain/parallel/state_slices.hpp). Point-to-point messages on the world communicator
 // with a tag of their own; between one pair of ranks they arrive in the
 // order sent, which is the fetch order on both sides.
-#include "checkpoint/sharded_state.hpp"
+#include "dptrain/parallel/state_slices.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -29,7 +29,7 @@ void receive_floats(float* p, std::size_t n, int from, int tag, MPI_Comm world) 
 
 }  // namespace
 
-ShardedStateGather::ShardedStateGather(MPI_Comm world, Backend& be,
+StateSliceGather::StateSliceGather(MPI_Comm world, Backend& be,
                                        const std::vector<ParamInfo>& layout,
                                        std::vector<std::size_t> bounds, std::vector<float*> states)
     : world_(world), be_(be), layout_(layout), bounds_(std::move(bounds)), states_(std::move(states)) {
@@ -37,14 +37,14 @@ ShardedStateGather::ShardedStateGather(MPI_Comm world, Backend& be,
   DPT_MPI_CHECK(MPI_Comm_size(world_, &size_));
 }
 
-std::pair<std::size_t, std::size_t> ShardedStateGather::part(const ParamInfo& p,
+std::pair<std::size_t, std::size_t> StateSliceGather::part(const ParamInfo& p,
                                                              std::size_t r) const {
   const std::size_t lo = std::max(p.offset, bounds_[r]);
   const std::size_t hi = std::min(p.offset + p.count, bounds_[r + 1]);
   return {lo, std::max(lo, hi)};
 }
 
-void ShardedStateGather::receive(std::size_t s, const ParamInfo& p, float* out) {
+void StateSliceGather::receive(std::size_t s, const ParamInfo& p, float* out) {
   for (std::size_t r = 0; r < static_cast<std::size_t>(size_); ++r) {
     const auto [lo, hi] = part(p, r);
     if (lo == hi) continue;
@@ -56,16 +56,16 @@ void ShardedStateGather::receive(std::size_t s, const ParamInfo& p, float* out) 
   }
 }
 
-void ShardedStateGather::fetch(std::size_t s, const ParamInfo& p, float* out) {
+void StateSliceGather::fetch(std::size_t s, const ParamInfo& p, float* out) {
   const ParamInfo& expected = layout_[next_ % layout_.size()];
   DPT_REQUIRE(next_ / layout_.size() == s && p.offset == expected.offset &&
                   p.count == expected.count,
-              ExitCode::kOther, "sharded optimizer state fetched out of order");
+              ExitCode::kOther, "sliced optimizer state fetched out of order");
   receive(s, expected, out);
   ++next_;
 }
 
-void ShardedStateGather::drain() {
+void StateSliceGather::drain() {
   std::size_t largest = 0;
   for (const ParamInfo& p : layout_) largest = std::max(largest, p.count);
   std::vector<float> scratch(largest);
@@ -73,7 +73,7 @@ void ShardedStateGather::drain() {
     receive(next_ / layout_.size(), layout_[next_ % layout_.size()], scratch.data());
 }
 
-void ShardedStateGather::serve() {
+void StateSliceGather::serve() {
   const auto me = static_cast<std::size_t>(rank_);
   std::vector<float> staging;
   for (float* state : states_) {
@@ -87,7 +87,7 @@ void ShardedStateGather::serve() {
   }
 }
 
-void scatter_sharded_state(MPI_Comm world, Backend& be, const std::vector<std::size_t>& bounds,
+void scatter_state_slices(MPI_Comm world, Backend& be, const std::vector<std::size_t>& bounds,
                            const std::vector<std::vector<float>>& whole,
                            const std::vector<float*>& states) {
   int rank = 0, size = 1;
