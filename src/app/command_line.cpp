@@ -14,8 +14,8 @@
 
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/common/error.hpp"
-#include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/input_readers.hpp"
+#include "dptrain/data/sample_order.hpp"
 #include "dptrain/model/loss.hpp"
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"

@@ -10,6 +10,7 @@
 #include "app/commands.hpp"
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/common/error.hpp"
+#include "dptrain/common/test_hooks.hpp"
 #include "dptrain/run/agree.hpp"
 #include "dptrain/run/mpi_session.hpp"
 #include "dptrain/run/options.hpp"
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
   // kept (pending across a re-exec) and stops training after its first step,
   // instead of killing the rank inside MPI_Init.
   dptrain::hold_stop_signals();
-  if (std::getenv("DPTRAIN_TEST_SIGNAL_AT_START")) std::raise(SIGUSR1);  // test_preempt.sh
+  if (dptrain::test_hooks::signal_at_start()) std::raise(SIGUSR1);  // DPTRAIN_TEST_SIGNAL_AT_START
   // Before MPI starts: an OpenBLAS build may re-execute with the right kernel.
   dptrain::prepare_backends(argv);
   dptrain::install_stop_signal_handlers();

@@ -9,15 +9,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
-#include <thread>
 
 #include "checkpoint/checkpoint_format.hpp"
+#include "dptrain/common/test_hooks.hpp"
 
 namespace dptrain {
 namespace {
@@ -169,15 +167,6 @@ void fsync_path(const std::string& p, bool directory) {
   if (rc != 0 && !(directory && err == EINVAL)) throw Error(kCode, "fsync of " + p + " failed: " + std::strerror(err));
 }
 
-// Test hook: DPTRAIN_TEST_SLOW_CHECKPOINT_MS=N sleeps N ms between the fsync
-// of NAME.tmp and the rename, so a crash test can SIGKILL a process while a
-// checkpoint is half done and check that NAME never appears partially.
-void test_delay() {
-  const char* v = std::getenv("DPTRAIN_TEST_SLOW_CHECKPOINT_MS");
-  const long ms = v ? std::strtol(v, nullptr, 10) : 0;
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
 // "dense" for dense0, dense1, ...: the kind of a layer (docs/design.md section 4 names).
 std::string kind_of(const std::string& layer) {
   return layer.substr(0, layer.find_last_not_of("0123456789") + 1);
@@ -243,7 +232,7 @@ void write_checkpoint(const std::string& path, const CheckpointData& data) {
       h5::check_status(H5Fclose(f.release()), kCode, tmp + ": close failed");
     }
     fsync_path(tmp, false);
-    test_delay();
+    test_hooks::slow_checkpoint_pause();  // DPTRAIN_TEST_SLOW_CHECKPOINT_MS
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       throw Error(kCode, "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
     std::string dir = std::filesystem::path(path).parent_path().string();

@@ -1,77 +1,18 @@
-// Implements: SampleOrder (none / full / block shuffles as pure functions of
-// seed and epoch), BatchPlan, and InputQueue's reader thread, which fills a
-// bounded queue from an in-memory copy of the set or by streaming the file.
+// Implements: InputQueue's reader thread (input_queue.hpp), which fills a
+// bounded queue from an in-memory copy of the set or by streaming the file
+// (file order, sorted runs for a full shuffle, whole windows for a block one).
 #include "dptrain/data/input_queue.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <string>
 
-#include "dptrain/common/error.hpp"
-#include "dptrain/common/random.hpp"
 #include "dptrain/telemetry/timeline.hpp"
 
 namespace dptrain {
-
-ShuffleMode parse_shuffle(const std::string& name, bool fits_cache) {
-  if (name == "none") return ShuffleMode::kNone;
-  if (name == "full") return ShuffleMode::kFull;
-  if (name == "block") return ShuffleMode::kBlock;
-  if (name != "auto") throw_bad_choice("shuffle", name, "auto, none, full, block");
-  return fits_cache ? ShuffleMode::kFull : ShuffleMode::kBlock;
-}
-
-const char* shuffle_name(ShuffleMode mode) {
-  return mode == ShuffleMode::kNone ? "none" : mode == ShuffleMode::kFull ? "full" : "block";
-}
 namespace {
 
-// Purposes mixed into the seed, so the shuffle streams are independent of
-// each other and of weight init / dropout ("shuffle", "block", "window").
-constexpr std::uint64_t kShuffleTag = 0x73687566666c65ULL;
-constexpr std::uint64_t kBlockTag = 0x626c6f636bULL;
-constexpr std::uint64_t kWindowTag = 0x77696e646f77ULL;
-constexpr std::uint64_t kWindowsPerEpoch = std::uint64_t(1) << 20;  // window seed stride
-constexpr std::size_t kCacheLoadBytes = std::size_t(64) << 20;      // per read; stop checked between
-
-// Block mode: blocks of block_rows consecutive rows (the last one may be
-// short), permuted per epoch; window w holds the blocks at permuted slots
-// [w*W, (w+1)*W). The short block's slot is drawn first, so where windows
-// start is known in O(1) (the queue needs that per batch, SampleOrder too).
-struct BlockLayout {
-  std::uint64_t n, rows, per_window, blocks, windows, deficit;
-  BlockLayout(std::uint64_t n_, const ShuffleConfig& c)
-      : n(n_), rows(c.block_rows), per_window(c.window_blocks) {
-    blocks = (n + rows - 1) / rows;
-    windows = (blocks + per_window - 1) / per_window;
-    deficit = blocks * rows - n;
-  }
-  static Rng block_rng(const ShuffleConfig& c, std::uint64_t epoch) {
-    return Rng(mix_seed(c.seed, kBlockTag, epoch));
-  }
-  std::uint64_t short_slot(const ShuffleConfig& c, std::uint64_t epoch) const {
-    Rng rng = block_rng(c, epoch);
-    return rng.below(blocks);
-  }
-  // Block ids in slot order for the epoch.
-  void order(const ShuffleConfig& c, std::uint64_t epoch, std::vector<std::uint64_t>& out) const {
-    Rng rng = block_rng(c, epoch);
-    const std::uint64_t slot = rng.below(blocks);
-    out.resize(blocks - 1);
-    std::iota(out.begin(), out.end(), std::uint64_t(0));
-    shuffle(out, rng);
-    out.insert(out.begin() + static_cast<std::ptrdiff_t>(slot), blocks - 1);
-  }
-  std::uint64_t start(std::uint64_t w, std::uint64_t short_slot) const {
-    if (w >= windows) return n;
-    return w * per_window * rows - (w > short_slot / per_window ? deficit : 0);
-  }
-  std::uint64_t window_of(std::uint64_t pos, std::uint64_t short_slot) const {
-    std::uint64_t w = std::min(pos / (per_window * rows), windows - 1);
-    return (w + 1 < windows && start(w + 1, short_slot) <= pos) ? w + 1 : w;
-  }
-};
+constexpr std::size_t kCacheLoadBytes = std::size_t(64) << 20;  // per read; stop checked between
 
 // Copies one stored row (raw features, int32 or float32 labels) into row
 // dst: features converted to float, or kept as bytes in b.raw (raw mode).
@@ -88,86 +29,6 @@ void put_row(const SetInfo& info, const unsigned char* feat, const unsigned char
 }
 
 }  // namespace
-
-// --- SampleOrder -------------------------------------------------------------
-
-SampleOrder::SampleOrder(std::uint64_t n, ShuffleConfig cfg) : n_(n), cfg_(cfg) {
-  DPT_REQUIRE(cfg_.mode != ShuffleMode::kBlock || (cfg_.block_rows > 0 && cfg_.window_blocks > 0),
-              ExitCode::kUsage, "block shuffle needs block rows and window blocks > 0");
-}
-
-void SampleOrder::indices(std::uint64_t epoch, std::uint64_t pos, std::uint64_t count,
-                          std::vector<std::uint64_t>& out) {
-  DPT_REQUIRE(pos <= n_ && count <= n_ - pos, ExitCode::kOther,
-              "sample positions [" + std::to_string(pos) + ", " + std::to_string(pos + count) +
-                  ") are past the epoch (" + std::to_string(n_) + " samples)");
-  out.resize(count);
-  const auto e = static_cast<std::int64_t>(epoch);
-  if (cfg_.mode == ShuffleMode::kNone) {
-    std::iota(out.begin(), out.end(), pos);
-  } else if (cfg_.mode == ShuffleMode::kFull) {
-    if (cached_epoch_ != e) {
-      perm_.resize(n_);
-      std::iota(perm_.begin(), perm_.end(), std::uint64_t(0));
-      Rng rng(mix_seed(cfg_.seed, kShuffleTag, epoch));
-      shuffle(perm_, rng);
-      cached_epoch_ = e;
-    }
-    std::copy_n(perm_.begin() + pos, count, out.begin());
-  } else {
-    const BlockLayout layout(n_, cfg_);
-    if (cached_epoch_ != e) {
-      layout.order(cfg_, epoch, block_perm_);
-      cached_epoch_ = e;
-      cached_window_ = -1;
-    }
-    const std::uint64_t short_slot = layout.short_slot(cfg_, epoch);
-    for (std::uint64_t i = 0; i < count;) {
-      const std::uint64_t p = pos + i, w = layout.window_of(p, short_slot);
-      if (cached_window_ != static_cast<std::int64_t>(w)) {
-        window_perm_.clear();
-        const std::uint64_t last = std::min(layout.blocks, (w + 1) * layout.per_window);
-        for (std::uint64_t s = w * layout.per_window; s < last; ++s) {
-          const std::uint64_t first = block_perm_[s] * layout.rows;
-          for (std::uint64_t r = first; r < std::min(n_, first + layout.rows); ++r)
-            window_perm_.push_back(r);
-        }
-        Rng rng(mix_seed(cfg_.seed, kWindowTag, epoch * kWindowsPerEpoch + w));
-        shuffle(window_perm_, rng);
-        cached_window_ = static_cast<std::int64_t>(w);
-      }
-      const std::uint64_t begin = layout.start(w, short_slot);
-      const std::uint64_t take = std::min(count - i, layout.start(w + 1, short_slot) - p);
-      std::copy_n(window_perm_.begin() + (p - begin), take, out.begin() + i);
-      i += take;
-    }
-  }
-}
-
-// --- BatchPlan ---------------------------------------------------------------
-
-BatchPlan::BatchPlan(std::uint64_t n, std::uint64_t batch_size)
-    : n_(n), batch_(batch_size), steps_per_epoch_(batch_size ? (n + batch_size - 1) / batch_size : 0) {
-  DPT_REQUIRE(batch_size > 0, ExitCode::kUsage, "batch size must be > 0");
-  DPT_REQUIRE(n > 0, ExitCode::kData, "the training set is empty");
-}
-
-BatchSlot BatchPlan::slot(std::uint64_t step) const {
-  BatchSlot s;
-  s.step = step;
-  s.epoch = step / steps_per_epoch_;
-  s.position = (step % steps_per_epoch_) * batch_;
-  s.rows = std::min(batch_, n_ - s.position);
-  return s;
-}
-
-void group_rows(std::uint64_t rows, const ShardGroup& group, std::vector<RowRange>& out) {
-  out.resize(group.members.size());
-  for (std::size_t i = 0; i < group.members.size(); ++i)
-    out[i] = rank_rows(rows, group.world_size, group.members[i]);
-}
-
-// --- InputQueue --------------------------------------------------------------
 
 InputQueue::InputQueue(Dataset& data, const InputQueueConfig& cfg)
     : data_(data),

@@ -3,7 +3,9 @@
 
 #include <memory>
 
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/sample_order.hpp"
 #include "dptrain/data/scatter.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 

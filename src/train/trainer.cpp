@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 
+#include "dptrain/common/test_hooks.hpp"
 #include "dptrain/train/trainer.hpp"
 #include "train/step_scope.hpp"
 #include "train/train_step.hpp"
@@ -15,30 +15,6 @@
 
 namespace dptrain {
 namespace {
-
-// Fault-injection hooks of the fault-handling tests: "RANK:STEP" from the
-// environment variable names the rank and step where the fault happens.
-struct TestHook {
-  int rank = -1;
-  std::uint64_t step = 0;
-  explicit TestHook(const char* var) {
-    if (const char* v = std::getenv(var)) {
-      unsigned long long st = 0;
-      if (std::sscanf(v, "%d:%llu", &rank, &st) == 2) step = st;
-      else rank = -1;
-    }
-  }
-  bool fires(int r, std::uint64_t s) const { return rank == r && step == s; }
-};
-
-const TestHook& nan_hook() {
-  static const TestHook hook("DPTRAIN_TEST_NAN_AT");  // a NaN in the shard
-  return hook;
-}
-const TestHook& perturb_hook() {
-  static const TestHook hook("DPTRAIN_TEST_PERTURB_AT");  // one tower's weights changed
-  return hook;
-}
 
 // Sets one value of a device arena from the host.
 void poke(Backend& be, float* arena, float value) { be.copy_to_device(arena, &value, sizeof value); }
@@ -80,7 +56,7 @@ void TrainingRun::train_one(std::uint64_t step) {
   const StepInfo info = step_info(slot);
   if (augmenter_) augmenter_->apply(shard->features, shard->rows, info);
   stop_vote_->start(stop_requested());
-  if (nan_hook().fires(mpi_.rank(), step) && shard->rows > 0) poke(be, shard->features, NAN);
+  if (test_hooks::nan_in_shard_at(mpi_.rank(), step) && shard->rows > 0) poke(be, shard->features, NAN);
   timer_.lap(Phase::kData);
 
   const float step_lr = learning_rate(schedule_, optimizer_->step_count());
@@ -97,7 +73,7 @@ void TrainingRun::train_one(std::uint64_t step) {
       timeline_.add(name, timeline_category::kComm, kTimelineCommThread, started, done,
                     static_cast<std::int64_t>(step));
     });
-  if (perturb_hook().fires(mpi_.rank(), step)) poke(be, model_->params(), 1234.5f);
+  if (test_hooks::perturb_tower_at(mpi_.rank(), step)) poke(be, model_->params(), 1234.5f);
   if (finite) lr_ = step_lr;
   else skip_nonfinite_step(step);
   progress_->add_step(

@@ -11,8 +11,10 @@
 
 #include "dptrain/checkpoint/train_state.hpp"
 #include "dptrain/data/augment.hpp"
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/input_readers.hpp"
+#include "dptrain/data/sample_order.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/data/shared_set.hpp"
 #include "dptrain/model/loss.hpp"

@@ -45,6 +45,8 @@
 #include <vector>
 
 #include "dptrain/common/h5.hpp"
+#include "dptrain/data/batch_plan.hpp"
+#include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "gpu_env.hpp"

@@ -31,6 +31,8 @@
 
 #include "backends/cpu/cpu_gemm.hpp"
 #include "dptrain/common/h5.hpp"
+#include "dptrain/data/batch_plan.hpp"
+#include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "dptrain/telemetry/metrics.hpp"

@@ -13,6 +13,8 @@
 
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/random.hpp"
+#include "dptrain/data/batch_plan.hpp"
+#include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "h5_fixtures.hpp"

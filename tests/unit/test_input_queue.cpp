@@ -10,7 +10,9 @@
 #include <set>
 
 #include "dptrain/common/h5.hpp"
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/sample_order.hpp"
 #include "h5_fixtures.hpp"
 #include "test_paths.hpp"
 

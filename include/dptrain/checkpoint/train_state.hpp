@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "dptrain/checkpoint/checkpoint.hpp"
-#include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/model/loss.hpp"
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"

@@ -1,7 +1,7 @@
-// Implements: the sample order (a pure function of seed and epoch), the batch
-// plan every rank computes alike, and an input reader's queue (rank 0's by
-// default): a background thread that reads ahead into a bounded queue of
-// global batches, or of the reader's ranks' shards of them.
+// Implements: an input reader's queue (rank 0's by default): a background
+// thread that reads ahead, in the order of the sample order and the batch
+// plan, into a bounded queue of global batches, or of the reader's ranks'
+// shards of them.
 #pragma once
 
 #include <condition_variable>
@@ -15,79 +15,14 @@
 #include <utility>
 #include <vector>
 
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/dataset.hpp"
 #include "dptrain/data/rank_split.hpp"
+#include "dptrain/data/sample_order.hpp"
 
 namespace dptrain {
 
 class Timeline;
-
-enum class ShuffleMode { kNone, kFull, kBlock };
-// --shuffle: none, full, block, or auto (full when the set fits the input
-// cache, else block). Error(kUsage) for another name.
-ShuffleMode parse_shuffle(const std::string& name, bool fits_cache);
-const char* shuffle_name(ShuffleMode mode);
-
-struct ShuffleConfig {
-  ShuffleMode mode = ShuffleMode::kFull;
-  std::uint64_t seed = 0;
-  std::uint64_t block_rows = 1024;   // block mode: rows per contiguous block
-  std::uint64_t window_blocks = 64;  // block mode: blocks shuffled together
-};
-
-// Which dataset index sits at each position of each epoch. Depends on
-// (N, config, epoch) only, never on the number of ranks or the batch size.
-class SampleOrder {
- public:
-  SampleOrder(std::uint64_t n, ShuffleConfig cfg);
-  // out[i] = index at position pos + i of `epoch`, for i < count.
-  void indices(std::uint64_t epoch, std::uint64_t pos, std::uint64_t count,
-               std::vector<std::uint64_t>& out);
-  std::uint64_t size() const { return n_; }
-  const ShuffleConfig& config() const { return cfg_; }
-
- private:
-  std::uint64_t n_;
-  ShuffleConfig cfg_;
-  // Cached permutation (full: whole epoch; block: block order of the epoch
-  // plus the permutation inside the current window).
-  std::int64_t cached_epoch_ = -1;
-  std::vector<std::uint64_t> perm_;
-  std::vector<std::uint64_t> block_perm_;
-  std::int64_t cached_window_ = -1;
-  std::vector<std::uint64_t> window_perm_;
-};
-
-// Global batch schedule: step s of a run covers positions
-// [position, position + rows) of epoch `epoch`. The last batch of an epoch
-// is smaller (never dropped or padded).
-struct BatchSlot {
-  std::uint64_t step = 0, epoch = 0, position = 0, rows = 0;
-};
-class BatchPlan {
- public:
-  BatchPlan(std::uint64_t n, std::uint64_t batch_size);
-  std::uint64_t steps_per_epoch() const { return steps_per_epoch_; }
-  BatchSlot slot(std::uint64_t step) const;
-  std::uint64_t n() const { return n_; }
-  std::uint64_t batch_size() const { return batch_; }
-
- private:
-  std::uint64_t n_, batch_, steps_per_epoch_;
-};
-
-// The ranks one input reader serves (docs/design.md --input-readers): their world
-// ranks in the order of the scatter communicator's ranks, out of world_size.
-// Empty: the communicator is the whole world and its rank r is world rank r.
-struct ShardGroup {
-  int world_size = 0;
-  std::vector<int> members;
-};
-
-// Batch rows [first, first + count) of the shard of one member.
-// The members' shards of a batch of `rows`, in member order (each member's
-// shard is what it would get from one reader for everyone).
-void group_rows(std::uint64_t rows, const ShardGroup& group, std::vector<RowRange>& out);
 
 struct Batch {
   BatchSlot slot;

@@ -16,7 +16,7 @@
 
 #include <mpi.h>
 
-#include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/run/mpi_session.hpp"
 
 namespace dptrain {

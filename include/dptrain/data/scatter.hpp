@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/rank_split.hpp"
 #include "dptrain/model/shard.hpp"

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include "dptrain/backends/backend.hpp"
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/dataset.hpp"
 #include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/scatter.hpp"

@@ -9,7 +9,7 @@
 
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/comm/communicator.hpp"
-#include "dptrain/data/input_queue.hpp"
+#include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/shared_set.hpp"
 #include "dptrain/model/loss.hpp"
 #include "dptrain/model/model.hpp"
