@@ -85,9 +85,9 @@ void print_layer_shapes(const CheckpointData& ck, std::ostream& out) {
 // with the optimizer state it stores, with and without --shard-optimizer.
 void print_rank_memory(const CheckpointData& ck, int ranks, std::ostream& out) {
   const int arrays = static_cast<int>(ck.optimizer_state.size());
-  for (const bool sharded : {false, true}) {
-    const RankMemory m = rank_memory(ck.params.size(), arrays, ranks, sharded, false);
-    out << (sharded ? "  sharded:         " : "  on " + std::to_string(ranks) + " rank(s):    ")
+  for (const bool sliced : {false, true}) {
+    const RankMemory m = rank_memory(ck.params.size(), arrays, ranks, sliced, false);
+    out << (sliced ? "  sharded:         " : "  on " + std::to_string(ranks) + " rank(s):    ")
         << describe(m) << "\n";
   }
   out << "                   (per rank, before activations, which depend on the batch; "

@@ -67,7 +67,7 @@ class GradientBuckets {
   Communicator& comm_;
   float* grads_;
   std::vector<BucketRange> plan_;
-  std::vector<std::vector<std::size_t>> pieces_;  // per bucket, sharded: its bounds
+  std::vector<std::vector<std::size_t>> pieces_;  // per bucket, sliced: its bounds
   Backend* be_ = nullptr;
   const float* earlier_ = nullptr;
   std::size_t next_ = 0;  // first bucket not started

@@ -5,18 +5,18 @@
 
 namespace dptrain {
 
-RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool sharded,
+RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool state_sliced,
                        bool accumulates) {
   RankMemory m;
   m.ranks = ranks;
-  m.sharded = sharded;
+  m.state_sliced = state_sliced;
   const std::uint64_t floats = sizeof(float);
   m.params = m.grads = num_params * floats;
   if (accumulates) m.accumulation = num_params * floats;
   m.state_whole = static_cast<std::uint64_t>(state_arrays) * num_params * floats;
   const auto p = static_cast<std::uint64_t>(ranks > 0 ? ranks : 1);
   m.state_slice = static_cast<std::uint64_t>(state_arrays) * ((num_params + p - 1) / p) * floats;
-  m.state = sharded ? m.state_slice : m.state_whole;
+  m.state = state_sliced ? m.state_slice : m.state_whole;
   return m;
 }
 
@@ -35,7 +35,7 @@ std::string describe(const RankMemory& m) {
   std::string s = "parameters " + human_bytes(m.params) + ", gradients " + human_bytes(m.grads);
   if (m.accumulation) s += " (+" + human_bytes(m.accumulation) + " accumulation)";
   s += ", optimizer state " + human_bytes(m.state);
-  if (m.sharded && m.ranks > 1)
+  if (m.state_sliced && m.ranks > 1)
     s += " (slice 1/" + std::to_string(m.ranks) + " of " + human_bytes(m.state_whole) + ")";
   else if (m.ranks > 1 && m.state_whole)
     s += " (" + human_bytes(m.state_slice) + " with --shard-optimizer)";

@@ -3,7 +3,7 @@
 // locally, counts wrong elements, and the count is all-reduced (over MPI), so
 // nothing is gathered. Also the stream ordering against the compute stream,
 // checked so that it fails on one rank too when an event is missing. And
-// the sharded optimizer's reduce-scatter and allgather over uneven and
+// the sliced optimizer state's reduce-scatter and allgather over uneven and
 // empty pieces, bit for bit against the MPI communicator.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -53,7 +53,7 @@ class Nccl : public ::testing::Test {
   }
   static std::unique_ptr<Backend> gpu_;
   static std::unique_ptr<Communicator> comm_;
-  static std::unique_ptr<Communicator> mpi_;  // the reference for the sharded calls
+  static std::unique_ptr<Communicator> mpi_;  // the reference for the calls over slices
 };
 std::unique_ptr<Backend> Nccl::gpu_;
 std::unique_ptr<Communicator> Nccl::comm_;
@@ -160,7 +160,7 @@ TEST_F(Nccl, Broadcast) {
   }
 }
 
-// --- the sharded optimizer's calls (ZeRO-1) ---
+// --- the sliced optimizer state's calls (ZeRO-1) ---
 
 // Piece bounds of n values over `size` ranks, piece r sized in proportion
 // to weights[r] (0: an empty piece, two equal offsets).
@@ -282,7 +282,7 @@ TEST_F(Nccl, Allgather) {
   comm_->allgather(nullptr, nothing.data());  // nothing to do, nothing to fail
 }
 
-// A step of the sharded optimizer's traffic: two buckets reduce-scattered,
+// A step of the sliced optimizer state's traffic: two buckets reduce-scattered,
 // each with bounds of its own, and a third all-reduced, all started before
 // one wait_all; then the buckets' pieces gathered, so that every rank holds
 // the sums everywhere. Twice, for the tickets after wait_all.

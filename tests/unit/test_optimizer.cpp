@@ -283,7 +283,7 @@ namespace dptrain {
 namespace {
 
 // --shard-optimizer's cut: balanced, in rank order, any n on any count.
-TEST(ShardBounds, BalancedContiguousSlices) {
+TEST(SliceBounds, BalancedContiguousSlices) {
   for (std::size_t n : {0, 1, 3, 173, 1000}) {
     for (int p : {1, 2, 3, 4, 7}) {
       const std::vector<std::size_t> b = slice_bounds(n, p);
@@ -303,7 +303,7 @@ TEST(ShardBounds, BalancedContiguousSlices) {
 // P optimizers, each owning one slice, update the arena exactly as one
 // optimizer of the whole arena does, decay ranges cut across slices and the
 // clipping norm given as the sum of the slices' sums included.
-TEST(ShardedOptimizer, SlicesUpdateLikeTheWholeArena) {
+TEST(SlicedOptimizerState, SlicesUpdateLikeTheWholeArena) {
   auto be = make_cpu_backend(BackendOptions{});
   const std::size_t n = 37;
   OptimizerConfig adamw;

@@ -44,7 +44,7 @@ struct CheckpointData {
     std::string name;             // "m", "v", "velocity"
     std::vector<float> values;    // arena-shaped like params
     // Writing only, when values is empty: fills one tensor's values, called
-    // once per tensor in arena order (a sharded optimizer's state, gathered
+    // once per tensor in arena order (an optimizer state kept in slices, gathered
     // tensor by tensor so that no rank holds all of it).
     std::function<void(const ParamInfo&, float*)> fetch;
   };

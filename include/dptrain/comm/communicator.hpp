@@ -44,7 +44,8 @@ class Communicator {
   // host (MPI) or to all later work on the compute stream (NCCL).
   virtual void wait_all() { started_ = 0; }
 
-  // --- sharded optimizer state (--shard-optimizer, ZeRO stage 1) ---
+  // --- over slices: P pieces of one arena (the sliced optimizer state of
+  // --shard-optimizer, ZeRO stage 1) ---
   // `bounds` holds size() + 1 offsets into buf, bounds[0] = 0, ascending:
   // piece r is buf[bounds[r], bounds[r+1]) (pieces may be empty).
   //

@@ -64,7 +64,7 @@ class Optimizer {
   // (w and g are whole arenas); increments step_count. With clipping, g is
   // first scaled in place (so it is not const), as
   // torch.nn.utils.clip_grad_norm_ does; the norm is that of the whole
-  // gradient: total_sum_squares when given (a sharded step sums its slices'
+  // gradient: total_sum_squares when given (a sliced step sums its slices'
   // local_sum_squares over ranks), else this optimizer's own slice's.
   void step(float* w, float* g, float lr, const double* total_sum_squares = nullptr);
   // The sum of g[i]^2 over the owned slice (double, a fixed order).

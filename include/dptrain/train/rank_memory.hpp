@@ -12,13 +12,13 @@ namespace dptrain {
 
 struct RankMemory {
   int ranks = 1;
-  bool sharded = false;
+  bool state_sliced = false;     // --shard-optimizer: the state kept in 1/P slices
   std::uint64_t params = 0;        // fp32 parameters, every rank all of them
   std::uint64_t grads = 0;         // fp32 gradient arena
   std::uint64_t accumulation = 0;  // --accumulate K > 1: the earlier micro-batches' sum
-  std::uint64_t state = 0;         // optimizer state this rank keeps (its slice when sharded)
-  std::uint64_t state_whole = 0;   // the same unsharded
-  std::uint64_t state_slice = 0;   // the same sharded over `ranks`
+  std::uint64_t state = 0;         // optimizer state this rank keeps (its slice when sliced)
+  std::uint64_t state_whole = 0;   // the same kept whole
+  std::uint64_t state_slice = 0;   // the same in slices over `ranks`
   std::uint64_t activations = 0;   // layer outputs, gradient buffers, layer workspaces
   std::uint64_t largest_activation = 0;
   int activation_rows = 0;         // the rows they are sized for (0: not known)
@@ -27,9 +27,9 @@ struct RankMemory {
 
 // The bytes of a model of num_params floats whose optimizer keeps
 // state_arrays arrays of the arena's size (0 plain SGD, 1 momentum, 2 Adam),
-// trained by `ranks` ranks, sharded or not: rank 0 holds the largest slice
+// trained by `ranks` ranks, the state sliced or not: rank 0 holds the largest slice
 // (slice_bounds). Activations are left 0 for the caller to fill in.
-RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool sharded,
+RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool state_sliced,
                        bool accumulates);
 
 // "1.5 MiB": three significant digits in B, KiB, MiB, GiB or TiB.

@@ -114,7 +114,7 @@ class NcclCommunicator final : public Communicator {
     started_ = 0;
   }
 
-  // Sharded optimizer: each piece is summed onto its owner only. The pieces
+  // Sliced optimizer state: each piece is summed onto its owner only. The pieces
   // are uneven and ncclReduceScatter wants equal ones, so one ncclReduce per
   // non-empty piece, rooted at its owner, all in one group (one launch).
   // Ordered and completed as start_allreduce_sum.
