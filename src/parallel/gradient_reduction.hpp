@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dptrain/backends/backend.hpp"
@@ -47,6 +48,32 @@ class GradientReduction {
   std::vector<std::size_t> slices_;
   const float* earlier_ = nullptr;
   bool reducing_ = false;  // inside a backward whose gradients are reduced
+};
+
+// A strategy whose gradients are summed by a GradientReduction: the calls
+// and events of the backward pass handed to it; a subclass adds its name,
+// what it owns and its update.
+class ReducingSync : public SyncStrategy {
+ public:
+  const std::vector<std::size_t>& state_slices() const override { return reduction_.slices(); }
+  void begin_backward(bool reduce, const float* earlier) override {
+    reduction_.begin_backward(reduce, earlier);
+  }
+  void between_layers() override { reduction_.between_layers(); }
+  void grads_ready(std::size_t begin) override { reduction_.grads_ready(begin); }
+  void finish_backward() override { reduction_.finish_backward(); }
+  void visit_collectives(const CollectiveVisitor& visit) const override {
+    reduction_.visit_collectives(visit);
+  }
+
+ protected:
+  ReducingSync(Backend& be, Communicator& comm, Model& model, GradientBuckets* buckets,
+               std::vector<std::size_t> slices)
+      : reduction_(be, comm, model, buckets, std::move(slices)) {}
+  ReducingSync(Backend& be, Communicator& comm, Model& model, std::size_t bucket_bytes,
+               std::vector<std::size_t> slices)
+      : reduction_(be, comm, model, bucket_bytes, std::move(slices)) {}
+  GradientReduction reduction_;
 };
 
 }  // namespace dptrain

@@ -8,10 +8,10 @@ namespace dptrain {
 
 SlicedOptimizerSync::SlicedOptimizerSync(Backend& be, Communicator& comm, Model& model,
                                          std::size_t bucket_bytes)
-    : be_(be),
+    : ReducingSync(be, comm, model, bucket_bytes, slice_bounds(model.num_params(), comm.size())),
+      be_(be),
       comm_(comm),
-      model_(model),
-      reduction_(be, comm, model, bucket_bytes, slice_bounds(model.num_params(), comm.size())) {}
+      model_(model) {}
 
 ArenaRange SlicedOptimizerSync::owned() const {
   const std::vector<std::size_t>& s = reduction_.slices();
