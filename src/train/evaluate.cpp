@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/scatter.hpp"
 #include "dptrain/data/shard_transfer.hpp"
