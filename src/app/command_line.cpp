@@ -12,7 +12,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/data/input_readers.hpp"
 #include "dptrain/data/sample_order.hpp"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/checkpoint/checkpoint.hpp"
 #include "dptrain/common/random.hpp"
 #include "dptrain/model/model.hpp"

@@ -8,7 +8,7 @@
 
 #include "app/command_line.hpp"
 #include "app/commands.hpp"
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/test_hooks.hpp"
 #include "dptrain/run/agree.hpp"

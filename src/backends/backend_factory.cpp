@@ -1,13 +1,12 @@
 // Implements: the backend factory, the one place that maps backend names to
 // the implementations CMake built (none/ supplies the "not built" CUDA
-// factory otherwise), and the transitional kind-based shims over it.
+// factory otherwise).
 #include <string>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/cpu_gemm.hpp"
 #include "backends/cuda/cuda_backend.hpp"
-#include "dptrain/backends/backend.hpp"
-#include "dptrain/comm/communicator.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
@@ -68,14 +67,5 @@ std::string device_uuid(const std::string& name, int device) {
 }
 
 void prepare_backends(char** argv) { cpu_gemm::prepare(argv); }
-
-SequenceKernels& Backend::sequence() {
-  SequenceKernels* table = kernels().sequence.get();
-  if (!table)
-    throw Error(ExitCode::kUsage, "the " + name() +
-                                      " backend has no kernels for sequence layers (embed, pos, "
-                                      "ln, attn, seq); run them with --device cpu or cuda");
-  return *table;
-}
 
 }  // namespace dptrain

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "dptrain/backends/kernels/augment_kernels.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
@@ -34,7 +35,7 @@ AugmentSpec parse_augment(const std::string& list) {
 }
 
 Augmenter::Augmenter(const AugmentSpec& spec, const Shape& sample, Backend& be)
-    : kernels_(&be.augment()) {
+    : kernels_(&be.kernels<AugmentKernels>()) {
   DPT_REQUIRE(sample.rank() >= 3, ExitCode::kUsage,
               "--augment needs image samples [C, H, W] (or volumes [C, D, H, W]); the data has " +
                   sample.to_string());

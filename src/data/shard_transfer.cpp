@@ -5,6 +5,7 @@
 #include <exception>
 #include <utility>
 
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {

@@ -1,6 +1,7 @@
 // Implements: the loss of --loss (see loss.hpp).
 #include "dptrain/model/loss.hpp"
 
+#include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
@@ -23,9 +24,10 @@ void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard
   const int terms = loss_terms_per_sample(loss, output);
   const int width = static_cast<int>(output.size()) / terms;
   if (loss == LossKind::kXent)
-    be.losses().softmax_xent(out, shard.labels, shard.rows * terms, width, grad_scale, dout, stats);
+    be.kernels<LossKernels>().softmax_xent(out, shard.labels, shard.rows * terms, width, grad_scale,
+                                           dout, stats);
   else
-    be.losses().mse(out, shard.targets, shard.rows, width, grad_scale, dout, stats);
+    be.kernels<LossKernels>().mse(out, shard.targets, shard.rows, width, grad_scale, dout, stats);
 }
 
 }  // namespace dptrain

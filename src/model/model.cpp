@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/optimizer_kernels.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
@@ -117,7 +119,8 @@ Optimizer::Optimizer(Backend& backend, const OptimizerConfig& cfg, std::size_t n
 }
 
 double Optimizer::local_sum_squares(const float* g) const {
-  return owned_.count ? be_.optimizers().sum_squares(g + owned_.offset, owned_.count) : 0.0;
+  return owned_.count ? be_.kernels<OptimizerKernels>().sum_squares(g + owned_.offset, owned_.count)
+                      : 0.0;
 }
 
 int Optimizer::state_arrays() const {
@@ -135,7 +138,8 @@ void Optimizer::clip(float* g, const double* total_sum_squares) {
   const double sum = total_sum_squares ? *total_sum_squares : local_sum_squares(g);
   grad_norm_ = static_cast<float>(std::sqrt(sum));
   const float coef = cfg_.clip_grad_norm / (grad_norm_ + 1e-6f);
-  if (coef < 1.0f && owned_.count) be_.optimizers().scale(g + owned_.offset, coef, owned_.count);
+  if (coef < 1.0f && owned_.count)
+    be_.kernels<OptimizerKernels>().scale(g + owned_.offset, coef, owned_.count);
 }
 
 void Optimizer::step(float* w, float* g, float lr, const double* total_sum_squares) {
@@ -151,8 +155,8 @@ void Optimizer::step(float* w, float* g, float lr, const double* total_sum_squar
       p.momentum = cfg_.momentum;
       p.nesterov = cfg_.nesterov;
       p.weight_decay = wd;
-      be_.optimizers().sgd_step(w + at, g + at, s1_.get() ? s1_.get() + state_at : nullptr, count,
-                                p);
+      be_.kernels<OptimizerKernels>().sgd_step(
+          w + at, g + at, s1_.get() ? s1_.get() + state_at : nullptr, count, p);
       continue;
     }
     AdamParams p;
@@ -163,8 +167,8 @@ void Optimizer::step(float* w, float* g, float lr, const double* total_sum_squar
     p.weight_decay = wd;
     p.decoupled = cfg_.kind == OptimizerKind::kAdamW;
     p.step = step_count_;
-    be_.optimizers().adam_step(w + at, g + at, s1_.get() + state_at, s2_.get() + state_at, count,
-                               p);
+    be_.kernels<OptimizerKernels>().adam_step(w + at, g + at, s1_.get() + state_at,
+                                              s2_.get() + state_at, count, p);
   }
 }
 

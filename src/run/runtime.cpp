@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/run/agree.hpp"
 #include "dptrain/run/control_plane.hpp"
@@ -96,7 +97,8 @@ Runtime make_runtime(const Options& opts, const MpiSession& mpi, Watchdog* watch
   });
   if (on_gpu) check_distinct_gpus(mpi, rt.device_index);
   Watchdog::Wait wait(watchdog, "communicator set-up", 0);
-  agree(mpi.world(), [&] { rt.comm = rt.backend->make_communicator(mpi.world()); });
+  agree(mpi.world(),
+        [&] { rt.comm = rt.backend->make_communicator(MpiCommHandle{mpi.world()}); });
   return rt;
 }
 

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/input_queue.hpp"
 #include "dptrain/data/sample_order.hpp"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/model/loss.hpp"
 #include "dptrain/run/mpi_session.hpp"

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/checkpoint/train_state.hpp"
 #include "dptrain/data/augment.hpp"
 #include "dptrain/data/batch_plan.hpp"

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/run/control_plane.hpp"
 #include "dptrain/run/thread_binding.hpp"
 #include "dptrain/train/rank_memory.hpp"

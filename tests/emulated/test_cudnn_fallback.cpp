@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "spatial_support.hpp"
 
 namespace {
@@ -36,8 +38,8 @@ double forward_shortfall(dptrain::Backend& be, dptrain::Backend& cpu, const Conv
                       std::vector<float>(sizes.w.size(), 1.0f),
                       std::vector<float>(sizes.b.size(), 0.0f),
                       std::vector<float>(sizes.dy.size(), 1.0f)};
-  auto plan = be.spatial().conv_plan(g);
-  auto cpu_plan = cpu.spatial().conv_plan(g);
+  auto plan = be.kernels<dptrain::SpatialKernels>().conv_plan(g);
+  auto cpu_plan = cpu.kernels<dptrain::SpatialKernels>().conv_plan(g);
   const ConvOutputs got = run_conv(be, *plan, g, rows, in);
   const ConvOutputs want = run_conv(cpu, *cpu_plan, g, rows, in);
   double diff = 0.0, total = 0.0;
@@ -91,7 +93,7 @@ TEST(CudnnFallback, WithoutRoomForTheWorkspaceAPlanTakesAlgorithmsThatNeedLess) 
   ::testing::internal::CaptureStderr();
   {
     const DeviceRoom room(4096);  // the 576 bytes and the weight's aligned copy fit
-    plan = gpu->spatial().conv_plan(kSmall);
+    plan = gpu->kernels<dptrain::SpatialKernels>().conv_plan(kSmall);
   }
   const std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(said.find("the GPU has no room for the 9216 bytes of cuDNN workspace"),
@@ -99,7 +101,7 @@ TEST(CudnnFallback, WithoutRoomForTheWorkspaceAPlanTakesAlgorithmsThatNeedLess) 
       << said;
   const ConvInputs in = random_conv_inputs(kSmall, 2, 31);
   const ConvOutputs got = run_conv(*gpu, *plan, kSmall, 2, in);
-  auto cpu_plan = cpu->spatial().conv_plan(kSmall);
+  auto cpu_plan = cpu->kernels<dptrain::SpatialKernels>().conv_plan(kSmall);
   const ConvOutputs want = run_conv(*cpu, *cpu_plan, kSmall, 2, in);
   const ref::Geometry r = reference_of(kSmall);
   const auto x = widen(in.x), w = widen(in.w), dy = widen(in.dy);
@@ -114,7 +116,7 @@ TEST(CudnnFallback, WithoutRoomForAnyWorkspaceAPlanIsAUsageErrorThatSaysWhatToCh
   auto gpu = make_gpu();
   const DeviceRoom room(100);
   try {
-    gpu->spatial().conv_plan(kSmall);
+    gpu->kernels<dptrain::SpatialKernels>().conv_plan(kSmall);
     ADD_FAILURE() << "a plan was made without room for its workspace";
   } catch (const dptrain::Error& e) {
     EXPECT_EQ(e.code(), dptrain::ExitCode::kUsage);

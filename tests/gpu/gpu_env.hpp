@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 
 namespace gpu_test {
 

@@ -14,6 +14,7 @@
 
 #include "all_ranks_main.hpp"
 #include "backends/cuda/cuda_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "gpu_env.hpp"
 
 namespace gpu_test {

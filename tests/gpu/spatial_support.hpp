@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "../unit/spatial_reference.hpp"
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "dptrain/build_config.hpp"
 #include "dptrain/common/error.hpp"
 #include "gpu_env.hpp"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/kernels/dropout_kernels.hpp"
 #include "gpu_env.hpp"
 
@@ -43,9 +44,9 @@ DropoutRun run(Backend& be, const std::vector<float>& x, const std::vector<float
   auto dx_in = upload(be, x), ddy = upload(be, dy);
   DeviceBuffer<float> y(be, n), dx(be, n);
   DeviceBuffer<std::uint8_t> keep(be, n);
-  be.dropout().forward(dx_in.get(), y.get(), keep.get(), s.rows, s.width, key, first_row,
-                       dropout_draw::threshold(p), scale);
-  be.dropout().backward(ddy.get(), keep.get(), dx.get(), n, scale);
+  be.kernels<DropoutKernels>().forward(dx_in.get(), y.get(), keep.get(), s.rows, s.width, key,
+                                       first_row, dropout_draw::threshold(p), scale);
+  be.kernels<DropoutKernels>().backward(ddy.get(), keep.get(), dx.get(), n, scale);
   return {download(be, y), download(be, dx), download(be, keep)};
 }
 

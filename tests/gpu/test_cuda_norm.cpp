@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "gpu_env.hpp"
 
 namespace {
@@ -65,7 +67,7 @@ struct BnOutputs {
 // kernels: the running mean is the shift of the sums and is updated in place.
 BnOutputs run_step(Backend& be, const BnInputs& in) {
   const auto C = static_cast<std::size_t>(in.s.channels);
-  NormKernels& k = be.norm();
+  NormKernels& k = be.kernels<NormKernels>();
   auto x = upload(be, in.x), dy = upload(be, in.dy);
   auto running_mean = upload(be, in.running_mean), running_var = upload(be, in.running_var);
   auto weight = upload(be, in.weight), bias = upload(be, in.bias);
@@ -142,7 +144,7 @@ TEST_F(CudaNorm, PerChannelAndElementwiseKernelsGiveTheCpusBits) {
     const BnInputs in = make_inputs(c, 99);
     const BnOutputs r = run_step(*cpu_, in);
     const auto C = static_cast<std::size_t>(c.channels);
-    NormKernels& k = gpu_->norm();
+    NormKernels& k = gpu_->kernels<NormKernels>();
     auto x = upload(*gpu_, in.x), dy = upload(*gpu_, in.dy);
     auto sums = upload(*gpu_, r.sums), shift = upload(*gpu_, in.running_mean);
     auto running_mean = upload(*gpu_, in.running_mean), running_var = upload(*gpu_, in.running_var);
@@ -166,7 +168,7 @@ TEST_F(CudaNorm, PerChannelAndElementwiseKernelsGiveTheCpusBits) {
 
     // Evaluation's 1 / sqrt(running_var + eps).
     std::vector<float> want(C);
-    cpu_->norm().inverse_std(in.running_var.data(), c.channels, kEps, want.data());
+    cpu_->kernels<NormKernels>().inverse_std(in.running_var.data(), c.channels, kEps, want.data());
     auto var = upload(*gpu_, in.running_var);
     DeviceBuffer<float> eval_invstd(*gpu_, C);
     k.inverse_std(var.get(), c.channels, kEps, eval_invstd.get());
@@ -181,10 +183,10 @@ TEST_F(CudaNorm, EmptyShardGivesZeroSums) {
   auto shift = upload(*gpu_, random_vector(5, 3));
   DeviceBuffer<float> sums(*gpu_, 10);
   gpu_->fill(sums.get(), 7.0f, 10);
-  gpu_->norm().batch_sums(nullptr, s, shift.get(), sums.get());
+  gpu_->kernels<NormKernels>().batch_sums(nullptr, s, shift.get(), sums.get());
   EXPECT_EQ(download(*gpu_, sums), std::vector<float>(10, 0.0f));
   gpu_->fill(sums.get(), 7.0f, 10);
-  gpu_->norm().grad_sums(nullptr, nullptr, s, shift.get(), shift.get(), sums.get());
+  gpu_->kernels<NormKernels>().grad_sums(nullptr, nullptr, s, shift.get(), shift.get(), sums.get());
   EXPECT_EQ(download(*gpu_, sums), std::vector<float>(10, 0.0f));
 }
 

@@ -13,6 +13,9 @@
 #include <random>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "gpu_env.hpp"
 
 namespace {
@@ -63,8 +66,11 @@ TEST_F(CudaSequence, EmbeddingAndItsGradientAreBitwiseTheCpus) {
       auto dg = upload(be, dy);
       DeviceBuffer<float> out(be, grad ? table.size() : dy.size());
       if (grad) be.fill(out.get(), 7.0f, out.size());  // every row is overwritten
-      if (grad) be.sequence().embed_grad(di.get(), dg.get(), c.rows, c.vocab, c.dim, out.get());
-      else be.sequence().embed(di.get(), dt.get(), c.rows, c.dim, out.get());
+      if (grad)
+        be.kernels<dptrain::SequenceKernels>().embed_grad(di.get(), dg.get(), c.rows, c.vocab,
+                                                          c.dim, out.get());
+      else
+        be.kernels<dptrain::SequenceKernels>().embed(di.get(), dt.get(), c.rows, c.dim, out.get());
       return download(be, out);
     };
     for (bool grad : {false, true}) {
@@ -86,8 +92,12 @@ TEST_F(CudaSequence, PositionsAndTheirGradientAreBitwiseTheCpus) {
             auto dx = upload(be, x);
             auto dp = upload(be, pos);
             DeviceBuffer<float> out(be, grad ? pos.size() : x.size());
-            if (grad) be.sequence().position_grad(dx.get(), batch, tokens, dim, out.get());
-            else be.sequence().add_positions(dx.get(), dp.get(), batch, tokens, dim, out.get());
+            if (grad)
+              be.kernels<dptrain::SequenceKernels>().position_grad(dx.get(), batch, tokens, dim,
+                                                                   out.get());
+            else
+              be.kernels<dptrain::SequenceKernels>().add_positions(dx.get(), dp.get(), batch,
+                                                                   tokens, dim, out.get());
             return download(be, out);
           }, &g, &c);
           EXPECT_TRUE(same_values(g, c)) << batch << "x" << tokens << "x" << dim << " grad " << grad;
@@ -112,11 +122,14 @@ TEST_F(CudaSequence, LayerNormMatchesTheCpuWithinFloatRounding) {
         auto dx = upload(be, x), dw = upload(be, w), db = upload(be, b), dg = upload(be, dy);
         DeviceBuffer<float> y(be, x.size()), mean(be, rows), rstd(be, rows), gx(be, x.size()),
             gw(be, dim), gb(be, dim);
-        be.sequence().layer_norm(dx.get(), dw.get(), db.get(), rows, dim, eps, y.get(), mean.get(), rstd.get());
-        be.sequence().layer_norm_grad(dx.get(), dg.get(), dw.get(), mean.get(), rstd.get(), rows, dim, gx.get());
-        DeviceBuffer<float> work(be, be.sequence().layer_norm_workspace(rows, dim));
-        be.sequence().layer_norm_param_grad(dx.get(), dg.get(), mean.get(), rstd.get(), rows, dim,
-                                            gw.get(), gb.get(), work.get());
+        be.kernels<dptrain::SequenceKernels>().layer_norm(dx.get(), dw.get(), db.get(), rows, dim,
+                                                          eps, y.get(), mean.get(), rstd.get());
+        be.kernels<dptrain::SequenceKernels>().layer_norm_grad(
+            dx.get(), dg.get(), dw.get(), mean.get(), rstd.get(), rows, dim, gx.get());
+        DeviceBuffer<float> work(
+            be, be.kernels<dptrain::SequenceKernels>().layer_norm_workspace(rows, dim));
+        be.kernels<dptrain::SequenceKernels>().layer_norm_param_grad(
+            dx.get(), dg.get(), mean.get(), rstd.get(), rows, dim, gw.get(), gb.get(), work.get());
         return std::vector<Floats>{download(be, y), download(be, mean), download(be, rstd),
                                    download(be, gx), download(be, gw), download(be, gb)};
       };
@@ -146,9 +159,10 @@ TEST_F(CudaSequence, LayerNormParameterGradientsOverChunks) {
   const Floats mean = random_vector(rows, 11, -0.1f, 0.1f), rstd = random_vector(rows, 12, 0.5f, 2.0f);
   auto run = [&](dptrain::Backend& be) {
     auto dx = upload(be, x), dg = upload(be, dy), dm = upload(be, mean), dr = upload(be, rstd);
-    DeviceBuffer<float> gw(be, dim), gb(be, dim), work(be, be.sequence().layer_norm_workspace(rows, dim));
-    be.sequence().layer_norm_param_grad(dx.get(), dg.get(), dm.get(), dr.get(), rows, dim, gw.get(),
-                                        gb.get(), work.get());
+    DeviceBuffer<float> gw(be, dim), gb(be, dim),
+        work(be, be.kernels<dptrain::SequenceKernels>().layer_norm_workspace(rows, dim));
+    be.kernels<dptrain::SequenceKernels>().layer_norm_param_grad(
+        dx.get(), dg.get(), dm.get(), dr.get(), rows, dim, gw.get(), gb.get(), work.get());
     return std::vector<Floats>{download(be, gw), download(be, gb)};
   };
   const auto g = run(*gpu_), c = run(*cpu_);
@@ -172,10 +186,10 @@ TEST_F(CudaSequence, HeadShufflesAreBitwiseTheCpus) {
     auto run = [&](dptrain::Backend& be) {
       auto dqkv = upload(be, qkv), dm = upload(be, merged);
       DeviceBuffer<float> q(be, n), k(be, n), v(be, n), back(be, 3 * n), heads(be, n), joined(be, n);
-      be.sequence().split_qkv(dqkv.get(), s, q.get(), k.get(), v.get());
-      be.sequence().join_qkv(q.get(), k.get(), v.get(), s, back.get());
-      be.sequence().split_heads(dm.get(), s, heads.get());
-      be.sequence().merge_heads(heads.get(), s, joined.get());
+      be.kernels<dptrain::SequenceKernels>().split_qkv(dqkv.get(), s, q.get(), k.get(), v.get());
+      be.kernels<dptrain::SequenceKernels>().join_qkv(q.get(), k.get(), v.get(), s, back.get());
+      be.kernels<dptrain::SequenceKernels>().split_heads(dm.get(), s, heads.get());
+      be.kernels<dptrain::SequenceKernels>().merge_heads(heads.get(), s, joined.get());
       return std::vector<Floats>{download(be, q), download(be, k), download(be, v),
                                  download(be, back), download(be, heads), download(be, joined)};
     };
@@ -199,8 +213,10 @@ TEST_F(CudaSequence, AttentionSoftmaxAndGradientMatchTheCpu) {
       auto run = [&](dptrain::Backend& be) {
         auto dz = upload(be, z), dg = upload(be, dp);
         DeviceBuffer<float> p(be, n), ds(be, n);
-        be.sequence().attention_softmax(dz.get(), s, scale, causal, p.get());
-        be.sequence().attention_softmax_grad(p.get(), dg.get(), s, scale, ds.get());
+        be.kernels<dptrain::SequenceKernels>().attention_softmax(dz.get(), s, scale, causal,
+                                                                 p.get());
+        be.kernels<dptrain::SequenceKernels>().attention_softmax_grad(p.get(), dg.get(), s, scale,
+                                                                      ds.get());
         return std::vector<Floats>{download(be, p), download(be, ds)};
       };
       const auto g = run(*gpu_), c = run(*cpu_);
@@ -223,7 +239,7 @@ TEST_F(CudaSequence, CausalSoftmaxSkipsTheMaskedHalfAndWorksInPlace) {
     auto dz = upload(*gpu_, scores);
     DeviceBuffer<float> p(*gpu_, n);
     float* out = in_place ? dz.get() : p.get();
-    gpu_->sequence().attention_softmax(dz.get(), s, 0.5f, true, out);
+    gpu_->kernels<dptrain::SequenceKernels>().attention_softmax(dz.get(), s, 0.5f, true, out);
     return download(*gpu_, out, n);
   };
   const Floats clean = softmax(z, false);
@@ -242,10 +258,14 @@ TEST_F(CudaSequence, ImagesAsSequencesAndMeansAreBitwiseTheCpus) {
         auto run = [&](dptrain::Backend& be) {
           auto dx = upload(be, x), dg = upload(be, dy);
           DeviceBuffer<float> last(be, x.size()), first(be, x.size()), mean(be, dy.size()), back(be, x.size());
-          be.sequence().channels_last(dx.get(), batch, channels, length, last.get());
-          be.sequence().channels_first(last.get(), batch, channels, length, first.get());
-          be.sequence().mean_positions(last.get(), batch, length, channels, mean.get());
-          be.sequence().mean_positions_grad(dg.get(), batch, length, channels, back.get());
+          be.kernels<dptrain::SequenceKernels>().channels_last(dx.get(), batch, channels, length,
+                                                               last.get());
+          be.kernels<dptrain::SequenceKernels>().channels_first(last.get(), batch, channels, length,
+                                                                first.get());
+          be.kernels<dptrain::SequenceKernels>().mean_positions(last.get(), batch, length, channels,
+                                                                mean.get());
+          be.kernels<dptrain::SequenceKernels>().mean_positions_grad(dg.get(), batch, length,
+                                                                     channels, back.get());
           return std::vector<Floats>{download(be, last), download(be, first), download(be, mean),
                                      download(be, back)};
         };

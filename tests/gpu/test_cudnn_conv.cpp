@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "spatial_support.hpp"
 
 namespace {
@@ -44,8 +46,8 @@ class CudnnConv : public CudnnSpatial {};
 TEST_F(CudnnConv, PassesMatchTheCpuBackendWithinTheFloatBound) {
   std::uint32_t seed = 10;
   for (const ConvGeometry& g : conv_cases(3)) {
-    auto gpu_plan = gpu_->spatial().conv_plan(g);
-    auto cpu_plan = cpu_->spatial().conv_plan(g);
+    auto gpu_plan = gpu_->kernels<dptrain::SpatialKernels>().conv_plan(g);
+    auto cpu_plan = cpu_->kernels<dptrain::SpatialKernels>().conv_plan(g);
     const ref::Geometry r = reference_of(g);
     for (int rows : {3, 1}) {
       const std::string what = std::to_string(g.dims) + "-D " + describe(r, rows);
@@ -67,7 +69,7 @@ TEST_F(CudnnConv, PassesMatchTheCpuBackendWithinTheFloatBound) {
 TEST_F(CudnnConv, ASeenRowCountCreatesNothingAndRepeatsBitwise) {
   for (const ConvGeometry& g : {conv_geometry(2, 8, 8, {9, 7}, 3, 1, 1, 4),
                                 conv_geometry(3, 3, 4, {5, 6, 4}, 3, 2, 1, 4)}) {
-    auto plan = gpu_->spatial().conv_plan(g);
+    auto plan = gpu_->kernels<dptrain::SpatialKernels>().conv_plan(g);
     const std::size_t at_allocate = plan->objects_created();
     EXPECT_GT(at_allocate, 0u);  // max_rows' descriptors and algorithms exist already
     const ConvInputs four = random_conv_inputs(g, 4, 1), two = random_conv_inputs(g, 2, 5);
@@ -89,7 +91,8 @@ TEST_F(CudnnConv, ASeenRowCountCreatesNothingAndRepeatsBitwise) {
 }
 
 TEST_F(CudnnConv, RowsOutsideThePlanAreRefused) {
-  auto plan = gpu_->spatial().conv_plan(conv_geometry(2, 1, 1, {4, 4}, 3, 1, 1, 2));
+  auto plan = gpu_->kernels<dptrain::SpatialKernels>().conv_plan(
+      conv_geometry(2, 1, 1, {4, 4}, 3, 1, 1, 2));
   dptrain::DeviceBuffer<float> buf(*gpu_, 3 * 16);
   EXPECT_THROW(plan->forward(buf.get(), buf.get(), buf.get(), buf.get(), 3), dptrain::Error);
   EXPECT_THROW(plan->backward_data(buf.get(), buf.get(), buf.get(), 0), dptrain::Error);

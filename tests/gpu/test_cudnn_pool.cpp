@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "spatial_support.hpp"
 
 namespace {
@@ -45,8 +47,8 @@ TEST_F(CudnnPool, MaxAndAveragePoolingMatchTheCpuBackend) {
   std::uint32_t seed = 40;
   for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
     for (const PoolGeometry& g : pool_cases(kind, 3)) {
-      auto gpu_plan = gpu_->spatial().pool_plan(g);
-      auto cpu_plan = cpu_->spatial().pool_plan(g);
+      auto gpu_plan = gpu_->kernels<dptrain::SpatialKernels>().pool_plan(g);
+      auto cpu_plan = cpu_->kernels<dptrain::SpatialKernels>().pool_plan(g);
       const ref::Geometry r = reference_of(g);
       for (int rows : {3, 2}) {
         const std::string what = describe_pool(g, rows);
@@ -73,7 +75,7 @@ TEST_F(CudnnPool, MaxAndAveragePoolingMatchTheCpuBackend) {
 TEST_F(CudnnPool, ASeenRowCountCreatesNothingAndRepeatsBitwise) {
   for (PoolKind kind : {PoolKind::kMax, PoolKind::kAvg}) {
     const PoolGeometry g = pool_geometry(kind, 2, 4, {9, 7}, 3, 2, 4);
-    auto plan = gpu_->spatial().pool_plan(g);
+    auto plan = gpu_->kernels<dptrain::SpatialKernels>().pool_plan(g);
     const std::size_t at_allocate = plan->objects_created();
     EXPECT_GT(at_allocate, 0u);
     std::vector<PoolOutputs> first, again;
@@ -99,7 +101,7 @@ TEST_F(CudnnPool, ASeenRowCountCreatesNothingAndRepeatsBitwise) {
 
 TEST_F(CudnnPool, BackwardNeedsTheForwardOfItsRows) {
   const PoolGeometry g = pool_geometry(PoolKind::kMax, 2, 1, {4, 4}, 2, 2, 2);
-  auto plan = gpu_->spatial().pool_plan(g);
+  auto plan = gpu_->kernels<dptrain::SpatialKernels>().pool_plan(g);
   dptrain::DeviceBuffer<float> x(*gpu_, 32), y(*gpu_, 8);
   EXPECT_THROW(plan->backward(y.get(), x.get(), 1), dptrain::Error);  // no forward yet
   plan->forward(x.get(), y.get(), 2);

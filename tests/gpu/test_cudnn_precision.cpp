@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "spatial_support.hpp"
 
 namespace {
@@ -41,8 +43,8 @@ TEST_F(CudnnPrecision, RandomInputsStayWithinEachPrecisionsBound) {
     auto be = make_gpu(p);
     std::uint32_t seed = 70;
     for (const ConvGeometry& g : cases) {
-      auto plan = be->spatial().conv_plan(g);
-      auto cpu_plan = cpu_->spatial().conv_plan(g);
+      auto plan = be->kernels<dptrain::SpatialKernels>().conv_plan(g);
+      auto cpu_plan = cpu_->kernels<dptrain::SpatialKernels>().conv_plan(g);
       const ref::Geometry r = reference_of(g);
       const int rows = 2;
       const std::string what = std::string(name(p)) + " " + describe(r, rows);
@@ -88,8 +90,8 @@ TEST_F(CudnnPrecision, ThePrecisionIsAppliedToEveryPass) {
     const float one_plus = static_cast<float>(1.0 + e);
     for (const auto& [g, rows, tensor_core_sized] : cases) {
       const std::string what = std::string(name(p)) + " " + describe(reference_of(g), rows);
-      auto plan = be->spatial().conv_plan(g);
-      auto cpu_plan = cpu_->spatial().conv_plan(g);
+      auto plan = be->kernels<dptrain::SpatialKernels>().conv_plan(g);
+      auto cpu_plan = cpu_->kernels<dptrain::SpatialKernels>().conv_plan(g);
       const ConvInputs sizes = random_conv_inputs(g, rows, 1);  // values set below
       ConvInputs a{
           std::vector<float>(sizes.x.size(), one_plus), std::vector<float>(sizes.w.size(), 1.0f),

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "dptrain/backends/backend_factory.hpp"
 #include "gpu_env.hpp"
 
 namespace {

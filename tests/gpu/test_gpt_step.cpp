@@ -44,6 +44,8 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/h5.hpp"
 #include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/input_queue.hpp"
@@ -112,7 +114,7 @@ void warmed_up_steps_allocate_nothing(Precision precision) {
     queue = std::make_unique<InputQueue>(*data, qc);
   }
   auto be = gpu_test::make_gpu(precision);
-  auto comm = be->make_communicator(MPI_COMM_WORLD);
+  auto comm = be->make_communicator(MpiCommHandle{MPI_COMM_WORLD});
   const int max_rows = max_shard_rows(batch, env().size);
   Model model(*be,
               parse_model_spec("embed:16,pos,2*(res(ln,attn:2:causal),res(ln,dense:32,gelu:tanh,"

@@ -12,6 +12,10 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "gpu_env.hpp"
 
@@ -95,24 +99,24 @@ TEST_F(CudaKernels, AddBiasAndBiasGrad) {
     const std::size_t total = static_cast<std::size_t>(rows) * cols;
     const auto y = random_vector(total, 4), bias = random_vector(cols, 5);
     auto want = y;
-    cpu_->dense().add_bias(want.data(), bias.data(), rows, cols);
+    cpu_->kernels<dptrain::DenseKernels>().add_bias(want.data(), bias.data(), rows, cols);
     auto dy = upload(*gpu_, y);
     auto db = upload(*gpu_, bias);
-    gpu_->dense().add_bias(dy.get(), db.get(), rows, cols);
+    gpu_->kernels<dptrain::DenseKernels>().add_bias(dy.get(), db.get(), rows, cols);
     EXPECT_EQ(download(*gpu_, dy), want) << rows << "x" << cols;
 
     std::vector<float> want_db(cols, 7.0f);
-    cpu_->dense().bias_grad(y.data(), want_db.data(), rows, cols);
+    cpu_->kernels<dptrain::DenseKernels>().bias_grad(y.data(), want_db.data(), rows, cols);
     auto g = upload(*gpu_, y);
     DeviceBuffer<float> got_db(*gpu_, cols);
     gpu_->fill(got_db.get(), 7.0f, cols);  // must be overwritten, not added to
-    gpu_->dense().bias_grad(g.get(), got_db.get(), rows, cols);
+    gpu_->kernels<dptrain::DenseKernels>().bias_grad(g.get(), got_db.get(), rows, cols);
     EXPECT_TRUE(all_close(download(*gpu_, got_db), want_db, 1e-5, 1e-5 * std::sqrt(rows)))
         << rows << "x" << cols;
   }
   DeviceBuffer<float> db(*gpu_, 7);
   gpu_->fill(db.get(), 1.0f, 7);
-  gpu_->dense().bias_grad(db.get(), db.get(), 0, 7);  // no rows: zeros
+  gpu_->kernels<dptrain::DenseKernels>().bias_grad(db.get(), db.get(), 0, 7);  // no rows: zeros
   EXPECT_EQ(download(*gpu_, db), std::vector<float>(7, 0.0f));
 }
 
@@ -120,8 +124,8 @@ TEST_F(CudaKernels, BiasGradIsDeterministic) {
   const int rows = 3001, cols = 77;
   auto dy = upload(*gpu_, random_vector(static_cast<std::size_t>(rows) * cols, 6));
   DeviceBuffer<float> a(*gpu_, cols), b(*gpu_, cols);
-  gpu_->dense().bias_grad(dy.get(), a.get(), rows, cols);
-  gpu_->dense().bias_grad(dy.get(), b.get(), rows, cols);
+  gpu_->kernels<dptrain::DenseKernels>().bias_grad(dy.get(), a.get(), rows, cols);
+  gpu_->kernels<dptrain::DenseKernels>().bias_grad(dy.get(), b.get(), rows, cols);
   EXPECT_EQ(download(*gpu_, a), download(*gpu_, b));
 }
 
@@ -133,16 +137,18 @@ TEST_F(CudaKernels, Activations) {
       if (n > 2) x[1] = 0.0f;  // relu's kink: both sides must agree on it
       const auto dy = random_vector(n, 8);
       std::vector<float> y(n), dx(n);
-      cpu_->activations().forward(f, x.data(), y.data(), n);
-      cpu_->activations().backward(f, x.data(), y.data(), dy.data(), dx.data(), n);
+      cpu_->kernels<dptrain::ActivationKernels>().forward(f, x.data(), y.data(), n);
+      cpu_->kernels<dptrain::ActivationKernels>().backward(f, x.data(), y.data(), dy.data(),
+                                                           dx.data(), n);
 
       auto gx = upload(*gpu_, x);
       auto gdy = upload(*gpu_, dy);
       DeviceBuffer<float> gy(*gpu_, n), gdx(*gpu_, n);
-      gpu_->activations().forward(f, gx.get(), gy.get(), n);
+      gpu_->kernels<dptrain::ActivationKernels>().forward(f, gx.get(), gy.get(), n);
       // Backward from the CPU's y, so a forward difference does not leak in.
       auto cy = upload(*gpu_, y);
-      gpu_->activations().backward(f, gx.get(), cy.get(), gdy.get(), gdx.get(), n);
+      gpu_->kernels<dptrain::ActivationKernels>().backward(f, gx.get(), cy.get(), gdy.get(),
+                                                           gdx.get(), n);
       const int fi = static_cast<int>(f);
       EXPECT_TRUE(all_close(download(*gpu_, gy), y, 2e-6, 1e-6)) << "forward f=" << fi << " n=" << n;
       EXPECT_TRUE(all_close(download(*gpu_, gdx), dx, 2e-6, 1e-6)) << "backward f=" << fi << " n=" << n;

@@ -8,6 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
+#include "dptrain/backends/kernels/optimizer_kernels.hpp"
 #include "gpu_env.hpp"
 
 namespace {
@@ -48,22 +51,24 @@ TEST_F(CudaLossOptim, SoftmaxXent) {
     const float scale = 1.0f / static_cast<float>(rows);
 
     std::vector<float> want_d(z.size()), want_stats = {1.5f, 2.0f};
-    cpu_->losses().softmax_xent(z.data(), labels.data(), rows, cols, scale, want_d.data(),
-                                want_stats.data());
+    cpu_->kernels<dptrain::LossKernels>().softmax_xent(z.data(), labels.data(), rows, cols, scale,
+                                                       want_d.data(), want_stats.data());
     auto dz = upload(*gpu_, z);
     auto dl = upload(*gpu_, labels);
     DeviceBuffer<float> dd(*gpu_, z.size());
     auto stats = upload(*gpu_, std::vector<float>{1.5f, 2.0f});
-    gpu_->losses().softmax_xent(dz.get(), dl.get(), rows, cols, scale, dd.get(), stats.get());
+    gpu_->kernels<dptrain::LossKernels>().softmax_xent(dz.get(), dl.get(), rows, cols, scale,
+                                                       dd.get(), stats.get());
     const auto got_stats = download(*gpu_, stats);
     EXPECT_TRUE(all_close(download(*gpu_, dd), want_d, 1e-5, 1e-7)) << rows << "x" << cols;
     EXPECT_TRUE(all_close({got_stats[0]}, {want_stats[0]}, 1e-5, 1e-5)) << rows << "x" << cols;
     EXPECT_EQ(got_stats[1], want_stats[1]) << rows << "x" << cols;
 
     // Evaluation passes no gradient buffer; stats keep accumulating.
-    gpu_->losses().softmax_xent(dz.get(), dl.get(), rows, cols, 0.0f, nullptr, stats.get());
-    cpu_->losses().softmax_xent(z.data(), labels.data(), rows, cols, 0.0f, nullptr,
-                                want_stats.data());
+    gpu_->kernels<dptrain::LossKernels>().softmax_xent(dz.get(), dl.get(), rows, cols, 0.0f,
+                                                       nullptr, stats.get());
+    cpu_->kernels<dptrain::LossKernels>().softmax_xent(z.data(), labels.data(), rows, cols, 0.0f,
+                                                       nullptr, want_stats.data());
     const auto again = download(*gpu_, stats);
     EXPECT_TRUE(all_close({again[0]}, {want_stats[0]}, 1e-5, 1e-5));
     EXPECT_EQ(again[1], want_stats[1]);
@@ -76,8 +81,10 @@ TEST_F(CudaLossOptim, LossSumIsDeterministic) {
   auto dl = upload(*gpu_, std::vector<std::int32_t>(rows, 3));
   auto a = upload(*gpu_, std::vector<float>{0.0f, 0.0f});
   auto b = upload(*gpu_, std::vector<float>{0.0f, 0.0f});
-  gpu_->losses().softmax_xent(dz.get(), dl.get(), rows, cols, 1.0f, nullptr, a.get());
-  gpu_->losses().softmax_xent(dz.get(), dl.get(), rows, cols, 1.0f, nullptr, b.get());
+  gpu_->kernels<dptrain::LossKernels>().softmax_xent(dz.get(), dl.get(), rows, cols, 1.0f, nullptr,
+                                                     a.get());
+  gpu_->kernels<dptrain::LossKernels>().softmax_xent(dz.get(), dl.get(), rows, cols, 1.0f, nullptr,
+                                                     b.get());
   EXPECT_EQ(download(*gpu_, a), download(*gpu_, b));
 }
 
@@ -87,14 +94,18 @@ TEST_F(CudaLossOptim, Mse) {
     const auto p = random_vector(n, 31, -3.0f, 3.0f), t = random_vector(n, 32, -3.0f, 3.0f);
     const float scale = 1.0f / static_cast<float>(rows);
     std::vector<float> want_d(n), want_stats = {0.5f, 4.0f};
-    cpu_->losses().mse(p.data(), t.data(), rows, cols, scale, want_d.data(), want_stats.data());
+    cpu_->kernels<dptrain::LossKernels>().mse(p.data(), t.data(), rows, cols, scale, want_d.data(),
+                                              want_stats.data());
     auto dp = upload(*gpu_, p);
     auto dt = upload(*gpu_, t);
     DeviceBuffer<float> dd(*gpu_, n);
     auto stats = upload(*gpu_, std::vector<float>{0.5f, 4.0f});
-    gpu_->losses().mse(dp.get(), dt.get(), rows, cols, scale, dd.get(), stats.get());
-    gpu_->losses().mse(dp.get(), dt.get(), rows, cols, scale, nullptr, stats.get());
-    cpu_->losses().mse(p.data(), t.data(), rows, cols, scale, nullptr, want_stats.data());
+    gpu_->kernels<dptrain::LossKernels>().mse(dp.get(), dt.get(), rows, cols, scale, dd.get(),
+                                              stats.get());
+    gpu_->kernels<dptrain::LossKernels>().mse(dp.get(), dt.get(), rows, cols, scale, nullptr,
+                                              stats.get());
+    cpu_->kernels<dptrain::LossKernels>().mse(p.data(), t.data(), rows, cols, scale, nullptr,
+                                              want_stats.data());
     const auto got_stats = download(*gpu_, stats);
     EXPECT_TRUE(all_close(download(*gpu_, dd), want_d, 1e-6, 0.0)) << rows << "x" << cols;
     EXPECT_TRUE(all_close({got_stats[0]}, {want_stats[0]}, 1e-5, 1e-5)) << rows << "x" << cols;
@@ -117,9 +128,9 @@ TEST_F(CudaLossOptim, SgdSteps) {
       auto gv = upload(*gpu_, vel);
       for (int it = 0; it < kIterations; ++it) {
         const auto g = random_vector(n, 42 + it);
-        cpu_->optimizers().sgd_step(w.data(), g.data(), vel.data(), n, p);
+        cpu_->kernels<dptrain::OptimizerKernels>().sgd_step(w.data(), g.data(), vel.data(), n, p);
         auto gg = upload(*gpu_, g);
-        gpu_->optimizers().sgd_step(gw.get(), gg.get(), gv.get(), n, p);
+        gpu_->kernels<dptrain::OptimizerKernels>().sgd_step(gw.get(), gg.get(), gv.get(), n, p);
       }
       const auto what = ::testing::Message() << "mu=" << p.momentum << " nesterov=" << p.nesterov << " n=" << n;
       EXPECT_TRUE(all_close(download(*gpu_, gw), w, 1e-5, 1e-6)) << what;
@@ -146,9 +157,11 @@ TEST_F(CudaLossOptim, AdamAndAdamWSteps) {
       for (int it = 0; it < kIterations; ++it) {
         p.step = it + 1;
         const auto g = random_vector(n, 52 + it);
-        cpu_->optimizers().adam_step(w.data(), g.data(), m.data(), v.data(), n, p);
+        cpu_->kernels<dptrain::OptimizerKernels>().adam_step(w.data(), g.data(), m.data(), v.data(),
+                                                             n, p);
         auto gg = upload(*gpu_, g);
-        gpu_->optimizers().adam_step(gw.get(), gg.get(), gm.get(), gv.get(), n, p);
+        gpu_->kernels<dptrain::OptimizerKernels>().adam_step(gw.get(), gg.get(), gm.get(), gv.get(),
+                                                             n, p);
       }
       const auto what = ::testing::Message() << "wd=" << p.weight_decay << " decoupled=" << p.decoupled << " n=" << n;
       EXPECT_TRUE(all_close(download(*gpu_, gw), w, 1e-5, 1e-6)) << what;
@@ -165,13 +178,14 @@ TEST_F(CudaLossOptim, ClippingNormAndScale) {
   for (std::size_t n : kArenaSizes) {
     const auto g = random_vector(n, 61);
     auto gg = upload(*gpu_, g);
-    const double want = cpu_->optimizers().sum_squares(g.data(), n);
-    const double got = gpu_->optimizers().sum_squares(gg.get(), n);
+    const double want = cpu_->kernels<dptrain::OptimizerKernels>().sum_squares(g.data(), n);
+    const double got = gpu_->kernels<dptrain::OptimizerKernels>().sum_squares(gg.get(), n);
     EXPECT_NEAR(got, want, 1e-12 * want * static_cast<double>(n)) << "n=" << n;
-    EXPECT_EQ(gpu_->optimizers().sum_squares(gg.get(), n), got) << "n=" << n;
+    EXPECT_EQ(gpu_->kernels<dptrain::OptimizerKernels>().sum_squares(gg.get(), n), got)
+        << "n=" << n;
     auto x = g;
-    cpu_->optimizers().scale(x.data(), 0.37f, n);
-    gpu_->optimizers().scale(gg.get(), 0.37f, n);
+    cpu_->kernels<dptrain::OptimizerKernels>().scale(x.data(), 0.37f, n);
+    gpu_->kernels<dptrain::OptimizerKernels>().scale(gg.get(), 0.37f, n);
     EXPECT_EQ(download(*gpu_, gg), x) << "n=" << n;
   }
 }

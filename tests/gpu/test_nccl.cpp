@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "backends/cuda/nccl_comm.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "gpu_env.hpp"
 
@@ -34,7 +36,7 @@ class Nccl : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!env().distinct) return;
     gpu_ = gpu_test::make_gpu();
-    comm_ = gpu_->make_communicator(MPI_COMM_WORLD);
+    comm_ = gpu_->make_communicator(dptrain::MpiCommHandle{MPI_COMM_WORLD});
     mpi_ = dptrain::make_mpi_communicator(MPI_COMM_WORLD);
   }
   static void TearDownTestSuite() {
@@ -99,7 +101,8 @@ TEST_F(Nccl, OrderedWithComputeStream) {
   for (int round = 0; round < 3; ++round) {
     gpu_->fill(buf.get(), static_cast<float>(env().rank + round), n);
     comm_->allreduce_sum(buf.get(), n);
-    gpu_->dense().add_bias(buf.get(), one.get(), static_cast<int>(n), 1);  // buf += 1
+    gpu_->kernels<dptrain::DenseKernels>().add_bias(buf.get(), one.get(), static_cast<int>(n),
+                                                    1);  // buf += 1
     const auto out = download(*gpu_, buf);
     float want = 1.0f;
     for (int r = 0; r < env().size; ++r) want += static_cast<float>(r + round);

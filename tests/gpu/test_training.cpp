@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "gpu_env.hpp"

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/telemetry/metrics.hpp"
 #include "gpu_env.hpp"
@@ -37,7 +39,7 @@ TEST_F(CudaUpload, AsyncUploadThenKernelSeesTheData) {
     gpu_->upload_async(1, d.get(), h.get(), n * sizeof(float));
     gpu_->wait_upload(1);
     // A kernel on the compute stream reads the upload: out = 0 + d.
-    gpu_->dense().add_bias(out.get(), d.get(), 1, static_cast<int>(n));
+    gpu_->kernels<dptrain::DenseKernels>().add_bias(out.get(), d.get(), 1, static_cast<int>(n));
     EXPECT_EQ(download(*gpu_, out), x) << n;
     gpu_->sync_upload(1);
   }
@@ -68,7 +70,8 @@ TEST_F(CudaUpload, TwoSlotsAlternatingLoseNothing) {
     DeviceBuffer<float> d[2] = {DeviceBuffer<float>(*be, n), DeviceBuffer<float>(*be, n)};
     DeviceBuffer<float> acc(*be, n);
     auto read = [&](int s) {
-      for (int k = 0; k < kReads; ++k) be->dense().add_bias(acc.get(), d[s].get(), 1, kCols);
+      for (int k = 0; k < kReads; ++k)
+        be->kernels<dptrain::DenseKernels>().add_bias(acc.get(), d[s].get(), 1, kCols);
     };
     for (int i = 0; i < kRounds; ++i) {
       const int s = i % 2;

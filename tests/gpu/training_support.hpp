@@ -10,7 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "gpu_env.hpp"
@@ -37,8 +38,8 @@ inline float train_step(dptrain::Backend& be, dptrain::Model& model, dptrain::Op
   dptrain::DeviceBuffer<float> stats(be, 2);
   be.fill(stats.get(), 0.0f, 2);
   const float* logits = model.forward(dx.get(), rows);
-  be.losses().softmax_xent(logits, dy.get(), rows, model.output_dim(), 1.0f / rows,
-                           model.output_grad(), stats.get());
+  be.kernels<dptrain::LossKernels>().softmax_xent(logits, dy.get(), rows, model.output_dim(),
+                                                  1.0f / rows, model.output_grad(), stats.get());
   model.backward(dx.get(), model.output_grad(), rows);
   EXPECT_EQ(be.count_nonfinite(model.grads(), model.num_params()), 0u);
   opt.step(model.params(), model.grads(), lr);

@@ -9,7 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/error.hpp"
 
@@ -32,7 +33,7 @@ TEST(BackendComm, CpuBackendMakesTheMpiCommunicatorOfTheWorld) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   auto be = make_backend("cpu", BackendOptions{});
-  auto comm = be->make_communicator(MPI_COMM_WORLD);
+  auto comm = be->make_communicator(MpiCommHandle{MPI_COMM_WORLD});
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(comm->name(), "mpi");
   EXPECT_EQ(comm->rank(), rank);

@@ -15,7 +15,7 @@
 #include <cstdio>
 
 #include "bn_reference.hpp"
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/model/model.hpp"
 #include "layer_rig.hpp"
 

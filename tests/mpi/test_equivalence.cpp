@@ -9,6 +9,8 @@
 #include <cmath>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/random.hpp"
 #include "dptrain/data/shard_transfer.hpp"

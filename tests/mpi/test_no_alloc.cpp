@@ -30,6 +30,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_gemm.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/h5.hpp"
 #include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/input_queue.hpp"

@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/random.hpp"
 #include "dptrain/data/batch_plan.hpp"

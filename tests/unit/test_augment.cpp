@@ -7,6 +7,8 @@
 #include <map>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/augment_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/data/augment.hpp"
 
@@ -95,7 +97,7 @@ TEST(Augment, KernelsMoveEveryPlaneOfAVolumeBySampleDraw) {
   std::vector<float> x(static_cast<std::size_t>(rows) * g.planes * plane);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
   const std::vector<float> in = x;
-  be->augment().apply(x.data(), rows, g, 9, 1, 300);
+  be->kernels<AugmentKernels>().apply(x.data(), rows, g, 9, 1, 300);
   for (int r = 0; r < rows; ++r) {
     const AugmentDraw d = augment_draw::draw(9, 1, 300 + r, 1, true);
     for (int p = 0; p < g.planes; ++p)

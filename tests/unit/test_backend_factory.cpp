@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/run/runtime.hpp"
 

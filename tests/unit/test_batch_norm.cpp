@@ -11,6 +11,7 @@
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "bn_reference.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/model.hpp"
 #include "layer_rig.hpp"

@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "bn_reference.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "layer_rig.hpp"
 #include "test_paths.hpp"
 

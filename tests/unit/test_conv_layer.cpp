@@ -11,6 +11,8 @@
 #include <iostream>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/model.hpp"
 #include "spatial_test_support.hpp"
@@ -158,7 +160,7 @@ TEST_F(ConvLayerTest, AWarmRowCountCreatesNothing) {
   g.stride = {2, 2, 0};
   g.padding = {0, 0, 0};
   g.max_rows = 4;
-  auto plan = be_->spatial().conv_plan(g);
+  auto plan = be_->kernels<SpatialKernels>().conv_plan(g);
   std::vector<float> x(4 * 2 * 35, 0.5f), w(3 * 2 * 9, 0.25f), b(3, 0.0f), y(4 * 3 * 6),
       dx(x.size()), dw(w.size()), db(3);
   auto step = [&](int rows) {
@@ -204,17 +206,19 @@ TEST_F(ConvLayerTest, ReusedConversionsNeverOutliveTheirStep) {
   auto fresh = [&] {  // each pass on a plan of its own: nothing to reuse
     Results r{std::vector<float>(yn), std::vector<float>(xn), std::vector<float>(wn),
               std::vector<float>(9)};
-    be_->spatial().conv_plan(g)->forward(x.data(), w.data(), b.data(), r.y.data(), rows);
-    be_->spatial().conv_plan(g)->backward_weights(x.data(), dy.data(), r.dw.data(), r.db.data(),
-                                                  rows);
-    be_->spatial().conv_plan(g)->backward_data(dy.data(), w.data(), r.dx.data(), rows);
+    be_->kernels<SpatialKernels>().conv_plan(g)->forward(x.data(), w.data(), b.data(), r.y.data(),
+                                                         rows);
+    be_->kernels<SpatialKernels>().conv_plan(g)->backward_weights(x.data(), dy.data(), r.dw.data(),
+                                                                  r.db.data(), rows);
+    be_->kernels<SpatialKernels>().conv_plan(g)->backward_data(dy.data(), w.data(), r.dx.data(),
+                                                               rows);
     return r;
   };
   auto refill = [](std::vector<float>& v, std::uint64_t seed) {  // in place: same address
     const auto values = distinct_floats(v.size(), seed);
     std::copy(values.begin(), values.end(), v.begin());
   };
-  auto plan = be_->spatial().conv_plan(g);
+  auto plan = be_->kernels<SpatialKernels>().conv_plan(g);
   for (std::uint64_t seed : {1, 2}) {  // two steps, new values at the same addresses
     refill(x, 10 * seed);
     refill(dy, 10 * seed + 1);

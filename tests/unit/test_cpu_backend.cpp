@@ -9,6 +9,10 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "dptrain/telemetry/metrics.hpp"
@@ -98,13 +102,13 @@ TEST_F(CpuBackendTest, GemmWithEmptyOutputDoesNothing) {
 TEST_F(CpuBackendTest, BiasOps) {
   std::vector<float> y = {1, 2, 3, 4, 5, 6};  // [2, 3]
   const std::vector<float> bias = {10, 20, 30};
-  be_->dense().add_bias(y.data(), bias.data(), 2, 3);
+  be_->kernels<DenseKernels>().add_bias(y.data(), bias.data(), 2, 3);
   EXPECT_EQ(y, (std::vector<float>{11, 22, 33, 14, 25, 36}));
 
   std::vector<float> db = {9, 9, 9};
-  be_->dense().bias_grad(y.data(), db.data(), 2, 3);
+  be_->kernels<DenseKernels>().bias_grad(y.data(), db.data(), 2, 3);
   EXPECT_EQ(db, (std::vector<float>{25, 47, 69}));
-  be_->dense().bias_grad(y.data(), db.data(), 0, 3);
+  be_->kernels<DenseKernels>().bias_grad(y.data(), db.data(), 0, 3);
   EXPECT_EQ(db, (std::vector<float>{0, 0, 0}));
 }
 
@@ -114,7 +118,7 @@ TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
   for (Activation f :
        {Activation::kRelu, Activation::kTanh, Activation::kGelu, Activation::kSigmoid,
         Activation::kGeluTanh}) {
-    be_->activations().forward(f, x.data(), y.data(), x.size());
+    be_->kernels<ActivationKernels>().forward(f, x.data(), y.data(), x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double v = x[i];
       double want = 0.0;
@@ -141,10 +145,10 @@ TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
   // GELU is the exact erf form, not the tanh approximation (they differ ~1e-4 here).
   const float x1 = 1.5f;
   float y1 = 0.0f;
-  be_->activations().forward(Activation::kGelu, &x1, &y1, 1);
+  be_->kernels<ActivationKernels>().forward(Activation::kGelu, &x1, &y1, 1);
   EXPECT_NEAR(y1, 1.3997892f, 1e-6f);
   // ... and gelu:tanh is the approximation (torch: gelu(1.5, approximate='tanh')).
-  be_->activations().forward(Activation::kGeluTanh, &x1, &y1, 1);
+  be_->kernels<ActivationKernels>().forward(Activation::kGeluTanh, &x1, &y1, 1);
   EXPECT_NEAR(y1, 1.3995716f, 1e-6f);
 }
 
@@ -156,7 +160,8 @@ TEST_F(CpuBackendTest, SoftmaxXentValuesAndStats) {
   const std::vector<std::int32_t> labels = {2, 1, 0};
   std::vector<float> d(9);
   float stats[2] = {1.0f, 10.0f};  // accumulates
-  be_->losses().softmax_xent(logits.data(), labels.data(), 3, 3, 0.5f, d.data(), stats);
+  be_->kernels<LossKernels>().softmax_xent(logits.data(), labels.data(), 3, 3, 0.5f, d.data(),
+                                           stats);
   const double row1 = std::log(2.0 + std::exp(-5.0));
   EXPECT_NEAR(stats[0], 1.0 + 0.40760596 + row1, 1e-5);
   EXPECT_EQ(stats[1], 12.0f);  // rows 0 and 2 correct
@@ -174,7 +179,7 @@ TEST_F(CpuBackendTest, MseValuesAndStats) {
   const std::vector<float> target = {0, 2, 1, 1};  // diffs (1,0) and (2,3)
   std::vector<float> d(4);
   float stats[2] = {0.0f, 5.0f};
-  be_->losses().mse(pred.data(), target.data(), 2, 2, 0.25f, d.data(), stats);
+  be_->kernels<LossKernels>().mse(pred.data(), target.data(), 2, 2, 0.25f, d.data(), stats);
   EXPECT_NEAR(stats[0], 0.5 + 6.5, 1e-6);  // (1+0)/2 + (4+9)/2
   EXPECT_EQ(stats[1], 5.0f);
   // 0.25 * 2 * diff / 2

@@ -15,6 +15,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/onednn/bf16_gemm.hpp"
 #include "backends/cpu/onednn/engine.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "gemm_reference.hpp"

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/common/random.hpp"
 #include "dptrain/model/model.hpp"
 
@@ -48,15 +51,15 @@ TEST_F(GradientTest, ActivationBackwardMatchesFiniteDifferences) {
   const float eps = 1e-3f;
   for (Activation f : kAllActivations) {
     std::vector<float> y(n), dx(n), xp(n), xm(n), yp(n), ym(n);
-    be_->activations().forward(f, x.data(), y.data(), n);
-    be_->activations().backward(f, x.data(), y.data(), c.data(), dx.data(), n);
+    be_->kernels<ActivationKernels>().forward(f, x.data(), y.data(), n);
+    be_->kernels<ActivationKernels>().backward(f, x.data(), y.data(), c.data(), dx.data(), n);
     for (std::size_t i = 0; i < n; ++i) {
       xp[i] = x[i] + eps;
       xm[i] = x[i] - eps;
     }
     // Elementwise, so all coordinates can be perturbed at once.
-    be_->activations().forward(f, xp.data(), yp.data(), n);
-    be_->activations().forward(f, xm.data(), ym.data(), n);
+    be_->kernels<ActivationKernels>().forward(f, xp.data(), yp.data(), n);
+    be_->kernels<ActivationKernels>().forward(f, xm.data(), ym.data(), n);
     for (std::size_t i = 0; i < n; ++i) {
       const double numeric =
           c[i] * (static_cast<double>(yp[i]) - ym[i]) / (static_cast<double>(xp[i]) - xm[i]);
@@ -72,15 +75,18 @@ TEST_F(GradientTest, SoftmaxXentBackwardMatchesFiniteDifferences) {
   const float scale = 0.5f;
   std::vector<float> d(logits.size()), scratch(logits.size());
   float stats[2] = {0, 0};
-  be_->losses().softmax_xent(logits.data(), labels.data(), rows, cols, scale, d.data(), stats);
+  be_->kernels<LossKernels>().softmax_xent(logits.data(), labels.data(), rows, cols, scale,
+                                           d.data(), stats);
   const float eps = 1e-2f;
   for (std::size_t i = 0; i < logits.size(); ++i) {
     const float orig = logits[i];
     float sp[2] = {0, 0}, sm[2] = {0, 0};
     logits[i] = orig + eps;
-    be_->losses().softmax_xent(logits.data(), labels.data(), rows, cols, scale, scratch.data(), sp);
+    be_->kernels<LossKernels>().softmax_xent(logits.data(), labels.data(), rows, cols, scale,
+                                             scratch.data(), sp);
     logits[i] = orig - eps;
-    be_->losses().softmax_xent(logits.data(), labels.data(), rows, cols, scale, scratch.data(), sm);
+    be_->kernels<LossKernels>().softmax_xent(logits.data(), labels.data(), rows, cols, scale,
+                                             scratch.data(), sm);
     logits[i] = orig;
     const double numeric = scale * (static_cast<double>(sp[0]) - sm[0]) / (2.0 * eps);
     expect_grad_near(d[i], numeric, "xent logit " + std::to_string(i));
@@ -94,15 +100,17 @@ TEST_F(GradientTest, MseBackwardMatchesFiniteDifferences) {
   const float scale = 0.25f;
   std::vector<float> d(pred.size()), scratch(pred.size());
   float stats[2] = {0, 0};
-  be_->losses().mse(pred.data(), target.data(), rows, cols, scale, d.data(), stats);
+  be_->kernels<LossKernels>().mse(pred.data(), target.data(), rows, cols, scale, d.data(), stats);
   const float eps = 1e-2f;
   for (std::size_t i = 0; i < pred.size(); ++i) {
     const float orig = pred[i];
     float sp[2] = {0, 0}, sm[2] = {0, 0};
     pred[i] = orig + eps;
-    be_->losses().mse(pred.data(), target.data(), rows, cols, scale, scratch.data(), sp);
+    be_->kernels<LossKernels>().mse(pred.data(), target.data(), rows, cols, scale, scratch.data(),
+                                    sp);
     pred[i] = orig - eps;
-    be_->losses().mse(pred.data(), target.data(), rows, cols, scale, scratch.data(), sm);
+    be_->kernels<LossKernels>().mse(pred.data(), target.data(), rows, cols, scale, scratch.data(),
+                                    sm);
     pred[i] = orig;
     const double numeric = scale * (static_cast<double>(sp[0]) - sm[0]) / (2.0 * eps);
     expect_grad_near(d[i], numeric, "mse pred " + std::to_string(i));
@@ -119,10 +127,11 @@ double model_loss(Backend& be, Model& model, const std::vector<float>& x, int ro
   float stats[2] = {0, 0};
   const float scale = 1.0f / static_cast<float>(rows);
   if (loss == LossKind::kXent)
-    be.losses().softmax_xent(out, labels.data(), rows, model.output_dim(), scale, model.output_grad(),
-                    stats);
+    be.kernels<LossKernels>().softmax_xent(out, labels.data(), rows, model.output_dim(), scale,
+                                           model.output_grad(), stats);
   else
-    be.losses().mse(out, targets.data(), rows, model.output_dim(), scale, model.output_grad(), stats);
+    be.kernels<LossKernels>().mse(out, targets.data(), rows, model.output_dim(), scale,
+                                  model.output_grad(), stats);
   return static_cast<double>(stats[0]) / rows;
 }
 

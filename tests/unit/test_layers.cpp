@@ -12,6 +12,9 @@
 #include "app/inspect.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "checkpoint_fixtures.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/checkpoint/checkpoint.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/model.hpp"
@@ -147,8 +150,9 @@ class ColumnSum final : public Layer {
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode mode) override {
     be.copy_device(y.data, x.data, x.count() * sizeof(float));
     if (mode == Mode::kEval) return;
-    be.dense().bias_grad(x.data, batch_sum_.get(), x.rows, x.row_width());
-    be.dense().add_bias(arenas().buffers + sum_, batch_sum_.get(), 1, x.row_width());
+    be.kernels<DenseKernels>().bias_grad(x.data, batch_sum_.get(), x.rows, x.row_width());
+    be.kernels<DenseKernels>().add_bias(arenas().buffers + sum_, batch_sum_.get(), 1,
+                                        x.row_width());
   }
   void backward_input(Backend& be, ConstTensorView, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {

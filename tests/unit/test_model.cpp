@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/model.hpp"
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/optimizer.hpp"
 

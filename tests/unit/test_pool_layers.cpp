@@ -11,6 +11,8 @@
 #include <iostream>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "spatial_test_support.hpp"
 
 namespace dptrain {
@@ -136,7 +138,7 @@ TEST_F(PoolLayerTest, AWarmRowCountCreatesNothing) {
   g.stride = {2, 2, 0};
   g.output = {3, 2, 0};
   g.max_rows = 4;
-  auto plan = be_->spatial().pool_plan(g);
+  auto plan = be_->kernels<SpatialKernels>().pool_plan(g);
   std::vector<float> x = distinct_floats(4 * 2 * 35, 1), y(4 * 2 * 6), dx(x.size());
   const std::size_t at_start = plan->objects_created();
   plan->forward(x.data(), y.data(), 4);

@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/h5.hpp"
-#include "dptrain/data/dataset.hpp"
 #include "dptrain/common/random.hpp"
+#include "dptrain/data/dataset.hpp"
 #include "dptrain/model/loss.hpp"
 #include "dptrain/model/model.hpp"
 #include "test_paths.hpp"
@@ -212,8 +214,8 @@ TEST_F(SequenceTest, EmbeddingGradientSumsRepeatedIds) {
   const int dim = 3;
   const auto dy = uniform_floats(ids.size() * dim, 8, -1.0, 1.0);
   std::vector<float> dtable(6 * dim, 7.0f);
-  be_->sequence().embed_grad(ids.data(), dy.data(), static_cast<int>(ids.size()), 6, dim,
-                             dtable.data());
+  be_->kernels<SequenceKernels>().embed_grad(ids.data(), dy.data(), static_cast<int>(ids.size()), 6,
+                                             dim, dtable.data());
   for (int c = 0; c < dim; ++c) {
     EXPECT_FLOAT_EQ(dtable[2 * dim + c], (dy[0 * dim + c] + dy[2 * dim + c]) + dy[3 * dim + c]);
     EXPECT_EQ(dtable[1 * dim + c], 0.0f);
@@ -253,7 +255,7 @@ TEST_F(SequenceTest, TokenIdsStayExactAbove2To24) {
   std::vector<float> table(static_cast<std::size_t>(big) + 3);
   for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i % 1000);
   float row = -1.0f;
-  be_->sequence().embed(back.data() + 3, table.data(), 1, 1, &row);
+  be_->kernels<SequenceKernels>().embed(back.data() + 3, table.data(), 1, 1, &row);
   EXPECT_EQ(row, static_cast<float>((big + 2) % 1000));
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/model.hpp"
 

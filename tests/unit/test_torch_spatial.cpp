@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "spatial_test_support.hpp"
 #include "test_paths.hpp"
 

@@ -16,7 +16,8 @@
 
 #include "backends/cpu/cpu_gemm.hpp"
 #include "cnn_bench.hpp"
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/model/model.hpp"

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/model/model.hpp"
@@ -89,7 +91,7 @@ class LibraryPasses {
       g.padding[std::size_t(d)] = a.size() > 3 ? a[3] : (a[1] - 1) / 2;
     }
     g.max_rows = rows;
-    ConvPlan* plan = conv_plans_.emplace_back(be_.spatial().conv_plan(g)).get();
+    ConvPlan* plan = conv_plans_.emplace_back(be_.kernels<SpatialKernels>().conv_plan(g)).get();
     const std::size_t x_n = std::size_t(rows) * in.size(), y_n = std::size_t(rows) * out.size();
     std::size_t w_n = std::size_t(in[0]) * std::size_t(out[0]);
     for (int d = 0; d < g.dims; ++d) w_n *= std::size_t(g.kernel[std::size_t(d)]);
@@ -118,7 +120,7 @@ class LibraryPasses {
       g.stride[std::size_t(d)] = a.size() > 1 ? a[1] : a[0];
     }
     g.max_rows = rows;
-    PoolPlan* plan = pool_plans_.emplace_back(be_.spatial().pool_plan(g)).get();
+    PoolPlan* plan = pool_plans_.emplace_back(be_.kernels<SpatialKernels>().pool_plan(g)).get();
     const std::size_t x_n = std::size_t(rows) * in.size(), y_n = std::size_t(rows) * out.size();
     float *x = buffer(x_n), *y = buffer(y_n), *dy = buffer(y_n), *dx = buffer(x_n);
     forward_.push_back([=] { plan->forward(x, y, rows); });

@@ -15,7 +15,7 @@
 
 #include "backends/cpu/onednn/engine.hpp"
 #include "cnn_bench.hpp"
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/model/model.hpp"
 
 namespace dptrain::bench {

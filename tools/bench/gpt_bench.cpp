@@ -29,6 +29,7 @@
 //            [--warmup N] [--device cpu|cuda] [--precision fp32|tf32|bf16]
 //            [--peak-tflops X] [--lr LR] [--beta2 B2] [--weight-decay W]
 //            [--clip-grad-norm C] [--weight-decay-params all|matrices]
+#include "dptrain/backends/backend_factory.hpp"
 #include "gpt_bench.hpp"
 
 namespace dptrain::bench {

@@ -24,7 +24,7 @@
 
 #include "backends/cpu/cpu_gemm.hpp"
 #include "bench_rows.hpp"
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/model/layer_spec.hpp"
 #include "dptrain/model/loss.hpp"
@@ -69,11 +69,12 @@ double device_ms(Backend& be, F&& fn) {
   return be.marker_ms(0, 1);  // waits for the second marker
 }
 
-// The kernel tables of another backend. Backend::kernels() is protected; a
-// class derived from Backend may form a pointer to it (&TablesOf::kernels
-// is Backend's virtual member) and call that on any Backend.
-struct TablesOf : Backend {
-  static KernelTables& of(Backend& be) { return (be.*&TablesOf::kernels)(); }
+// The kernel registry of another backend. Backend::kernel_registry() is
+// protected; a class derived from Backend may form a pointer to it
+// (&RegistryOf::kernel_registry is Backend's virtual member) and call that
+// on any Backend.
+struct RegistryOf : Backend {
+  static KernelRegistry& of(Backend& be) { return (be.*&RegistryOf::kernel_registry)(); }
 };
 
 // --- a backend that records and times the GEMMs it forwards -------------------
@@ -100,7 +101,7 @@ struct GemmCall {
 };
 
 // Forwards everything to `inner` (so GEMMs run on its library and its
-// cached batched primitives, kernels on its kernel tables, on its device).
+// cached batched primitives, kernels on its kernel registry, on its device).
 // While `record`, every GEMM call is appended to `calls`; each call's host
 // time adds to gemm_ms / batched_ms (the layers row, CPU only: on a GPU the
 // host only queues the call).
@@ -117,7 +118,7 @@ class InstrumentedBackend final : public Backend {
   std::string placement() const override { return inner_.placement(); }
   std::string gemm_library() const override { return inner_.gemm_library(); }
   BackendCaps caps() const override { return inner_.caps(); }
-  std::unique_ptr<Communicator> make_communicator(MPI_Comm world) override {
+  std::unique_ptr<Communicator> make_communicator(const MpiCommHandle& world) override {
     return inner_.make_communicator(world);
   }
   void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
@@ -167,7 +168,7 @@ class InstrumentedBackend final : public Backend {
   }
 
  protected:
-  KernelTables& kernels() override { return TablesOf::of(inner_); }
+  KernelRegistry& kernel_registry() override { return RegistryOf::of(inner_); }
 
  private:
   Backend& inner_;

@@ -1,5 +1,6 @@
 // Implements: the layers row of dptrain_gpt_bench (see gpt_bench.hpp): the
 // GPT's step driven layer by layer, timed per layer family.
+#include "dptrain/backends/backend_buffer.hpp"
 #include "gpt_bench.hpp"
 
 namespace dptrain::bench {

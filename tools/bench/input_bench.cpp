@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/h5.hpp"
 #include "dptrain/data/batch_plan.hpp"

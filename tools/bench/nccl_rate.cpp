@@ -21,7 +21,8 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/error_cuda.hpp"
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/run/mpi_session.hpp"
@@ -112,7 +113,7 @@ int run(const dptrain::MpiSession& mpi, const Args& args) {
   dptrain::BackendOptions bo;
   bo.device_index = mpi.local_rank() % gpus;
   auto be = dptrain::make_backend("cuda", bo);
-  auto comm = be->make_communicator(MPI_COMM_WORLD);
+  auto comm = be->make_communicator(dptrain::MpiCommHandle{MPI_COMM_WORLD});
   BareNccl bare(mpi.rank(), mpi.size(), bo.device_index);
   for (double mib : args.mib) {
     const std::size_t n = std::max<std::size_t>(1, static_cast<std::size_t>(mib * 262144.0));

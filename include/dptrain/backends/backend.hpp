@@ -1,63 +1,25 @@
 // Implements: the compute interface of one device (docs/design.md section 1): a
 // small core (memory and copies, host staging and uploads, a device clock,
-// GEMM, capability queries) and one table of kernels per layer family,
-// reached through one accessor each. Called per layer or per arena, never per
+// GEMM, capability queries) and its kernel families, one table each, found
+// by type (kernels<Family>()). Called per layer or per arena, never per
 // element. Pointers passed to these functions are device pointers obtained
-// from allocate() (host memory on the CPU backend). All matrices are row-major.
+// from allocate() (host memory on the CPU backend). All matrices are
+// row-major. Made by dptrain/backends/backend_factory.hpp; owning buffers are
+// dptrain/backends/backend_buffer.hpp.
 #pragma once
-
-#include <mpi.h>
 
 #include <atomic>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <new>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include "dptrain/backends/kernels/activation_kernels.hpp"
-#include "dptrain/backends/kernels/augment_kernels.hpp"
-#include "dptrain/backends/kernels/dense_kernels.hpp"
-#include "dptrain/backends/kernels/dropout_kernels.hpp"
-#include "dptrain/backends/kernels/loss_kernels.hpp"
-#include "dptrain/backends/kernels/norm_kernels.hpp"
-#include "dptrain/backends/kernels/optimizer_kernels.hpp"
-#include "dptrain/backends/kernels/sequence_kernels.hpp"
-#include "dptrain/backends/kernels/spatial_kernels.hpp"
-#include "dptrain/comm/communicator.hpp"
+#include "dptrain/backends/kernel_family.hpp"
 
 namespace dptrain {
 
-// The kernel families of one backend, one table each, made when the backend
-// is made (every layer family finds its table at model build time).
-struct KernelTables {
-  std::unique_ptr<ActivationKernels> activations;
-  std::unique_ptr<DenseKernels> dense;
-  std::unique_ptr<LossKernels> losses;
-  std::unique_ptr<OptimizerKernels> optimizers;
-  std::unique_ptr<SpatialKernels> spatial;  // convolution and pooling plans
-  std::unique_ptr<NormKernels> norm;        // bn
-  std::unique_ptr<DropoutKernels> dropout;
-  std::unique_ptr<AugmentKernels> augment;  // --augment crop and flip
-  // embed, pos, ln, attn, seq, gap over positions; null on a backend that
-  // has no sequence kernels yet (Backend::sequence then says so).
-  std::unique_ptr<SequenceKernels> sequence = nullptr;
-};
-
-// --precision: fp32 everywhere; tf32 tensor-core GEMMs (fp32 storage); bf16
-// GEMM inputs with fp32 accumulation, fp32 master weights, optimizer state
-// and gradient reduction. The CPU backend supports fp32 only.
-enum class Precision { kFp32, kTf32, kBf16 };
-// --precision fp32, tf32 or bf16; Error(kUsage) for another name.
-Precision parse_precision(const std::string& name);
-
-struct BackendOptions {
-  int threads = 1;       // CPU compute threads (BLAS)
-  int device_index = 0;  // device ordinal (CUDA)
-  Precision precision = Precision::kFp32;
-};
+class Communicator;    // dptrain/comm/communicator.hpp
+struct MpiCommHandle;  // an MPI_Comm, defined there too
 
 // What callers may rely on, asked instead of which backend it is.
 struct BackendCaps {
@@ -88,7 +50,9 @@ class Backend {
   // world (duplicated, so their traffic never mixes with anything else on
   // it): MPI on host memory, NCCL on CUDA device memory. Collective over
   // world. The backend must outlive the communicator.
-  virtual std::unique_ptr<Communicator> make_communicator(MPI_Comm world) = 0;
+  // world wraps an MPI_Comm (dptrain/comm/communicator.hpp), so that this
+  // header needs no MPI.
+  virtual std::unique_ptr<Communicator> make_communicator(const MpiCommHandle& world) = 0;
 
   // --- memory (bytes) ---
   virtual void* allocate(std::size_t bytes) = 0;  // zero-filled
@@ -175,26 +139,22 @@ class Backend {
     std::size_t nonfinite = 0;
     double sum_squares = 0.0;
   };
-  virtual GradientCheck check_gradients(const float* g, std::size_t n, bool norm) {
-    return {count_nonfinite(g, n), norm ? optimizers().sum_squares(g, n) : 0.0};
+  virtual GradientCheck check_gradients(const float* g, std::size_t n, bool norm);
+
+  // --- the kernel families (dptrain/backends/kernels/), one table each ---
+  // The backend's table of Family, e.g. be.kernels<NormKernels>(): O(1), so
+  // that a call site may ask per call. Error(kUsage) naming the backend
+  // where it has none (Family::kMissing, or "<kName> kernels").
+  template <typename Family>
+  Family& kernels() {
+    if (Family* table = kernel_registry().template find<Family>()) return *table;
+    throw_missing_family(missing_text<Family>());
   }
 
-  // --- the kernel families, one table each (dptrain/backends/kernels/) ---
-  ActivationKernels& activations() { return *kernels().activations; }
-  DenseKernels& dense() { return *kernels().dense; }
-  LossKernels& losses() { return *kernels().losses; }
-  OptimizerKernels& optimizers() { return *kernels().optimizers; }
-  SpatialKernels& spatial() { return *kernels().spatial; }
-  NormKernels& norm() { return *kernels().norm; }
-  DropoutKernels& dropout() { return *kernels().dropout; }
-  AugmentKernels& augment() { return *kernels().augment; }
-  // Error(kUsage) naming the backend where it has no sequence kernels.
-  SequenceKernels& sequence();
-
  protected:
-  // The implementation's tables: a member of it, so that they are destroyed
-  // before the streams and handles it declared ahead of them.
-  virtual KernelTables& kernels() = 0;
+  // The implementation's registry: a member of it, declared after the
+  // streams and handles the tables use, so that the tables go first.
+  virtual KernelRegistry& kernel_registry() = 0;
 
  public:
   // Bytes of device memory held in DeviceBuffers now (what the start-up
@@ -206,91 +166,16 @@ class Backend {
   }
 
  private:
+  template <typename Family>
+  static std::string missing_text() {
+    if constexpr (requires { Family::kMissing; }) return Family::kMissing;
+    else return std::string(Family::kName) + " kernels";
+  }
+  // Error(kUsage): "the <name()> backend has no <what>".
+  [[noreturn]] void throw_missing_family(const std::string& what) const;
+
   static constexpr std::size_t kHostAlignment = 64;
   std::atomic<std::size_t> buffer_bytes_{0};
 };
-
-// --- the factory: the one place that maps names to implementations ---
-// Every name make_backend knows, built into this binary or not, in the order
-// --device lists them: "cpu", "cuda".
-std::vector<std::string> backend_names();
-// The backend called name: cpu always exists; cuda only when built with CUDA.
-// Throws an exit-2 Error for an unknown name, a backend not built into this
-// binary, or one that cannot run here (no usable GPU, a bad device index).
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& opts);
-// How many devices the named backend can run on from this process: 1 for
-// cpu; the visible GPUs for cuda (0 when not built or none is visible).
-// Never touches a device it is not asked to; exit-2 Error for an unknown name.
-int visible_devices(const std::string& name);
-// The device's UUID as nvidia-smi prints it ("GPU-xxxxxxxx-..."), so that
-// ranks can tell whether two of them were given the same device; empty when
-// the backend has no such id or the device cannot be queried.
-std::string device_uuid(const std::string& name, int device);
-// First thing in main(), before MPI starts: what a backend's libraries must
-// do before anything else (an OpenBLAS build may re-execute the program with
-// the kernel this CPU supports).
-void prepare_backends(char** argv);
-
-
-// Where a BackendBuffer lives: device memory (Backend::allocate) or host
-// staging memory (Backend::allocate_host, pinned on CUDA).
-enum class MemoryKind { kDevice, kHost };
-
-// Owning buffer of T, allocated through a Backend. Non-copyable; a move
-// leaves the source empty.
-template <typename T, MemoryKind kKind>
-class BackendBuffer {
- public:
-  BackendBuffer() = default;
-  BackendBuffer(Backend& be, std::size_t count)
-      : be_(&be), ptr_(static_cast<T*>(count ? allocate(be, count * sizeof(T)) : nullptr)),
-        count_(count) {
-    if (kKind == MemoryKind::kDevice && ptr_) be.count_buffer(count * sizeof(T), true);
-  }
-  ~BackendBuffer() { reset(); }
-  BackendBuffer(const BackendBuffer&) = delete;
-  BackendBuffer& operator=(const BackendBuffer&) = delete;
-  BackendBuffer(BackendBuffer&& o) noexcept
-      : be_(std::exchange(o.be_, nullptr)), ptr_(std::exchange(o.ptr_, nullptr)),
-        count_(std::exchange(o.count_, 0)) {}
-  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      be_ = std::exchange(o.be_, nullptr);
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      count_ = std::exchange(o.count_, 0);
-    }
-    return *this;
-  }
-  void reset() noexcept {
-    if (ptr_ && be_) {
-      if constexpr (kKind == MemoryKind::kDevice) {
-        be_->deallocate(ptr_);
-        be_->count_buffer(count_ * sizeof(T), false);
-      } else {
-        be_->deallocate_host(ptr_);
-      }
-    }
-    ptr_ = nullptr;
-    count_ = 0;
-  }
-  T* get() const noexcept { return ptr_; }
-  std::size_t size() const noexcept { return count_; }
-
- private:
-  static void* allocate(Backend& be, std::size_t bytes) {
-    if constexpr (kKind == MemoryKind::kDevice) return be.allocate(bytes);
-    else return be.allocate_host(bytes);
-  }
-
-  Backend* be_ = nullptr;
-  T* ptr_ = nullptr;
-  std::size_t count_ = 0;
-};
-
-template <typename T>
-using DeviceBuffer = BackendBuffer<T, MemoryKind::kDevice>;
-template <typename T>
-using HostBuffer = BackendBuffer<T, MemoryKind::kHost>;
 
 }  // namespace dptrain

@@ -81,7 +81,13 @@ class Communicator {
   int started_ = 0;  // tickets of the blocking default
 };
 
-// A backend's own communicator comes from Backend::make_communicator.
+// The MPI communicator a backend's own communicator spans, as
+// Backend::make_communicator takes it (dptrain/backends/backend.hpp
+// declares it only, and so needs no MPI):
+//   be.make_communicator(MpiCommHandle{MPI_COMM_WORLD})
+struct MpiCommHandle {
+  MPI_Comm comm;
+};
 
 // MPI over host memory; comm is duplicated so our traffic never mixes with
 // anything else on it. What the CPU backend's make_communicator returns;

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/data/batch_plan.hpp"
 #include "dptrain/data/dataset.hpp"
 #include "dptrain/data/input_queue.hpp"

@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
 #include "dptrain/model/layer.hpp"
 #include "dptrain/model/layer_events.hpp"
 #include "dptrain/model/layer_spec.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/model/layer.hpp"
 
 namespace dptrain {

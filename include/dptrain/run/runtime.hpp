@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/run/mpi_session.hpp"
 #include "dptrain/run/options.hpp"

@@ -10,8 +10,9 @@
 #include <memory>
 #include <numbers>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/vector_clones.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -136,7 +137,8 @@ class CpuActivationKernels final : public ActivationKernels {
 
 }  // namespace
 
-std::unique_ptr<ActivationKernels> make_cpu_activation_kernels() {
+template <>
+std::unique_ptr<ActivationKernels> make_cpu_kernels<ActivationKernels>() {
   return std::make_unique<CpuActivationKernels>();
 }
 

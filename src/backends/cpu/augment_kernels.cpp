@@ -8,7 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
+#include "dptrain/backends/kernels/augment_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -52,7 +53,8 @@ class CpuAugmentKernels final : public AugmentKernels {
 
 }  // namespace
 
-std::unique_ptr<AugmentKernels> make_cpu_augment_kernels() {
+template <>
+std::unique_ptr<AugmentKernels> make_cpu_kernels<AugmentKernels>() {
   return std::make_unique<CpuAugmentKernels>();
 }
 

@@ -1,8 +1,8 @@
 // Implements: the core of the CPU reference backend — host memory that is
 // backend memory at once (so staging and uploads reduce to memcpy), the
 // GEMM (oneDNN or OpenBLAS, cpu_gemm.hpp; bf16 inputs on oneDNN where the CPU
-// has bf16 instructions), the NaN/Inf count, and the kernel tables of this
-// folder.
+// has bf16 instructions), the NaN/Inf count, and the registry of the kernel
+// families of this folder.
 // The CUDA backend is tested against this one, so it favours exactness over
 // speed where they conflict.
 #include "backends/cpu/cpu_backend.hpp"
@@ -15,11 +15,22 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_gemm.hpp"
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/onednn/batched_gemm.hpp"
 #include "backends/cpu/onednn/bf16_gemm.hpp"
 #include "backends/cpu/onednn/engine.hpp"
 #include "backends/cpu/vector_clones.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
+#include "dptrain/backends/kernels/augment_kernels.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
+#include "dptrain/backends/kernels/dropout_kernels.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
+#include "dptrain/backends/kernels/norm_kernels.hpp"
+#include "dptrain/backends/kernels/optimizer_kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
+#include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
@@ -46,12 +57,17 @@ void add_to(const float* __restrict x, float* __restrict y, std::size_t n) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const BackendOptions& opts)
-      : kernels_{make_cpu_activation_kernels(), make_cpu_dense_kernels(),
-                 make_cpu_loss_kernels(),       make_cpu_optimizer_kernels(),
-                 make_cpu_spatial_kernels(),    make_cpu_norm_kernels(),
-                 make_cpu_dropout_kernels(),    make_cpu_augment_kernels(),
-                 make_cpu_sequence_kernels()} {
+  explicit CpuBackend(const BackendOptions& opts) {
+    // The kernel families of this backend, one line each (kernel_factory.hpp).
+    add_family<ActivationKernels>();
+    add_family<DenseKernels>();
+    add_family<LossKernels>();
+    add_family<OptimizerKernels>();
+    add_family<SpatialKernels>();  // on oneDNN primitives
+    add_family<NormKernels>();
+    add_family<DropoutKernels>();
+    add_family<AugmentKernels>();
+    add_family<SequenceKernels>();
     if (opts.precision == Precision::kTf32)
       throw Error(ExitCode::kUsage, "--precision tf32 needs --device cuda (TF32 is a GPU format)");
     if (opts.precision == Precision::kBf16) {
@@ -84,8 +100,8 @@ class CpuBackend final : public Backend {
   BackendCaps caps() const override {
     return {.staged_uploads = false, .device_clock = false, .host_addressable_memory = true};
   }
-  std::unique_ptr<Communicator> make_communicator(MPI_Comm world) override {
-    return make_mpi_communicator(world);
+  std::unique_ptr<Communicator> make_communicator(const MpiCommHandle& world) override {
+    return make_mpi_communicator(world.comm);
   }
 
   void* allocate(std::size_t bytes) override {
@@ -165,16 +181,21 @@ class CpuBackend final : public Backend {
 
 
  protected:
-  KernelTables& kernels() override { return kernels_; }
+  KernelRegistry& kernel_registry() override { return kernels_; }
 
  private:
+  template <typename Family>
+  void add_family() {
+    kernels_.add(make_cpu_kernels<Family>());
+  }
+
   // aligned_alloc needs a size that is a multiple of the alignment, and a
   // zero-byte request must still give a pointer that deallocate accepts.
   static std::size_t rounded(std::size_t bytes) {
     return std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   }
 
-  KernelTables kernels_;
+  KernelRegistry kernels_;
   std::unique_ptr<onednn::Bf16Gemm> bf16_;  // --precision bf16 only
   std::unique_ptr<onednn::BatchedGemm> batched_;
 };

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 
 namespace dptrain {
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);

@@ -5,8 +5,9 @@
 #include <cstddef>
 #include <memory>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/vector_clones.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -43,7 +44,8 @@ class CpuDenseKernels final : public DenseKernels {
 
 }  // namespace
 
-std::unique_ptr<DenseKernels> make_cpu_dense_kernels() {
+template <>
+std::unique_ptr<DenseKernels> make_cpu_kernels<DenseKernels>() {
   return std::make_unique<CpuDenseKernels>();
 }
 

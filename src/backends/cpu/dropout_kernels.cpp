@@ -6,8 +6,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/vector_clones.hpp"
+#include "dptrain/backends/kernels/dropout_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -46,7 +47,8 @@ class CpuDropoutKernels final : public DropoutKernels {
 
 }  // namespace
 
-std::unique_ptr<DropoutKernels> make_cpu_dropout_kernels() {
+template <>
+std::unique_ptr<DropoutKernels> make_cpu_kernels<DropoutKernels>() {
   return std::make_unique<CpuDropoutKernels>();
 }
 

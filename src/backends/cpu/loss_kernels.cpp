@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -63,6 +64,9 @@ class CpuLossKernels final : public LossKernels {
 
 }  // namespace
 
-std::unique_ptr<LossKernels> make_cpu_loss_kernels() { return std::make_unique<CpuLossKernels>(); }
+template <>
+std::unique_ptr<LossKernels> make_cpu_kernels<LossKernels>() {
+  return std::make_unique<CpuLossKernels>();
+}
 
 }  // namespace dptrain

@@ -10,7 +10,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
+#include "dptrain/backends/kernels/norm_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -147,7 +148,8 @@ class CpuNormKernels final : public NormKernels {
 
 }  // namespace
 
-std::unique_ptr<NormKernels> make_cpu_norm_kernels() {
+template <>
+std::unique_ptr<NormKernels> make_cpu_kernels<NormKernels>() {
   return std::make_unique<CpuNormKernels>();
 }
 

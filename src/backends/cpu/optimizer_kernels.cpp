@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/vector_clones.hpp"
+#include "dptrain/backends/kernels/optimizer_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -88,7 +89,8 @@ class CpuOptimizerKernels final : public OptimizerKernels {
 
 }  // namespace
 
-std::unique_ptr<OptimizerKernels> make_cpu_optimizer_kernels() {
+template <>
+std::unique_ptr<OptimizerKernels> make_cpu_kernels<OptimizerKernels>() {
   return std::make_unique<CpuOptimizerKernels>();
 }
 

@@ -13,7 +13,8 @@
 #include <limits>
 #include <memory>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -265,7 +266,8 @@ class CpuSequenceKernels final : public SequenceKernels {
 
 }  // namespace
 
-std::unique_ptr<SequenceKernels> make_cpu_sequence_kernels() {
+template <>
+std::unique_ptr<SequenceKernels> make_cpu_kernels<SequenceKernels>() {
   return std::make_unique<CpuSequenceKernels>();
 }
 

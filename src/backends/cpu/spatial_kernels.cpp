@@ -2,8 +2,9 @@
 // plans on oneDNN primitives (src/backends/cpu/onednn/conv_plan.cpp, pool_plan.cpp).
 #include <memory>
 
-#include "backends/cpu/kernel_tables.hpp"
+#include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/onednn/spatial_plans.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 
 namespace dptrain {
 namespace {
@@ -20,7 +21,8 @@ class CpuSpatialKernels final : public SpatialKernels {
 
 }  // namespace
 
-std::unique_ptr<SpatialKernels> make_cpu_spatial_kernels() {
+template <>
+std::unique_ptr<SpatialKernels> make_cpu_kernels<SpatialKernels>() {
   return std::make_unique<CpuSpatialKernels>();
 }
 

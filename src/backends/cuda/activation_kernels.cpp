@@ -3,7 +3,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -26,7 +27,8 @@ class CudaActivationKernels final : public ActivationKernels {
 
 }  // namespace
 
-std::unique_ptr<ActivationKernels> make_activation_kernels(const Launch& l) {
+template <>
+std::unique_ptr<ActivationKernels> make_kernels<ActivationKernels>(const Launch& l, Precision) {
   return std::make_unique<CudaActivationKernels>(l);
 }
 

@@ -10,8 +10,9 @@
 #include <memory>
 
 #include "backends/cuda/error_cuda.hpp"
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
 #include "backends/cuda/scratch.hpp"
+#include "dptrain/backends/kernels/augment_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -39,7 +40,8 @@ class CudaAugmentKernels final : public AugmentKernels {
 
 }  // namespace
 
-std::unique_ptr<AugmentKernels> make_augment_kernels(const Launch& l) {
+template <>
+std::unique_ptr<AugmentKernels> make_kernels<AugmentKernels>(const Launch& l, Precision) {
   return std::make_unique<CudaAugmentKernels>(l);
 }
 

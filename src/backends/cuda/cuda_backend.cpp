@@ -2,8 +2,9 @@
 // non-blocking compute stream, input uploads from pinned memory on a copy
 // stream ordered by per-slot events, device markers, cuBLAS GEMMs (fp32,
 // tf32, bf16 inputs; strided-batched for attention) on row-major data
-// through operand order, the NCCL communicator on its device, and the kernel
-// tables of kernel_tables.hpp, all launching on the compute stream. Semantics are those of the CPU reference
+// through operand order, the NCCL communicator on its device, and the
+// registry of its kernel families (kernel_factory.hpp), all launching on the
+// compute stream. Semantics are those of the CPU reference
 // (src/backends/cpu/), which the GPU tests check.
 #include "backends/cuda/cuda_backend.hpp"
 
@@ -12,14 +13,24 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <string>
 
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/error_cuda.hpp"
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/nccl_comm.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
+#include "dptrain/backends/kernels/augment_kernels.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
+#include "dptrain/backends/kernels/dropout_kernels.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
+#include "dptrain/backends/kernels/norm_kernels.hpp"
+#include "dptrain/backends/kernels/optimizer_kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
+#include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
@@ -29,20 +40,6 @@ namespace {
 // real pointer so that deallocate and DeviceBuffer never special-case it.
 constexpr std::size_t kMinAllocation = 256;
 constexpr int kBlocksPerSm = 8;  // grid-stride kernels: a few waves, no more
-
-// cudaGetDeviceCount, or 0 and the reason. Clears the error, which is not
-// sticky, so later runtime calls in the process are unaffected.
-int device_count(std::string* why) {
-  int n = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&n);
-  if (rc != cudaSuccess) {
-    cudaGetLastError();
-    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
-    return 0;
-  }
-  if (n == 0 && why) *why = "cudaGetDeviceCount found 0 devices";
-  return n;
-}
 
 class CudaBackend final : public Backend {
  public:
@@ -55,15 +52,16 @@ class CudaBackend final : public Backend {
     int sms = 0;
     DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     launch_ = {stream_.get(), std::max(1, sms) * kBlocksPerSm};
-    kernels_.activations = cuda::make_activation_kernels(launch_);
-    kernels_.norm = cuda::make_norm_kernels(launch_);
-    kernels_.dropout = cuda::make_dropout_kernels(launch_);
-    kernels_.augment = cuda::make_augment_kernels(launch_);
-    kernels_.dense = cuda::make_dense_kernels(launch_);
-    kernels_.losses = cuda::make_loss_kernels(launch_);
-    kernels_.optimizers = cuda::make_optimizer_kernels(launch_);
-    kernels_.spatial = cuda::make_spatial_kernels(launch_, precision_);
-    kernels_.sequence = cuda::make_sequence_kernels(launch_);
+    // The kernel families of this backend, one line each (kernel_factory.hpp).
+    add_family<ActivationKernels>();
+    add_family<NormKernels>();
+    add_family<DropoutKernels>();
+    add_family<AugmentKernels>();
+    add_family<DenseKernels>();
+    add_family<LossKernels>();
+    add_family<OptimizerKernels>();
+    add_family<SpatialKernels>();  // on cuDNN, in the backend's precision
+    add_family<SequenceKernels>();
     // The non-finite count, the sum of squares, then its max_blocks partials.
     check_ = cuda::DeviceMemory(static_cast<std::size_t>(launch_.max_blocks + 2) * sizeof(double));
     host_check_ = cuda::PinnedMemory(2 * sizeof(double));
@@ -104,8 +102,8 @@ class CudaBackend final : public Backend {
   }
   // NCCL orders its collectives after and before this backend's compute
   // stream, on this backend's device.
-  std::unique_ptr<Communicator> make_communicator(MPI_Comm world) override {
-    return make_nccl_communicator(world, stream_.get(), device_);
+  std::unique_ptr<Communicator> make_communicator(const MpiCommHandle& world) override {
+    return make_nccl_communicator(world.comm, stream_.get(), device_);
   }
 
   void* allocate(std::size_t bytes) override {
@@ -283,10 +281,14 @@ class CudaBackend final : public Backend {
   }
 
  protected:
-  KernelTables& kernels() override { return kernels_; }
-
+  KernelRegistry& kernel_registry() override { return kernels_; }
 
  private:
+  template <typename Family>
+  void add_family() {
+    kernels_.add(cuda::make_kernels<Family>(launch_, precision_));
+  }
+
   static constexpr std::size_t kBf16Bytes = 2;
 
   static std::size_t index(int slot) {
@@ -349,7 +351,7 @@ class CudaBackend final : public Backend {
   cuda::Stream stream_;
   cuda::CublasHandle cublas_;
   cuda::Launch launch_;
-  KernelTables kernels_;  // destroyed before the stream and handles they use
+  KernelRegistry kernels_;  // destroyed before the stream and handles they use
   cuda::DeviceMemory check_;       // check_gradients' results and scratch
   cuda::PinnedMemory host_check_;
   cuda::DeviceMemory bf16_a_, bf16_b_;
@@ -365,42 +367,15 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-int cuda_visible_devices() {
-  try {
-    return device_count(nullptr);
-  } catch (...) {
-    return 0;  // a device query must never end the process
-  }
-}
-
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
   std::string why;
-  const int n = device_count(&why);
+  const int n = cuda_device_count(&why);
   if (n == 0) throw Error(ExitCode::kUsage, "--device cuda: no usable GPU is visible (" + why + ")");
   if (opts.device_index < 0 || opts.device_index >= n)
     throw Error(ExitCode::kUsage, "--device cuda: GPU " + std::to_string(opts.device_index) +
                                       " requested but only " + std::to_string(n) +
                                       " are visible");
   return std::make_unique<CudaBackend>(opts);
-}
-
-std::string cuda_device_uuid(int device) {
-  try {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-      cudaGetLastError();
-      return {};
-    }
-    const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-    char text[64];
-    std::snprintf(text, sizeof text,
-                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                  u[14], u[15]);
-    return text;
-  } catch (...) {
-    return {};
-  }
 }
 
 }  // namespace dptrain

@@ -7,10 +7,15 @@
 #include <string>
 
 #include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 
 namespace dptrain {
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);
 int cuda_visible_devices();  // 0 when no GPU is usable
+// cudaGetDeviceCount, or 0 and the reason in *why (when why is not null).
+// Clears the error, which is not sticky, so later runtime calls in the
+// process are unaffected (cuda_devices.cpp).
+int cuda_device_count(std::string* why);
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" as nvidia-smi prints it, so that
 // ranks can tell whether two of them were given the same GPU; empty when the

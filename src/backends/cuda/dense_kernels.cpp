@@ -2,7 +2,8 @@
 // bias gradient as one launch each on the compute stream (elementwise.cu).
 #include <memory>
 
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -24,7 +25,8 @@ class CudaDenseKernels final : public DenseKernels {
 
 }  // namespace
 
-std::unique_ptr<DenseKernels> make_dense_kernels(const Launch& l) {
+template <>
+std::unique_ptr<DenseKernels> make_kernels<DenseKernels>(const Launch& l, Precision) {
   return std::make_unique<CudaDenseKernels>(l);
 }
 

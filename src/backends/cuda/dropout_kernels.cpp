@@ -5,7 +5,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/kernels/dropout_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -30,7 +31,8 @@ class CudaDropoutKernels final : public DropoutKernels {
 
 }  // namespace
 
-std::unique_ptr<DropoutKernels> make_dropout_kernels(const Launch& l) {
+template <>
+std::unique_ptr<DropoutKernels> make_kernels<DropoutKernels>(const Launch& l, Precision) {
   return std::make_unique<CudaDropoutKernels>(l);
 }
 

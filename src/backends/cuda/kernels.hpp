@@ -1,6 +1,6 @@
 // Implements: the launchers of the CUDA kernels (internal to src/backends/cuda/). Each
 // launches on the given stream, checks the launch, and returns at once; the
-// kernel tables (kernel_tables.hpp) and the CudaBackend map the Backend
+// kernel tables (kernel_factory.hpp) and the CudaBackend map the Backend
 // interface onto them.
 #pragma once
 

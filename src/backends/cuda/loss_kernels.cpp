@@ -5,7 +5,8 @@
 #include <memory>
 
 #include "backends/cuda/cuda_handles.hpp"
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -34,7 +35,8 @@ class CudaLossKernels final : public LossKernels {
 
 }  // namespace
 
-std::unique_ptr<LossKernels> make_loss_kernels(const Launch& l) {
+template <>
+std::unique_ptr<LossKernels> make_kernels<LossKernels>(const Launch& l, Precision) {
   return std::make_unique<CudaLossKernels>(l);
 }
 

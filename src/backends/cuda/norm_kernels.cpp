@@ -7,8 +7,9 @@
 #include <cstddef>
 #include <memory>
 
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
 #include "backends/cuda/scratch.hpp"
+#include "dptrain/backends/kernels/norm_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -59,7 +60,8 @@ class CudaNormKernels final : public NormKernels {
 
 }  // namespace
 
-std::unique_ptr<NormKernels> make_norm_kernels(const Launch& l) {
+template <>
+std::unique_ptr<NormKernels> make_kernels<NormKernels>(const Launch& l, Precision) {
   return std::make_unique<CudaNormKernels>(l);
 }
 

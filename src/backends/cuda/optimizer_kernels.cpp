@@ -9,8 +9,9 @@
 
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/error_cuda.hpp"
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "dptrain/backends/kernels/optimizer_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -67,7 +68,8 @@ class CudaOptimizerKernels final : public OptimizerKernels {
 
 }  // namespace
 
-std::unique_ptr<OptimizerKernels> make_optimizer_kernels(const Launch& l) {
+template <>
+std::unique_ptr<OptimizerKernels> make_kernels<OptimizerKernels>(const Launch& l, Precision) {
   return std::make_unique<CudaOptimizerKernels>(l);
 }
 

@@ -7,7 +7,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -89,7 +90,8 @@ class CudaSequenceKernels final : public SequenceKernels {
 
 }  // namespace
 
-std::unique_ptr<SequenceKernels> make_sequence_kernels(const Launch& l) {
+template <>
+std::unique_ptr<SequenceKernels> make_kernels<SequenceKernels>(const Launch& l, Precision) {
   return std::make_unique<CudaSequenceKernels>(l);
 }
 

@@ -1,5 +1,6 @@
 // Implements: the CUDA factory of a build without CUDA.
 #include "backends/cuda/cuda_backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {

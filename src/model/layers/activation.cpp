@@ -2,6 +2,7 @@
 // gelu:tanh (the tanh approximation) and sigmoid — elementwise over any shape, through the backend's
 // activation kernels. No parameters; backward reads the forward's input and
 // output, which the model keeps.
+#include "dptrain/backends/kernels/activation_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/model.hpp"
 #include "model/layers/family.hpp"
@@ -22,12 +23,12 @@ class ActivationLayer final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    be.activations().forward(f_, x.data, y.data, x.count());
+    be.kernels<ActivationKernels>().forward(f_, x.data, y.data, x.count());
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView y, ConstTensorView dy,
                       TensorView dx) override {
-    be.activations().backward(f_, x.data, y.data, dy.data, dx.data, x.count());
+    be.kernels<ActivationKernels>().backward(f_, x.data, y.data, dy.data, dx.data, x.count());
   }
 
  private:

@@ -9,6 +9,9 @@
 // dqkv for the input gradient. Nothing allocates after allocate().
 #include <cmath>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/dense_kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "model/layers/family.hpp"
@@ -36,7 +39,7 @@ class Attention final : public Layer {
   }
 
   void allocate(Backend& be, int max_rows) override {
-    be.sequence();
+    be.kernels<SequenceKernels>();
     const std::size_t rows = static_cast<std::size_t>(max_rows);
     const std::size_t seq = rows * tokens_ * dim_, scores = rows * heads_ * tokens_ * tokens_;
     for (DeviceBuffer<float>* b : {&qkv_, &dqkv_}) *b = DeviceBuffer<float>(be, 3 * seq);
@@ -56,12 +59,12 @@ class Attention final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    SequenceKernels& seq = be.sequence();
+    SequenceKernels& seq = be.kernels<SequenceKernels>();
     const HeadShape s = shape(x.rows);
     const int rows = x.rows * tokens_, d = dim_, t = tokens_, hd = head_dim_;
     const float* p = arenas().params;
     be.gemm(false, true, rows, 3 * d, d, 1.0f, x.data, d, p + in_weight_, d, 0.0f, qkv_.get(), 3 * d);
-    be.dense().add_bias(qkv_.get(), p + in_bias_, rows, 3 * d);
+    be.kernels<DenseKernels>().add_bias(qkv_.get(), p + in_bias_, rows, 3 * d);
     seq.split_qkv(qkv_.get(), s, q_.get(), k_.get(), v_.get());
     const int nh = x.rows * heads_;
     const std::size_t th = std::size_t(t) * hd, tt = std::size_t(t) * t;
@@ -72,11 +75,11 @@ class Attention final : public Layer {
                     heads_out_.get(), hd, th, nh);
     seq.merge_heads(heads_out_.get(), s, merged_.get());
     be.gemm(false, true, rows, d, d, 1.0f, merged_.get(), d, p + out_weight_, d, 0.0f, y.data, d);
-    be.dense().add_bias(y.data, p + out_bias_, rows, d);
+    be.kernels<DenseKernels>().add_bias(y.data, p + out_bias_, rows, d);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    SequenceKernels& seq = be.sequence();
+    SequenceKernels& seq = be.kernels<SequenceKernels>();
     const HeadShape s = shape(x.rows);
     const int rows = x.rows * tokens_, d = dim_, t = tokens_, hd = head_dim_, nh = x.rows * heads_;
     const std::size_t th = std::size_t(t) * hd, tt = std::size_t(t) * t;
@@ -84,7 +87,7 @@ class Attention final : public Layer {
     float* g = arenas().grads;
     // Output projection: its gradients, and the gradient of the merged heads.
     be.gemm(true, false, d, d, rows, 1.0f, dy.data, d, merged_.get(), d, 0.0f, g + out_weight_, d);
-    be.dense().bias_grad(dy.data, g + out_bias_, rows, d);
+    be.kernels<DenseKernels>().bias_grad(dy.data, g + out_bias_, rows, d);
     be.gemm(false, false, rows, d, d, 1.0f, dy.data, d, p + out_weight_, d, 0.0f, merged_.get(), d);
     seq.split_heads(merged_.get(), s, d_heads_.get());
     // o = p v: dp = do vᵀ, dv = pᵀ do; then the softmax; dq = ds k, dk = dsᵀ q.
@@ -100,7 +103,7 @@ class Attention final : public Layer {
     seq.join_qkv(dq_.get(), dk_.get(), dv_.get(), s, dqkv_.get());
     // Input projection.
     be.gemm(true, false, 3 * d, d, rows, 1.0f, dqkv_.get(), 3 * d, x.data, d, 0.0f, g + in_weight_, d);
-    be.dense().bias_grad(dqkv_.get(), g + in_bias_, rows, 3 * d);
+    be.kernels<DenseKernels>().bias_grad(dqkv_.get(), g + in_bias_, rows, 3 * d);
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "dptrain/common/random.hpp"
 #include "model/layers/spatial_shape.hpp"
 
@@ -82,7 +83,7 @@ class Conv final : public Layer {
   void allocate(Backend& be, int max_rows) override {
     ConvGeometry g = geometry_;
     g.max_rows = std::max(1, max_rows);
-    plan_ = plan_for(name(), [&] { return be.spatial().conv_plan(g); });
+    plan_ = plan_for(name(), [&] { return be.kernels<SpatialKernels>().conv_plan(g); });
   }
 
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {

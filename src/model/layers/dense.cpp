@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "model/layers/family.hpp"
@@ -53,7 +54,7 @@ class Dense final : public Layer {
     const float* w = arenas().params + weight_;
     const int rows = x.rows * positions_;
     be.gemm(false, true, rows, out_, in_, 1.0f, x.data, in_, w, in_, 0.0f, y.data, out_);
-    be.dense().add_bias(y.data, arenas().params + bias_, rows, out_);
+    be.kernels<DenseKernels>().add_bias(y.data, arenas().params + bias_, rows, out_);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
@@ -61,7 +62,7 @@ class Dense final : public Layer {
     const int rows = x.rows * positions_;
     be.gemm(true, false, out_, in_, rows, 1.0f, dy.data, out_, x.data, in_, 0.0f,
             arenas().grads + weight_, in_);
-    be.dense().bias_grad(dy.data, arenas().grads + bias_, rows, out_);
+    be.kernels<DenseKernels>().bias_grad(dy.data, arenas().grads + bias_, rows, out_);
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,

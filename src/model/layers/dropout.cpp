@@ -9,6 +9,8 @@
 #include <cmath>
 #include <system_error>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/dropout_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "model/layers/family.hpp"
 
@@ -46,7 +48,8 @@ class Dropout final : public Layer {
   bool differs_in_eval() const override { return true; }
 
   void allocate(Backend& be, int max_rows) override {
-    kernels_ = &be.dropout();  // a backend without these kernels says so here, at build time
+    kernels_ = &be.kernels<DropoutKernels>();  // a backend without these kernels says so here, at
+                                               // build time
     keep_ = DeviceBuffer<std::uint8_t>(be, static_cast<std::size_t>(max_rows) * input_shape().size());
   }
 

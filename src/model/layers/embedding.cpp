@@ -6,6 +6,7 @@
 // sums the rows of repeated ids in a fixed order.
 #include <cstdint>
 
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "model/layers/family.hpp"
@@ -25,7 +26,7 @@ class Embedding final : public Layer {
 
   std::string spec() const override { return "embed:" + std::to_string(dim_); }
 
-  void allocate(Backend& be, int /*max_rows*/) override { be.sequence(); }
+  void allocate(Backend& be, int /*max_rows*/) override { be.kernels<SequenceKernels>(); }
 
   void init(std::uint64_t seed, bool, const ArenaPointers& host) const override {
     Rng rng(mix_seed(seed, kInitPurpose, kEmbedStream + static_cast<std::uint64_t>(index_)));
@@ -35,12 +36,13 @@ class Embedding final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    be.sequence().embed(token_ids(x), arenas().params + weight_, x.rows * tokens_, dim_, y.data);
+    be.kernels<SequenceKernels>().embed(token_ids(x), arenas().params + weight_, x.rows * tokens_,
+                                        dim_, y.data);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    be.sequence().embed_grad(token_ids(x), dy.data, x.rows * tokens_, vocab_, dim_,
-                             arenas().grads + weight_);
+    be.kernels<SequenceKernels>().embed_grad(token_ids(x), dy.data, x.rows * tokens_, vocab_, dim_,
+                                             arenas().grads + weight_);
   }
 
   // Ids have no gradient; the model never asks for one past its first

@@ -3,6 +3,8 @@
 // y = (x − μ) / sqrt(σ² + 1e-5) · weight + bias with the biased variance
 // (torch.nn.LayerNorm(D): weight ones, bias zeros). The forward keeps each
 // row's mean and 1/σ for the backward pass.
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "model/layers/family.hpp"
 
@@ -23,11 +25,12 @@ class LayerNorm final : public Layer {
   std::string spec() const override { return "ln"; }
 
   void allocate(Backend& be, int max_rows) override {
-    be.sequence();
+    be.kernels<SequenceKernels>();
     const std::size_t rows = static_cast<std::size_t>(max_rows) * positions_;
     mean_ = DeviceBuffer<float>(be, rows);
     rstd_ = DeviceBuffer<float>(be, rows);
-    workspace_ = DeviceBuffer<float>(be, be.sequence().layer_norm_workspace(int(rows), dim_));
+    workspace_ = DeviceBuffer<float>(
+        be, be.kernels<SequenceKernels>().layer_norm_workspace(int(rows), dim_));
   }
 
   void init(std::uint64_t, bool, const ArenaPointers& host) const override {
@@ -35,20 +38,22 @@ class LayerNorm final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    be.sequence().layer_norm(x.data, arenas().params + weight_, arenas().params + bias_,
-                             x.rows * positions_, dim_, kEps, y.data, mean_.get(), rstd_.get());
+    be.kernels<SequenceKernels>().layer_norm(x.data, arenas().params + weight_,
+                                             arenas().params + bias_, x.rows * positions_, dim_,
+                                             kEps, y.data, mean_.get(), rstd_.get());
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    be.sequence().layer_norm_param_grad(x.data, dy.data, mean_.get(), rstd_.get(),
-                                        x.rows * positions_, dim_, arenas().grads + weight_,
-                                        arenas().grads + bias_, workspace_.get());
+    be.kernels<SequenceKernels>().layer_norm_param_grad(
+        x.data, dy.data, mean_.get(), rstd_.get(), x.rows * positions_, dim_,
+        arenas().grads + weight_, arenas().grads + bias_, workspace_.get());
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    be.sequence().layer_norm_grad(x.data, dy.data, arenas().params + weight_, mean_.get(),
-                                  rstd_.get(), x.rows * positions_, dim_, dx.data);
+    be.kernels<SequenceKernels>().layer_norm_grad(x.data, dy.data, arenas().params + weight_,
+                                                  mean_.get(), rstd_.get(), x.rows * positions_,
+                                                  dim_, dx.data);
   }
 
  private:

@@ -12,6 +12,8 @@
 // backward_empty) and updates its running statistics from the same global
 // sums, so every tower keeps identical buffers. `bn:local` uses the shard's
 // own statistics, with no collective (torch DDP without SyncBatchNorm).
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "model/layers/family.hpp"
 
@@ -39,7 +41,8 @@ class BatchNorm final : public Layer {
   bool communicates() const override { return global_; }
 
   void allocate(Backend& be, int /*max_rows*/) override {
-    norm_ = &be.norm();  // a backend without these kernels says so here, at build time
+    norm_ =
+        &be.kernels<NormKernels>();  // a backend without these kernels says so here, at build time
     const auto c = static_cast<std::size_t>(channels_);
     mean_ = DeviceBuffer<float>(be, c);
     invstd_ = DeviceBuffer<float>(be, c);

@@ -6,6 +6,7 @@
 // pooling plan, made once at allocate (max pooling's workspace with it).
 #include <algorithm>
 
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "model/layers/spatial_shape.hpp"
 
 namespace dptrain {
@@ -77,7 +78,7 @@ class Pool final : public Layer {
   void allocate(Backend& be, int max_rows) override {
     PoolGeometry g = geometry_;
     g.max_rows = std::max(1, max_rows);
-    plan_ = plan_for(name(), [&] { return be.spatial().pool_plan(g); });
+    plan_ = plan_for(name(), [&] { return be.kernels<SpatialKernels>().pool_plan(g); });
   }
 
   void forward(Backend&, ConstTensorView x, TensorView y, Mode) override {

@@ -2,6 +2,7 @@
 // [T, D] to position t of a sequence [N, T, D] (torch.nn.Embedding(T, D)
 // of arange(T), initialized from N(0, 1) as torch does). The gradient of
 // the weight sums over the shard's sequences in a fixed order.
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "model/layers/family.hpp"
@@ -20,7 +21,7 @@ class Position final : public Layer {
 
   std::string spec() const override { return "pos"; }
 
-  void allocate(Backend& be, int /*max_rows*/) override { be.sequence(); }
+  void allocate(Backend& be, int /*max_rows*/) override { be.kernels<SequenceKernels>(); }
 
   void init(std::uint64_t seed, bool, const ArenaPointers& host) const override {
     Rng rng(mix_seed(seed, kInitPurpose, kPositionStream + static_cast<std::uint64_t>(index_)));
@@ -30,11 +31,13 @@ class Position final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    be.sequence().add_positions(x.data, arenas().params + weight_, x.rows, tokens_, dim_, y.data);
+    be.kernels<SequenceKernels>().add_positions(x.data, arenas().params + weight_, x.rows, tokens_,
+                                                dim_, y.data);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    be.sequence().position_grad(dy.data, x.rows, tokens_, dim_, arenas().grads + weight_);
+    be.kernels<SequenceKernels>().position_grad(dy.data, x.rows, tokens_, dim_,
+                                                arenas().grads + weight_);
   }
 
   void backward_input(Backend& be, ConstTensorView, ConstTensorView, ConstTensorView dy,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/common/error.hpp"
 #include "model/layers/family.hpp"
 

@@ -4,6 +4,7 @@
 // turns strided-conv patches into tokens), and `gap` on a sequence
 // [N, T, D]: the mean over positions, [N, D] (the pool family hands
 // sequences to make_position_mean).
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "model/layers/family.hpp"
 
@@ -25,14 +26,14 @@ class ImageToSequence final : public Layer {
         positions_(positions_of(ctx.input)) {}
 
   std::string spec() const override { return "seq"; }
-  void allocate(Backend& be, int) override { be.sequence(); }
+  void allocate(Backend& be, int) override { be.kernels<SequenceKernels>(); }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    be.sequence().channels_last(x.data, x.rows, channels_, positions_, y.data);
+    be.kernels<SequenceKernels>().channels_last(x.data, x.rows, channels_, positions_, y.data);
   }
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    be.sequence().channels_first(dy.data, x.rows, channels_, positions_, dx.data);
+    be.kernels<SequenceKernels>().channels_first(dy.data, x.rows, channels_, positions_, dx.data);
   }
 
  private:
@@ -45,14 +46,14 @@ class PositionMean final : public Layer {
       : Layer(ctx, Shape{ctx.input[1]}), tokens_(ctx.input[0]), dim_(ctx.input[1]) {}
 
   std::string spec() const override { return "gap"; }
-  void allocate(Backend& be, int) override { be.sequence(); }
+  void allocate(Backend& be, int) override { be.kernels<SequenceKernels>(); }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    be.sequence().mean_positions(x.data, x.rows, tokens_, dim_, y.data);
+    be.kernels<SequenceKernels>().mean_positions(x.data, x.rows, tokens_, dim_, y.data);
   }
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    be.sequence().mean_positions_grad(dy.data, x.rows, tokens_, dim_, dx.data);
+    be.kernels<SequenceKernels>().mean_positions_grad(dy.data, x.rows, tokens_, dim_, dx.data);
   }
 
  private:

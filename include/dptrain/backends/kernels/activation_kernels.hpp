@@ -6,6 +6,8 @@
 
 #include <cstddef>
 
+#include "dptrain/backends/kernel_family.hpp"
+
 namespace dptrain {
 
 // kGeluTanh: GELU's tanh approximation, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))
@@ -13,11 +15,9 @@ namespace dptrain {
 enum class Activation { kRelu, kTanh, kGelu, kSigmoid, kGeluTanh };
 
 // Pointers are device pointers of the backend that owns this table.
-class ActivationKernels {
+class ActivationKernels : public KernelFamily {
  public:
-  virtual ~ActivationKernels() = default;
-  ActivationKernels(const ActivationKernels&) = delete;
-  ActivationKernels& operator=(const ActivationKernels&) = delete;
+  static constexpr const char* kName = "activation";
 
   // y = f(x), elementwise over n values. gelu is the exact erf form
   // (torch.nn.GELU's default), not the tanh approximation.
@@ -27,9 +27,6 @@ class ActivationKernels {
   // gelu:tanh's backward is torch 1.13's GeluBackward formula, term by term.
   virtual void backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
                         std::size_t n) = 0;
-
- protected:
-  ActivationKernels() = default;
 };
 
 }  // namespace dptrain

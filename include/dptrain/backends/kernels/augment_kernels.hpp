@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dptrain/backends/kernel_family.hpp"
 #include "dptrain/common/random.hpp"
 
 namespace dptrain {
@@ -63,20 +64,15 @@ constexpr std::ptrdiff_t source_pixel(int y, int xo, int height, int width, cons
 
 // x is [rows, planes, height, width] in the device memory of the owning
 // backend, augmented in place.
-class AugmentKernels {
+class AugmentKernels : public KernelFamily {
  public:
-  virtual ~AugmentKernels() = default;
-  AugmentKernels(const AugmentKernels&) = delete;
-  AugmentKernels& operator=(const AugmentKernels&) = delete;
+  static constexpr const char* kName = "augment";
 
   // Row r is global position first_row + r of the epoch: it gets
   // draw(seed, epoch, first_row + r, g.crop_padding, g.flip), and every one
   // of its planes the same.
   virtual void apply(float* x, int rows, const AugmentGeometry& g, std::uint64_t seed,
                      std::uint64_t epoch, std::uint64_t first_row) = 0;
-
- protected:
-  AugmentKernels() = default;
 };
 
 }  // namespace dptrain

@@ -3,23 +3,20 @@
 // themselves are Backend::gemm, shared with every family that needs one.
 #pragma once
 
+#include "dptrain/backends/kernel_family.hpp"
+
 namespace dptrain {
 
 // Row-major [rows, cols] tensors in the device memory of the owning backend.
-class DenseKernels {
+class DenseKernels : public KernelFamily {
  public:
-  virtual ~DenseKernels() = default;
-  DenseKernels(const DenseKernels&) = delete;
-  DenseKernels& operator=(const DenseKernels&) = delete;
+  static constexpr const char* kName = "dense";
 
   // y[r, c] += bias[c] for r < rows.
   virtual void add_bias(float* y, const float* bias, int rows, int cols) = 0;
   // db[c] = sum_r dy[r, c]  (overwrites db; rows == 0 gives zeros). The
   // summation order is fixed, so the same inputs give the same bits.
   virtual void bias_grad(const float* dy, float* db, int rows, int cols) = 0;
-
- protected:
-  DenseKernels() = default;
 };
 
 }  // namespace dptrain

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dptrain/backends/kernel_family.hpp"
 #include "dptrain/common/random.hpp"
 
 namespace dptrain {
@@ -53,11 +54,9 @@ constexpr std::uint64_t threshold(double p) {
 
 // Row-major [rows, width] tensors in the device memory of the owning
 // backend; keep holds one byte per element (1 kept, 0 dropped).
-class DropoutKernels {
+class DropoutKernels : public KernelFamily {
  public:
-  virtual ~DropoutKernels() = default;
-  DropoutKernels(const DropoutKernels&) = delete;
-  DropoutKernels& operator=(const DropoutKernels&) = delete;
+  static constexpr const char* kName = "dropout";
 
   // Row r of the shard is global row first_row + r. keep = the draw above;
   // y = keep ? x · scale : 0.
@@ -67,9 +66,6 @@ class DropoutKernels {
   // dx = keep ? dy · scale : 0, over n elements.
   virtual void backward(const float* dy, const std::uint8_t* keep, float* dx, std::size_t n,
                         float scale) = 0;
-
- protected:
-  DropoutKernels() = default;
 };
 
 }  // namespace dptrain

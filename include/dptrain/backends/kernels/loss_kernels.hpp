@@ -5,16 +5,16 @@
 
 #include <cstdint>
 
+#include "dptrain/backends/kernel_family.hpp"
+
 namespace dptrain {
 
 // Row-major [rows, cols] tensors in the device memory of the owning backend;
 // stats points at two floats there. The gradient output may be null
 // (evaluation needs only the stats).
-class LossKernels {
+class LossKernels : public KernelFamily {
  public:
-  virtual ~LossKernels() = default;
-  LossKernels(const LossKernels&) = delete;
-  LossKernels& operator=(const LossKernels&) = delete;
+  static constexpr const char* kName = "loss";
 
   // Softmax cross-entropy over rows of logits[rows, cols] with class labels.
   // dlogits = grad_scale * (softmax - onehot). stats[0] += sum of per-sample
@@ -28,9 +28,6 @@ class LossKernels {
   // stats[1] is left unchanged.
   virtual void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
                    float* dpred, float* stats) = 0;
-
- protected:
-  LossKernels() = default;
 };
 
 }  // namespace dptrain

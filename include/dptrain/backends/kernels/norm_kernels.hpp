@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "dptrain/backends/kernel_family.hpp"
+
 namespace dptrain {
 
 // A batch-norm input seen as [rows, channels, spatial]: per channel over
@@ -22,11 +24,9 @@ struct NormShape {
 
 // Per-channel arrays have `channels` floats; pointers are device pointers
 // of the backend that owns this table.
-class NormKernels {
+class NormKernels : public KernelFamily {
  public:
-  virtual ~NormKernels() = default;
-  NormKernels(const NormKernels&) = delete;
-  NormKernels& operator=(const NormKernels&) = delete;
+  static constexpr const char* kName = "norm";
 
   // sums[c] = Σ (x - shift[c]), sums[C + c] = Σ (x - shift[c])² over the
   // rows and spatial positions of channel c (overwritten; rows == 0 gives
@@ -61,9 +61,6 @@ class NormKernels {
   virtual void input_grad(const float* x, const float* dy, const NormShape& s, const float* mean,
                           const float* invstd, const float* weight, const float* sums,
                           double count, float* dx) = 0;
-
- protected:
-  NormKernels() = default;
 };
 
 }  // namespace dptrain

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dptrain/backends/kernel_family.hpp"
+
 namespace dptrain {
 
 struct SgdParams {
@@ -27,11 +29,9 @@ struct AdamParams {
 };
 
 // Arenas of n floats in the device memory of the owning backend.
-class OptimizerKernels {
+class OptimizerKernels : public KernelFamily {
  public:
-  virtual ~OptimizerKernels() = default;
-  OptimizerKernels(const OptimizerKernels&) = delete;
-  OptimizerKernels& operator=(const OptimizerKernels&) = delete;
+  static constexpr const char* kName = "optimizer";
 
   // velocity is read and written only when p.momentum > 0.
   virtual void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
@@ -46,9 +46,6 @@ class OptimizerKernels {
   virtual double sum_squares(const float* g, std::size_t n) = 0;
   // x[i] *= a (clipping scales the gradient in place, as torch does).
   virtual void scale(float* x, float a, std::size_t n) = 0;
-
- protected:
-  OptimizerKernels() = default;
 };
 
 }  // namespace dptrain

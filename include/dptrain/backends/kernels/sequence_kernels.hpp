@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dptrain/backends/kernel_family.hpp"
+
 namespace dptrain {
 
 // One attention layer's geometry: `batch` sequences of `tokens` positions,
@@ -24,11 +26,13 @@ struct HeadShape {
 // Pointers are device pointers of the backend that owns this table. Every
 // reduction runs in a fixed order (same inputs, same bits, whatever the
 // thread count).
-class SequenceKernels {
+class SequenceKernels : public KernelFamily {
  public:
-  virtual ~SequenceKernels() = default;
-  SequenceKernels(const SequenceKernels&) = delete;
-  SequenceKernels& operator=(const SequenceKernels&) = delete;
+  static constexpr const char* kName = "sequence";
+  // What Backend::kernels says of a backend without this family.
+  static constexpr const char* kMissing =
+      "kernels for sequence layers (embed, pos, ln, attn, seq); run them with --device cpu "
+      "or cuda";
 
   // --- token embedding (torch.nn.Embedding) ---
   // y[r, :] = table[ids[r], :] for r < rows; ids are in range (the data
@@ -93,9 +97,6 @@ class SequenceKernels {
   virtual void mean_positions(const float* x, int batch, int tokens, int dim, float* y) = 0;
   virtual void mean_positions_grad(const float* dy, int batch, int tokens, int dim,
                                    float* dx) = 0;
-
- protected:
-  SequenceKernels() = default;
 };
 
 }  // namespace dptrain

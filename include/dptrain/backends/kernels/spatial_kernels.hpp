@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "dptrain/backends/kernel_family.hpp"
+
 namespace dptrain {
 
 // Spatial extents in the order the tensors store them: {H, W} for images
@@ -85,18 +87,13 @@ class PoolPlan {
   PoolPlan() = default;
 };
 
-class SpatialKernels {
+class SpatialKernels : public KernelFamily {
  public:
-  virtual ~SpatialKernels() = default;
-  SpatialKernels(const SpatialKernels&) = delete;
-  SpatialKernels& operator=(const SpatialKernels&) = delete;
+  static constexpr const char* kName = "spatial";
 
   // Throw Error(kUsage) when this backend cannot run the geometry.
   virtual std::unique_ptr<ConvPlan> conv_plan(const ConvGeometry& g) = 0;
   virtual std::unique_ptr<PoolPlan> pool_plan(const PoolGeometry& g) = 0;
-
- protected:
-  SpatialKernels() = default;
 };
 
 }  // namespace dptrain

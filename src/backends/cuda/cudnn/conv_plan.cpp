@@ -19,6 +19,8 @@
 #include "backends/cuda/cudnn/bf16_copy.hpp"
 #include "backends/cuda/cudnn/conv_algorithms.hpp"
 #include "backends/cuda/cudnn/cudnn_plans.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain::cuda {

@@ -18,7 +18,7 @@
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/cudnn/cudnn_handles.hpp"
 #include "backends/cuda/kernels.hpp"
-#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/backends/kernels/spatial_kernels.hpp"
 
 namespace dptrain::cuda {

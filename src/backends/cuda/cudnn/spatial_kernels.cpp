@@ -5,7 +5,8 @@
 #include <memory>
 
 #include "backends/cuda/cudnn/cudnn_plans.hpp"
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -31,7 +32,8 @@ class CudnnSpatialKernels final : public SpatialKernels {
 
 }  // namespace
 
-std::unique_ptr<SpatialKernels> make_spatial_kernels(const Launch& l, Precision p) {
+template <>
+std::unique_ptr<SpatialKernels> make_kernels<SpatialKernels>(const Launch& l, Precision p) {
   return std::make_unique<CudnnSpatialKernels>(l, p);
 }
 

@@ -5,7 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "backends/cuda/kernel_tables.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain::cuda {
@@ -29,7 +30,8 @@ class NoSpatialKernels final : public SpatialKernels {
 
 }  // namespace
 
-std::unique_ptr<SpatialKernels> make_spatial_kernels(const Launch&, Precision) {
+template <>
+std::unique_ptr<SpatialKernels> make_kernels<SpatialKernels>(const Launch&, Precision) {
   return std::make_unique<NoSpatialKernels>();
 }
 

@@ -1,0 +1,46 @@
+// Implements: what the Backend interface defines itself — the kernel
+// registry (family indices, registration, destruction order), the refusal
+// of a family a backend lacks, and the default gradient check over the
+// optimizer family's sum of squares.
+#include "dptrain/backends/backend.hpp"
+
+#include <atomic>
+#include <string>
+
+#include "dptrain/backends/kernels/optimizer_kernels.hpp"
+#include "dptrain/common/error.hpp"
+
+namespace dptrain {
+
+std::size_t kernel_family_detail::next_index() noexcept {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+
+void KernelRegistry::insert(std::size_t index, std::unique_ptr<KernelFamily> table,
+                            const char* name) {
+  if (!table)
+    throw Error(ExitCode::kOther, std::string("kernel family '") + name + "': null table");
+  if (index >= tables_.size()) tables_.resize(index + 1);
+  if (tables_[index])
+    throw Error(ExitCode::kOther,
+                std::string("kernel family '") + name + "' registered twice on one backend");
+  tables_[index] = std::move(table);
+  registered_.push_back(index);
+}
+
+void KernelRegistry::clear() noexcept {
+  for (auto it = registered_.rbegin(); it != registered_.rend(); ++it) tables_[*it].reset();
+  registered_.clear();
+  tables_.clear();
+}
+
+void Backend::throw_missing_family(const std::string& what) const {
+  throw Error(ExitCode::kUsage, "the " + name() + " backend has no " + what);
+}
+
+Backend::GradientCheck Backend::check_gradients(const float* g, std::size_t n, bool norm) {
+  return {count_nonfinite(g, n), norm ? kernels<OptimizerKernels>().sum_squares(g, n) : 0.0};
+}
+
+}  // namespace dptrain
