@@ -15,6 +15,12 @@ namespace dptrain {
 // staging memory (Backend::allocate_host, pinned on CUDA).
 enum class MemoryKind { kDevice, kHost };
 
+// The untyped halves of BackendBuffer (backend_buffer.cpp): bytes of the
+// kind's memory from the backend, device bytes counted in
+// Backend::buffer_bytes while they are held.
+void* allocate_backend_memory(Backend& be, MemoryKind kind, std::size_t bytes);
+void free_backend_memory(Backend& be, MemoryKind kind, void* p, std::size_t bytes) noexcept;
+
 // Owning buffer of T, allocated through a Backend. Non-copyable; a move
 // leaves the source empty.
 template <typename T, MemoryKind kKind>
@@ -22,10 +28,10 @@ class BackendBuffer {
  public:
   BackendBuffer() = default;
   BackendBuffer(Backend& be, std::size_t count)
-      : be_(&be), ptr_(static_cast<T*>(count ? allocate(be, count * sizeof(T)) : nullptr)),
-        count_(count) {
-    if (kKind == MemoryKind::kDevice && ptr_) be.count_buffer(count * sizeof(T), true);
-  }
+      : be_(&be),
+        ptr_(static_cast<T*>(count ? allocate_backend_memory(be, kKind, count * sizeof(T))
+                                   : nullptr)),
+        count_(count) {}
   ~BackendBuffer() { reset(); }
   BackendBuffer(const BackendBuffer&) = delete;
   BackendBuffer& operator=(const BackendBuffer&) = delete;
@@ -42,14 +48,7 @@ class BackendBuffer {
     return *this;
   }
   void reset() noexcept {
-    if (ptr_ && be_) {
-      if constexpr (kKind == MemoryKind::kDevice) {
-        be_->deallocate(ptr_);
-        be_->count_buffer(count_ * sizeof(T), false);
-      } else {
-        be_->deallocate_host(ptr_);
-      }
-    }
+    if (ptr_ && be_) free_backend_memory(*be_, kKind, ptr_, count_ * sizeof(T));
     ptr_ = nullptr;
     count_ = 0;
   }
@@ -57,11 +56,6 @@ class BackendBuffer {
   std::size_t size() const noexcept { return count_; }
 
  private:
-  static void* allocate(Backend& be, std::size_t bytes) {
-    if constexpr (kKind == MemoryKind::kDevice) return be.allocate(bytes);
-    else return be.allocate_host(bytes);
-  }
-
   Backend* be_ = nullptr;
   T* ptr_ = nullptr;
   std::size_t count_ = 0;
