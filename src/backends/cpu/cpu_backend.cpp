@@ -34,6 +34,28 @@
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
+
+// The families registered below, each specialized in its own file (the
+// standard wants a specialization declared before its first use).
+template <>
+std::unique_ptr<ActivationKernels> make_cpu_kernels<ActivationKernels>();
+template <>
+std::unique_ptr<DenseKernels> make_cpu_kernels<DenseKernels>();
+template <>
+std::unique_ptr<LossKernels> make_cpu_kernels<LossKernels>();
+template <>
+std::unique_ptr<OptimizerKernels> make_cpu_kernels<OptimizerKernels>();
+template <>
+std::unique_ptr<SpatialKernels> make_cpu_kernels<SpatialKernels>();
+template <>
+std::unique_ptr<NormKernels> make_cpu_kernels<NormKernels>();
+template <>
+std::unique_ptr<DropoutKernels> make_cpu_kernels<DropoutKernels>();
+template <>
+std::unique_ptr<AugmentKernels> make_cpu_kernels<AugmentKernels>();
+template <>
+std::unique_ptr<SequenceKernels> make_cpu_kernels<SequenceKernels>();
+
 namespace {
 
 constexpr std::size_t kAlignment = 64;  // one cache line, and AVX-512 friendly

@@ -2,7 +2,8 @@
 // header): one function template for every family, specialized in the file
 // of the family's name (dense_kernels.cpp defines
 // make_cpu_kernels<DenseKernels>), so that a new family adds no declaration
-// here. CpuBackend's constructor registers each family with one line.
+// here; CpuBackend declares that specialization and registers the family
+// (add_family), a line each.
 #pragma once
 
 #include <memory>

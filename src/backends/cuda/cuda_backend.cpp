@@ -34,6 +34,30 @@
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
+
+// The families registered below, each specialized in its own file (the
+// standard wants a specialization declared before its first use).
+namespace cuda {
+template <>
+std::unique_ptr<ActivationKernels> make_kernels<ActivationKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<NormKernels> make_kernels<NormKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<DropoutKernels> make_kernels<DropoutKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<AugmentKernels> make_kernels<AugmentKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<DenseKernels> make_kernels<DenseKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<LossKernels> make_kernels<LossKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<OptimizerKernels> make_kernels<OptimizerKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<SpatialKernels> make_kernels<SpatialKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<SequenceKernels> make_kernels<SequenceKernels>(const Launch& l, Precision p);
+}  // namespace cuda
+
 namespace {
 
 // cudaMalloc aligns to 256 bytes anyway; a zero-byte request still gets a

@@ -2,9 +2,9 @@
 // header): one function template for every family, specialized in the file
 // of the family's name over the launchers of kernels.hpp (dense_kernels.cpp
 // defines make_kernels<DenseKernels>), so that a new family adds no
-// declaration here. CudaBackend's constructor registers each family with
-// one line. A table launches on l.stream, the backend's compute stream,
-// which must outlive it.
+// declaration here; CudaBackend declares that specialization and registers
+// the family (add_family), a line each. A table launches on l.stream, the
+// backend's compute stream, which must outlive it.
 #pragma once
 
 #include <memory>
