@@ -98,6 +98,7 @@ po::options_description train_group(Options& o) {
       ("metrics", po::value(&o.metrics), "JSON Lines metrics file (rank 0)")
       ("timeline", po::value(&o.timeline), "Chrome trace (JSON) of every rank's phases, written by rank 0 at the end; open in Perfetto or chrome://tracing")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "progress line and train event every N steps")
+      ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops), "a device's dense peak in TFLOPS for the mfu of token models' train events (0: from the GPU's name, for the --precision in use; unknown GPUs and the CPU report no mfu)")
       ("check-every", po::value(&o.check_every)->default_value(o.check_every), "compare parameter checksums across ranks every N steps (0: never)")
       ("skip-nonfinite", po::value(&o.skip_nonfinite)->default_value(o.skip_nonfinite), "skip up to N steps with NaN/Inf gradients before failing");
   return d;
@@ -223,6 +224,8 @@ void check_common(const Options& o) {
   require_nonnegative(static_cast<double>(o.threads), "threads");
   if (!(o.comm_timeout > 0)) usage_error("--comm-timeout must be > 0");
   require_nonnegative(o.bucket_mb, "bucket-mb");
+  if (!(o.peak_tflops >= 0.0) || !std::isfinite(o.peak_tflops))
+    usage_error("--peak-tflops must be a finite number >= 0");
   if (o.bucket_mb > 1048576.0) usage_error("--bucket-mb must be at most 1048576 (1 TiB), got " + std::to_string(o.bucket_mb));
 }
 

@@ -1,12 +1,14 @@
 // Implements: what the Backend interface defines itself — the kernel
 // registry (family indices, registration, destruction order), the refusal
 // of a family a backend lacks, and the default gradient check over the
-// optimizer family's sum of squares.
+// optimizer family's sum of squares, and the default GEMM epilogues over
+// the dense family's kernels.
 #include "dptrain/backends/backend.hpp"
 
 #include <atomic>
 #include <string>
 
+#include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/backends/kernels/optimizer_kernels.hpp"
 #include "dptrain/common/error.hpp"
 
@@ -41,6 +43,20 @@ void Backend::throw_missing_family(const std::string& what) const {
 
 Backend::GradientCheck Backend::check_gradients(const float* g, std::size_t n, bool norm) {
   return {count_nonfinite(g, n), norm ? kernels<OptimizerKernels>().sum_squares(g, n) : 0.0};
+}
+
+void Backend::gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, const float* a,
+                            int lda, const float* b, int ldb, float* c, int ldc,
+                            GemmEpilogue epilogue, float* vector) {
+  const bool bias = epilogue == GemmEpilogue::kBias;
+  if (bias ? ldc != n : !trans_a || lda != m)
+    throw Error(ExitCode::kOther,
+                std::string("the ") + name() + " backend's " + (bias ? "bias" : "bias gradient") +
+                    " epilogue needs " + (bias ? "ldc == n" : "trans_a and lda == m"));
+  gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  DenseKernels& dense = kernels<DenseKernels>();
+  if (bias) dense.add_bias(c, vector, m, n);
+  else dense.bias_grad(a, vector, k, m);  // op(A) = Aᵀ: A is [k, m], its column sums
 }
 
 }  // namespace dptrain

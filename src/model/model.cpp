@@ -63,7 +63,10 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
   buffers_ = DeviceBuffer<float>(be_, num_buffers());
   const std::size_t held_before = be_.buffer_bytes();
   for (const auto& l : layers_) acts_.emplace_back(be_, rows * l->output_shape().size());
-  dout_ = DeviceBuffer<float>(be_, rows * output_shape().size());
+  // The loss writes its gradient over the output where the last layer's
+  // backward does not read the output (Layer::backward_reads_output).
+  if (layers_.back()->backward_reads_output())
+    dout_ = DeviceBuffer<float>(be_, rows * output_shape().size());
   dbuf_a_ = DeviceBuffer<float>(be_, rows * max_input);
   dbuf_b_ = DeviceBuffer<float>(be_, rows * max_input);
   const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get()};

@@ -44,7 +44,7 @@ EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, Shar
   DeviceBuffer<float> stats(be, 2);
   forward_pass(mpi, be, set, model, loss, batch_size, cache_bytes,
                [&](const BatchSlot&, const Shard& shard, const float* out) {
-                 apply_loss(be, loss, out, shard, model.output_shape(), 0.0f, model.output_grad(),
+                 apply_loss(be, loss, out, shard, model.output_shape(), 0.0f, nullptr,
                             stats.get());
                });
   comm.allreduce_sum(stats.get(), 2);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace dptrain {
 
@@ -33,12 +34,19 @@ void Progress::report(std::uint64_t step, std::uint64_t epoch, float lr, float g
     if (grad_norm >= 0.0f) event["grad_norm"] = grad_norm;
     event["samples_per_s"] = std::round(sps);
     if (terms_ > 1) event["tokens_per_s"] = std::round(sps * terms_);
+    const bool with_mfu = flops_per_sample_ > 0 && peak_flops_ > 0;
+    const double mfu = with_mfu ? sps * flops_per_sample_ / peak_flops_ : 0.0;
+    if (with_mfu) event["mfu"] = std::round(mfu * 1e4) / 1e4;
     event["ms"] = ms;
     metrics_.write(event);
-    char norm_text[32] = "", rate_text[48];
+    char norm_text[32] = "", rate_text[64];
     if (grad_norm >= 0.0f) std::snprintf(norm_text, sizeof norm_text, " grad_norm %.3g", grad_norm);
     if (terms_ > 1) std::snprintf(rate_text, sizeof rate_text, "%.0f tokens/s", sps * terms_);
     else std::snprintf(rate_text, sizeof rate_text, "%.0f samples/s", sps);
+    if (with_mfu) {
+      const std::size_t used = std::strlen(rate_text);
+      std::snprintf(rate_text + used, sizeof rate_text - used, " mfu %.3f", mfu);
+    }
     std::printf("step %llu/%llu epoch %llu loss %.4f%s lr %.3g %s | ms/step data %.2f "
                 "fwd %.2f bwd %.2f comm %.2f opt %.2f\n",
                 static_cast<unsigned long long>(step + 1),

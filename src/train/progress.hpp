@@ -21,6 +21,14 @@ class Progress {
   Progress(const MpiSession& mpi, Backend& be, Communicator& comm, MetricsWriter& metrics,
            PhaseTimer& timer, std::uint64_t total_steps, int terms_per_sample = 1);
 
+  // Train events and progress lines carry `mfu` from now on: the model
+  // FLOPs of a sample's training step (ModelFlops::per_token() times the
+  // tokens of a sample) over the dense peak of all ranks together, in
+  // FLOP/s. Collective is not needed: every rank passes the same values.
+  void count_flops(double flops_per_sample, double peak_flops_all_ranks) {
+    flops_per_sample_ = flops_per_sample;
+    peak_flops_ = peak_flops_all_ranks;
+  }
   // Device sums the steps add to: [0] loss, [1] correct predictions.
   float* stats() { return stats_.get(); }
   // After every step: its rows and wall time.
@@ -46,6 +54,7 @@ class Progress {
   // term (per token of a language model), with tokens/s beside samples/s.
   int terms_;
   DeviceBuffer<float> stats_;
+  double flops_per_sample_ = 0.0, peak_flops_ = 0.0;  // count_flops; 0: no mfu
   double train_ms_ = 0.0, interval_ms_ = 0.0;
   std::uint64_t samples_ = 0, interval_samples_ = 0, interval_steps_ = 0;
 };

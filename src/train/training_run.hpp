@@ -53,6 +53,10 @@ class TrainingRun {
   void build_model();
   void make_input_queue();
   void print_summary() const;
+  // Collective: token models' train events carry mfu when every rank's
+  // dense peak is known (--peak-tflops, or its GPU's name); rank 0 says
+  // which peak, or why there is none.
+  void count_model_flops();
 
   // One step: the shard, the step itself, the bookkeeping of skipped steps.
   void train_one(std::uint64_t step);

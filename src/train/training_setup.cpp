@@ -8,8 +8,10 @@
 #include <string>
 
 #include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/model/model_flops.hpp"
 #include "dptrain/run/control_plane.hpp"
 #include "dptrain/run/thread_binding.hpp"
+#include "dptrain/telemetry/device_peaks.hpp"
 #include "dptrain/train/rank_memory.hpp"
 #include "train/training_run.hpp"
 
@@ -157,6 +159,7 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
                                         sync_->state_slices());
   progress_ = std::make_unique<Progress>(mpi_, be, *rt_.comm, metrics_, timer_, total_steps_,
                                          loss_terms_per_sample(loss_, model_->output_shape()));
+  count_model_flops();
   stop_vote_ = std::make_unique<StopVote>(mpi_.world());
   timer_.attach(&timeline_);
   // Where the device runs ahead of the host, phases are timed on the device
@@ -279,6 +282,28 @@ void TrainingRun::print_summary() const {
   mem.activation_rows = model_->max_rows();
   std::printf("dptrain: memory per rank: %s\n", describe(mem).c_str());
   if (!binding.empty()) std::printf("dptrain: WARNING: %s\n", binding.c_str());
+  std::fflush(stdout);
+}
+
+void TrainingRun::count_model_flops() {
+  if (!train_.info.tokens()) return;  // 6 N counts a token's products, not a CNN's
+  const Backend& be = *rt_.backend;
+  const Precision precision = parse_precision(opts_.precision);
+  const double peak = opts_.peak_tflops > 0 ? opts_.peak_tflops
+                                            : dense_peak_tflops(be.device_name(), precision);
+  // The sum of the ranks' peaks, and how many ranks know none.
+  double peaks[2] = {peak * 1e12, peak > 0 ? 0.0 : 1.0};
+  rt_.comm->allreduce_host_sum(peaks, 2);
+  const int tokens = model_->output_positions();
+  const ModelFlops flops = model_flops(*model_, tokens);
+  if (peaks[1] == 0.0) progress_->count_flops(flops.per_token() * tokens, peaks[0]);
+  if (mpi_.rank() != 0) return;
+  std::string peak_text = describe_peak(be.device_name(), precision, opts_.peak_tflops);
+  if (peaks[1] != 0.0 && peak > 0)
+    peak_text = "no mfu: " + std::to_string(static_cast<long long>(peaks[1])) +
+                " rank(s) know no dense peak (--peak-tflops names one)";
+  std::printf("dptrain: model FLOPs %.4g M per token (6 N + 12 L T D); %s%s\n",
+              flops.per_token() * 1e-6, peaks[1] == 0.0 ? "mfu against " : "", peak_text.c_str());
   std::fflush(stdout);
 }
 

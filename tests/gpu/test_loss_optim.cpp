@@ -75,6 +75,36 @@ TEST_F(CudaLossOptim, SoftmaxXent) {
   }
 }
 
+// The fused classifier's three widths (a warp, 128 and 512 threads a row)
+// against the CPU, and in place: the gradient written over the logits is
+// bit for bit the one written to a buffer of its own.
+TEST_F(CudaLossOptim, SoftmaxXentWideRowsAndInPlace) {
+  for (auto [rows, cols] : {std::pair{9, 300}, std::pair{5, 5000}, std::pair{3, 20000}}) {
+    const auto z = logits_with_ties(rows, cols, 41);
+    std::vector<std::int32_t> labels(rows);
+    for (int r = 0; r < rows; ++r) labels[r] = (r * 7919) % cols;
+    const float scale = 0.25f;
+    std::vector<float> want_d(z.size()), want_stats = {0.0f, 0.0f};
+    cpu_->kernels<dptrain::LossKernels>().softmax_xent(z.data(), labels.data(), rows, cols, scale,
+                                                       want_d.data(), want_stats.data());
+    auto dz = upload(*gpu_, z);
+    auto dl = upload(*gpu_, labels);
+    DeviceBuffer<float> dd(*gpu_, z.size());
+    auto stats = upload(*gpu_, std::vector<float>{0.0f, 0.0f});
+    auto& loss = gpu_->kernels<dptrain::LossKernels>();
+    loss.softmax_xent(dz.get(), dl.get(), rows, cols, scale, dd.get(), stats.get());
+    const auto apart = download(*gpu_, dd);
+    EXPECT_TRUE(all_close(apart, want_d, 1e-5, 1e-7)) << rows << "x" << cols;
+    const auto got_stats = download(*gpu_, stats);
+    EXPECT_TRUE(all_close({got_stats[0]}, {want_stats[0]}, 1e-5, 1e-5)) << rows << "x" << cols;
+    EXPECT_EQ(got_stats[1], want_stats[1]) << rows << "x" << cols;
+    auto in_place_stats = upload(*gpu_, std::vector<float>{0.0f, 0.0f});
+    loss.softmax_xent(dz.get(), dl.get(), rows, cols, scale, dz.get(), in_place_stats.get());
+    EXPECT_EQ(download(*gpu_, dz), apart) << rows << "x" << cols << " in place";
+    EXPECT_EQ(download(*gpu_, in_place_stats), got_stats);
+  }
+}
+
 TEST_F(CudaLossOptim, LossSumIsDeterministic) {
   const int rows = 20000, cols = 10;
   auto dz = upload(*gpu_, logits_with_ties(rows, cols, 23));

@@ -86,9 +86,13 @@ struct GemmCall {
   int lda, ldb, ldc;
   std::size_t sa, sb, sc;
   int batch;
+  // Backend::gemm_epilogue's (a dense product with its bias or bias
+  // gradient), as int; -1: a plain GEMM.
+  int epilogue = -1;
 
   auto key() const {
-    return std::make_tuple(batched, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, sa, sb, sc, batch);
+    return std::make_tuple(batched, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, sa, sb, sc, batch,
+                           epilogue);
   }
   double flops() const { return 2.0 * m * n * k * batch; }
   // "2048x384x128 N/T" or "64x64x32 N/T x128 (batched)"
@@ -96,6 +100,8 @@ struct GemmCall {
     std::string s = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
                     (ta ? "T" : "N") + "/" + (tb ? "T" : "N");
     if (batched) s += " x" + std::to_string(batch) + " (batched)";
+    if (epilogue >= 0)
+      s += epilogue == int(Backend::GemmEpilogue::kBias) ? " +bias" : " +bias grad";
     return s;
   }
 };
@@ -154,6 +160,16 @@ class InstrumentedBackend final : public Backend {
     if (record) calls.push_back({false, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 0, 0, 0, 1});
     const auto t0 = Clock::now();
     inner_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_ms += ms_since(t0);
+    ++gemm_calls;
+  }
+  // A GEMM with its epilogue counts as a GEMM: the library's fused call.
+  void gemm_epilogue(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
+                     int ldb, float* c, int ldc, GemmEpilogue e, float* vector) override {
+    if (record)
+      calls.push_back({false, ta, tb, m, n, k, 1.0f, 0.0f, lda, ldb, ldc, 0, 0, 0, 1, int(e)});
+    const auto t0 = Clock::now();
+    inner_.gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector);
     gemm_ms += ms_since(t0);
     ++gemm_calls;
   }
@@ -266,14 +282,18 @@ class Replay {
       const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
       ops_.push_back({buffer(extent(a_rows, a_cols, g.lda, g.sa, g.batch)),
                       buffer(extent(b_rows, b_cols, g.ldb, g.sb, g.batch)),
-                      buffer(extent(g.m, g.n, g.ldc, g.sc, g.batch))});
+                      buffer(extent(g.m, g.n, g.ldc, g.sc, g.batch)),
+                      g.epilogue >= 0 ? buffer(std::size_t(std::max(g.m, g.n))) : nullptr});
       seen.emplace(g.key(), ops_.back());
     }
   }
   void run(std::size_t i) {
     const GemmCall& g = calls_[i];
     const Operands& o = ops_[i];
-    if (g.batched)
+    if (g.epilogue >= 0)
+      be_.gemm_epilogue(g.ta, g.tb, g.m, g.n, g.k, o.a, g.lda, o.b, g.ldb, o.c, g.ldc,
+                        Backend::GemmEpilogue(g.epilogue), o.vector);
+    else if (g.batched)
       be_.gemm_batched(g.ta, g.tb, g.m, g.n, g.k, g.alpha, o.a, g.lda, g.sa, o.b, g.ldb, g.sb,
                        g.beta, o.c, g.ldc, g.sc, g.batch);
     else
@@ -290,7 +310,7 @@ class Replay {
  private:
   struct Operands {
     const float *a, *b;
-    float* c;
+    float *c, *vector;  // vector: an epilogue's bias or bias gradient
   };
   static std::size_t extent(int rows, int cols, int ld, std::size_t stride, int batch) {
     return std::size_t(batch - 1) * stride + std::size_t(rows - 1) * ld + std::size_t(cols);

@@ -3,61 +3,13 @@
 // GPU, and its model FLOP utilization (MFU) against a peak the caller
 // names (--peak-tflops: the GPU's dense bf16 tensor-core peak, say).
 //
-// Model FLOPs per token (what the model needs, whatever the kernels do):
-//   6 N + 12 L T D
-// N: the parameters that enter a matrix product, forward (2 N: a multiply
-// and an add per weight) and backward (4 N: the input's gradient and the
-// weight's); every parameter but the token and position tables, which are
-// looked up and added, not multiplied (the output head's matrix is not
-// tied to the token table here, so it counts). Biases and layer-norm
-// weights are in N as in the usual 6 N count; they are 0.1% of it.
-// 12 L T D: attention's two batched products per layer, Q Kᵀ ([T, hd] by
-// [hd, T] per head) and P V ([T, T] by [T, hd]): 2 T hd FLOPs per token and
-// head each, 4 T D per token over the H heads (D = H hd); the backward
-// pass has two products per forward one (dP = dO Vᵀ and dV = Pᵀ dO; dQ =
-// dS K and dK = dSᵀ Q), 8 T D; 12 T D per token and layer, over the full
-// T x T. A causal model needs only the lower half of the scores; the
-// count keeps the full T, as the layers' batched GEMMs compute it (and as
-// PaLM's 12 L H Q T does, appendix B), so a kernel that skips the masked
-// half shows up as a higher MFU, never as more model FLOPs.
+// Model FLOPs per token: 6 N + 12 L T D (dptrain/model/model_flops.hpp
+// says what N, L, T and D are and why the full T x T counts).
+#include "dptrain/model/model_flops.hpp"
 #include "gpt_bench.hpp"
 
 namespace dptrain::bench {
 namespace {
-
-struct ModelFlops {
-  std::size_t params = 0, matmul_params = 0;
-  int attention_layers = 0;
-  double attention = 0.0;  // FLOPs per token
-  double per_token() const { return 6.0 * double(matmul_params) + attention; }
-};
-
-int count_of(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
-ModelFlops model_flops(const Model& m, int tokens) {
-  ModelFlops f;
-  f.params = m.num_params();
-  f.matmul_params = f.params;
-  for (std::size_t i = 0; i < m.num_layers(); ++i) {
-    const Layer& l = m.layer(i);
-    const std::string spec = l.spec();
-    std::size_t own = 0;
-    for (const ParamInfo& p : l.params()) own += p.count;
-    if (spec.rfind("embed:", 0) == 0 || spec == "pos") f.matmul_params -= own;
-    // Each attn inside this layer (a res block holds one) works on its
-    // [T, D] input, as the block does.
-    const int attn = count_of(spec, "attn:");
-    if (attn > 0 && l.input_shape().rank() == 2) {
-      f.attention_layers += attn;
-      f.attention += attn * 12.0 * tokens * l.input_shape()[1];
-    }
-  }
-  return f;
-}
 
 std::string fixed(double v, int digits) {
   char s[48];

@@ -44,6 +44,10 @@ class Backend {
   virtual std::string placement() const = 0;  // for the start-up summary: "cpu", "cuda:0"
   // The GEMM library, its version and kernel, for the start-up summary.
   virtual std::string gemm_library() const = 0;
+  // The device's model as its driver names it ("NVIDIA H200"), for the
+  // start-up summary and the table of dense peaks behind `mfu`; empty
+  // where the backend names none.
+  virtual std::string device_name() const { return {}; }
   virtual BackendCaps caps() const = 0;
 
   // The collectives that work on this backend's memory, among the ranks of
@@ -124,6 +128,20 @@ class Backend {
            c + at * stride_c, ldc);
     }
   }
+
+  // A GEMM with beta 0 and an epilogue over its product, one call, so that
+  // a backend whose library fuses them (cuBLASLt on CUDA) never makes a
+  // pass of its own over C or A; row-major as gemm(), P = op(A) op(B):
+  //   kBias:       c[i, j] = P[i, j] + vector[j]           (a dense layer's forward)
+  //   kBiasGradA:  c = P and vector[i] = sum_l op(A)[i, l]  (its weight gradient:
+  //                op(A) = dyᵀ, so vector is the bias gradient; overwritten)
+  // The default is gemm() and the dense family's add_bias / bias_grad, which
+  // need ldc == n (kBias) and trans_a with lda == m (kBiasGradA), as the
+  // dense layer has them; Error(kOther) otherwise. k == 0 gives P = 0.
+  enum class GemmEpilogue { kBias, kBiasGradA };
+  virtual void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, const float* a,
+                             int lda, const float* b, int ldb, float* c, int ldc,
+                             GemmEpilogue epilogue, float* vector);
 
   // y += x, elementwise over n values (a residual block's sum of branches).
   virtual void add(const float* x, float* y, std::size_t n) = 0;

@@ -116,6 +116,11 @@ class Layer {
   virtual bool rectifies() const { return false; }
   // True when forward(..., Mode::kEval) computes something else than in training.
   virtual bool differs_in_eval() const { return false; }
+  // False for a layer whose backward never reads y, its forward's output
+  // (dense): as the model's last layer, its output buffer then also holds
+  // the loss's gradient (the logits' gradient written over the logits), so
+  // that no second [rows, output] buffer exists.
+  virtual bool backward_reads_output() const { return true; }
 
   // Called once by the model after construction: a layer that saves
   // buffers for its backward (masks, statistics) allocates them here, for

@@ -48,6 +48,7 @@ struct Options {
   // output and safety
   std::string metrics;
   std::int64_t log_every = 100, check_every = 200, skip_nonfinite = 0;
+  double peak_tflops = 0.0;  // a device's dense peak for mfu (0: the GPU table's)
   double comm_timeout = 300.0;
   double bucket_mb = 4.0;  // gradient all-reduce bucket size (MiB)
   std::string timeline;    // Chrome trace of every rank's phases ("" = off)

@@ -1,8 +1,8 @@
 // Implements: the core of the CUDA backend — device memory and copies on one
 // non-blocking compute stream, input uploads from pinned memory on a copy
 // stream ordered by per-slot events, device markers, cuBLAS GEMMs (fp32,
-// tf32, bf16 inputs; strided-batched for attention) on row-major data
-// through operand order, the NCCL communicator on its device, and the
+// tf32, bf16 inputs; strided-batched for attention; cuBLASLt for the dense
+// products' bias epilogues) on row-major data through operand order, the NCCL communicator on its device, and the
 // registry of its kernel families (kernel_factory.hpp), all launching on the
 // compute stream. Semantics are those of the CPU reference
 // (src/backends/cpu/), which the GPU tests check.
@@ -19,6 +19,7 @@
 #include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/kernel_factory.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/lt_matmul.hpp"
 #include "backends/cuda/nccl_comm.hpp"
 #include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/backends/kernels/activation_kernels.hpp"
@@ -73,9 +74,13 @@ class CudaBackend final : public Backend {
     stream_ = cuda::Stream::create();
     cublas_ = cuda::CublasHandle::create();
     DPT_CUBLAS_CHECK(cublasSetStream(cublas_.get(), stream_.get()));
+    lt_ = std::make_unique<cuda::LtMatmul>(stream_.get());
     int sms = 0;
     DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     launch_ = {stream_.get(), std::max(1, sms) * kBlocksPerSm};
+    cudaDeviceProp prop{};
+    DPT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    device_name_ = prop.name;
     // The kernel families of this backend, one line each (kernel_factory.hpp).
     add_family<ActivationKernels>();
     add_family<NormKernels>();
@@ -119,6 +124,7 @@ class CudaBackend final : public Backend {
     return "cuBLAS " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
            std::to_string(v % 100) + ", " + cuda::spatial_library();
   }
+  std::string device_name() const override { return device_name_; }
   // Device memory is not the host's; the host only queues work, so shards
   // are staged and uploaded, and phases are timed by events.
   BackendCaps caps() const override {
@@ -272,6 +278,25 @@ class CudaBackend final : public Backend {
         CUBLAS_GEMM_DEFAULT));
   }
 
+  // The dense products with their bias through cuBLASLt's epilogues
+  // (lt_matmul.hpp), mapped to column-major as gemm() is: the bias over
+  // row-major C's columns is over the rows of column-major Cᵀ (BIAS), and
+  // op(A)'s sums over k are those of cuBLAS's second operand (BGRADB). In
+  // bf16 the bias gradient is summed from the bf16 operand, as the GEMM
+  // reads it. Where cuBLASLt has no algorithm, the GEMM and the kernels.
+  void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                     const float* b, int ldb, float* c, int ldc, GemmEpilogue epilogue,
+                     float* vector) override {
+    if (m > 0 && n > 0 && k > 0) {
+      const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
+      const cuda::LtProblem p{in.op_b, in.op_a, n, m, k, ldb, lda, ldc, in.type, in.compute,
+                              epilogue == GemmEpilogue::kBias ? CUBLASLT_EPILOGUE_BIAS
+                                                              : CUBLASLT_EPILOGUE_BGRADB};
+      if (lt_->run(p, in.b, in.a, c, vector)) return;
+    }
+    Backend::gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, epilogue, vector);
+  }
+
   void add(const float* x, float* y, std::size_t n) override {
     // cuBLAS counts in int: chunks below 2^31 values.
     constexpr std::size_t kChunk = std::size_t(1) << 30;
@@ -372,8 +397,10 @@ class CudaBackend final : public Backend {
 
   int device_;
   Precision precision_;
+  std::string device_name_;  // cudaDeviceProp::name
   cuda::Stream stream_;
   cuda::CublasHandle cublas_;
+  std::unique_ptr<cuda::LtMatmul> lt_;  // destroyed before the stream it runs on
   cuda::Launch launch_;
   KernelRegistry kernels_;  // destroyed before the stream and handles they use
   cuda::DeviceMemory check_;       // check_gradients' results and scratch

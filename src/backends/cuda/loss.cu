@@ -1,8 +1,12 @@
 // Implements: softmax cross-entropy and MSE on the GPU with their loss (and
-// correct count) summed on the device into the caller's stats. One warp per
-// row; each block writes its partial sums, and a one-warp launch adds them in
-// block order, so the sums are reproducible (no float atomics). Per-row math
-// mirrors src/backends/cpu/loss_kernels.cpp, including double accumulation.
+// correct count) summed on the device into the caller's stats. Cross-entropy
+// is the fused classifier: a block per row, one pass over the logits for the
+// softmax's maximum and sum, one that writes the gradient (in place, if the
+// caller passes the logits' own buffer). MSE: one warp per row. Each block
+// writes its partial sums, and a one-warp launch adds them in block order,
+// so the sums are reproducible (no float atomics). The row math follows
+// src/backends/cpu/loss_kernels.cpp (the first maximum, the sums and the
+// loss in double) but for the exponentials, fp32 here.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,50 +46,87 @@ __device__ inline void write_block_partials(double a, double b, double* partials
   }
 }
 
+// The softmax's running maximum m (the first column holding it, arg) and
+// the sum s of exp(z - m) over the columns seen so far.
+struct RowStats {
+  float m;
+  int arg;
+  double s;
+};
+
+__device__ inline RowStats merge(RowStats a, RowStats b) {
+  // The larger maximum wins, a tie goes to the smaller column (the CPU's
+  // first maximum); each sum is rescaled to the winner's maximum.
+  if (b.arg < 0) return a;
+  if (a.arg < 0) return b;
+  const bool b_wins = b.m > a.m || (b.m == a.m && b.arg < a.arg);
+  const RowStats w = b_wins ? b : a, l = b_wins ? a : b;
+  return {w.m, w.arg, w.s + l.s * exp(static_cast<double>(l.m - w.m))};
+}
+
+// The block's stats of one row, the same in every thread: a butterfly in
+// each warp, then the warps' results in warp order (fixed: the same bits
+// every run). shared holds one RowStats per warp.
+__device__ RowStats block_stats(RowStats t, RowStats* shared) {
+  for (int o = 16; o > 0; o >>= 1) {
+    RowStats other;
+    other.m = __shfl_xor_sync(kFull, t.m, o);
+    other.arg = __shfl_xor_sync(kFull, t.arg, o);
+    other.s = __shfl_xor_sync(kFull, t.s, o);
+    t = merge(t, other);
+  }
+  const int warps = blockDim.x >> 5;
+  if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = t;
+  __syncthreads();
+  RowStats all = shared[0];
+  for (int w = 1; w < warps; ++w) all = merge(all, shared[w]);
+  __syncthreads();  // shared is free for the next row
+  return all;
+}
+
+// The fused classifier: a block per row (grid-stride over rows), one read
+// of the row for its maximum and sum (online, each thread over its own
+// columns), a second that writes the gradient, which may overwrite the
+// logits in place (each element is read by the thread that writes it,
+// and the label's logit is read before the block agrees on the stats).
 __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* labels, int rows,
                                     int cols, float grad_scale, float* dlogits,
                                     double* partials) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __shared__ RowStats shared[32];
   double loss = 0.0, correct = 0.0;
-  for (int r = blockIdx.x * kWarps + warp; r < rows; r += gridDim.x * kWarps) {
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* z = logits + static_cast<std::size_t>(r) * cols;
-    // First maximum, as the CPU's "if (z[c] > z[arg])" scan finds it: the
-    // larger value wins, a tie goes to the smaller index.
-    float best = 0.0f;
-    int arg = -1;
-    for (int c = lane; c < cols; c += 32)
-      if (arg < 0 || z[c] > best) {
-        best = z[c];
-        arg = c;
-      }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(kFull, best, o);
-      const int oa = __shfl_xor_sync(kFull, arg, o);
-      if (oa >= 0 && (arg < 0 || ob > best || (ob == best && oa < arg))) {
-        best = ob;
-        arg = oa;
+    RowStats t{0.0f, -1, 0.0};
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float v = z[c];
+      if (t.arg < 0 || v > t.m) {
+        t.s = t.arg < 0 ? 1.0 : t.s * exp(static_cast<double>(t.m - v)) + 1.0;
+        t.m = v;
+        t.arg = c;
+      } else {
+        t.s += static_cast<double>(expf(v - t.m));
       }
     }
-    const float zmax = best;
-    double part = 0.0;
-    for (int c = lane; c < cols; c += 32) part += exp(static_cast<double>(z[c] - zmax));
-    const double sum = warp_sum(part);
     const int label = labels[r];
-    if (lane == 0) {
-      loss += log(sum) - static_cast<double>(z[label] - zmax);
-      correct += arg == label ? 1.0 : 0.0;
+    const float z_label = threadIdx.x == 0 ? z[label] : 0.0f;
+    const RowStats row = block_stats(t, shared);
+    if (threadIdx.x == 0) {
+      loss += log(row.s) - static_cast<double>(z_label - row.m);
+      correct += row.arg == label ? 1.0 : 0.0;
     }
-    if (dlogits) {
-      float* d = dlogits + static_cast<std::size_t>(r) * cols;
-      const double inv_sum = 1.0 / sum;
-      for (int c = lane; c < cols; c += 32) {
-        float v = grad_scale * static_cast<float>(exp(static_cast<double>(z[c] - zmax)) * inv_sum);
-        if (c == label) v -= grad_scale;
-        d[c] = v;
-      }
+    if (!dlogits) continue;
+    float* d = dlogits + static_cast<std::size_t>(r) * cols;
+    const float inv_sum = static_cast<float>(1.0 / row.s);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      float v = grad_scale * (expf(z[c] - row.m) * inv_sum);
+      if (c == label) v -= grad_scale;
+      d[c] = v;
     }
   }
-  write_block_partials(loss, correct, partials);
+  if (threadIdx.x == 0) {
+    partials[2 * blockIdx.x] = loss;
+    partials[2 * blockIdx.x + 1] = correct;
+  }
 }
 
 __global__ void mse_kernel(const float* pred, const float* target, int rows, int cols, float g,
@@ -133,9 +174,13 @@ unsigned loss_grid(int rows) {
 void softmax_xent(const Launch& l, const float* logits, const std::int32_t* labels, int rows,
                   int cols, float grad_scale, float* dlogits, float* stats, double* partials) {
   if (rows <= 0 || cols <= 0) return;
-  const unsigned grid = loss_grid(rows);
-  softmax_xent_kernel<<<grid, kThreads, 0, l.stream>>>(logits, labels, rows, cols, grad_scale,
-                                                       dlogits, partials);
+  // A block per row, as wide as the row keeps busy (a warp for a few
+  // classes, 512 threads for a vocabulary); the grid depends on rows and
+  // the width on cols alone, so the summation order does too.
+  const unsigned grid = static_cast<unsigned>(rows < kMaxLossBlocks ? rows : kMaxLossBlocks);
+  const unsigned threads = cols <= 1024 ? 32u : cols <= 8192 ? 128u : 512u;
+  softmax_xent_kernel<<<grid, threads, 0, l.stream>>>(logits, labels, rows, cols, grad_scale,
+                                                      dlogits, partials);
   DPT_CUDA_CHECK(cudaGetLastError());
   add_partials_kernel<<<1, 32, 0, l.stream>>>(partials, static_cast<int>(grid), stats, true);
   DPT_CUDA_CHECK(cudaGetLastError());

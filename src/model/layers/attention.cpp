@@ -10,7 +10,6 @@
 #include <cmath>
 
 #include "dptrain/backends/backend_buffer.hpp"
-#include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
@@ -63,8 +62,8 @@ class Attention final : public Layer {
     const HeadShape s = shape(x.rows);
     const int rows = x.rows * tokens_, d = dim_, t = tokens_, hd = head_dim_;
     const float* p = arenas().params;
-    be.gemm(false, true, rows, 3 * d, d, 1.0f, x.data, d, p + in_weight_, d, 0.0f, qkv_.get(), 3 * d);
-    be.kernels<DenseKernels>().add_bias(qkv_.get(), p + in_bias_, rows, 3 * d);
+    be.gemm_epilogue(false, true, rows, 3 * d, d, x.data, d, p + in_weight_, d, qkv_.get(), 3 * d,
+                     Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
     seq.split_qkv(qkv_.get(), s, q_.get(), k_.get(), v_.get());
     const int nh = x.rows * heads_;
     const std::size_t th = std::size_t(t) * hd, tt = std::size_t(t) * t;
@@ -74,8 +73,8 @@ class Attention final : public Layer {
     be.gemm_batched(false, false, t, hd, t, 1.0f, p_.get(), t, tt, v_.get(), hd, th, 0.0f,
                     heads_out_.get(), hd, th, nh);
     seq.merge_heads(heads_out_.get(), s, merged_.get());
-    be.gemm(false, true, rows, d, d, 1.0f, merged_.get(), d, p + out_weight_, d, 0.0f, y.data, d);
-    be.kernels<DenseKernels>().add_bias(y.data, p + out_bias_, rows, d);
+    be.gemm_epilogue(false, true, rows, d, d, merged_.get(), d, p + out_weight_, d, y.data, d,
+                     Backend::GemmEpilogue::kBias, arenas().params + out_bias_);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
@@ -86,8 +85,8 @@ class Attention final : public Layer {
     const float* p = arenas().params;
     float* g = arenas().grads;
     // Output projection: its gradients, and the gradient of the merged heads.
-    be.gemm(true, false, d, d, rows, 1.0f, dy.data, d, merged_.get(), d, 0.0f, g + out_weight_, d);
-    be.kernels<DenseKernels>().bias_grad(dy.data, g + out_bias_, rows, d);
+    be.gemm_epilogue(true, false, d, d, rows, dy.data, d, merged_.get(), d, g + out_weight_, d,
+                     Backend::GemmEpilogue::kBiasGradA, g + out_bias_);
     be.gemm(false, false, rows, d, d, 1.0f, dy.data, d, p + out_weight_, d, 0.0f, merged_.get(), d);
     seq.split_heads(merged_.get(), s, d_heads_.get());
     // o = p v: dp = do vᵀ, dv = pᵀ do; then the softmax; dq = ds k, dk = dsᵀ q.
@@ -102,8 +101,8 @@ class Attention final : public Layer {
                     dk_.get(), hd, th, nh);
     seq.join_qkv(dq_.get(), dk_.get(), dv_.get(), s, dqkv_.get());
     // Input projection.
-    be.gemm(true, false, 3 * d, d, rows, 1.0f, dqkv_.get(), 3 * d, x.data, d, 0.0f, g + in_weight_, d);
-    be.kernels<DenseKernels>().bias_grad(dqkv_.get(), g + in_bias_, rows, 3 * d);
+    be.gemm_epilogue(true, false, 3 * d, d, rows, dqkv_.get(), 3 * d, x.data, d, g + in_weight_, d,
+                     Backend::GemmEpilogue::kBiasGradA, g + in_bias_);
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView,

@@ -1,13 +1,13 @@
 // Implements: the dense layer family, `dense:N` — y = x · Wᵀ + b with
 // torch.nn.Linear's layout (weight [out, in], bias [out]), a spatial input
 // read as flat, a sequence [N, T, D] per position (on its last dimension,
-// as torch.nn.Linear: [N, T, N_out]). Forward and backward are one GEMM each (plus the bias), the
-// weight gradient a third; init is He-uniform before a rectifier, else
+// as torch.nn.Linear: [N, T, N_out]). Forward and backward are one GEMM each, the
+// weight gradient a third, the bias and its gradient in the GEMMs' epilogues
+// (Backend::gemm_epilogue); init is He-uniform before a rectifier, else
 // Glorot-uniform, with zero biases.
 #include <charconv>
 #include <cmath>
 
-#include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "model/layers/family.hpp"
@@ -37,6 +37,7 @@ class Dense final : public Layer {
         bias_(add_param("bias", {std::size_t(out_)})) {}
 
   std::string spec() const override { return "dense:" + std::to_string(out_); }
+  bool backward_reads_output() const override { return false; }  // x, W and dy only
 
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
     const double limit = next_rectifies ? std::sqrt(6.0 / in_) : std::sqrt(6.0 / (in_ + out_));
@@ -53,16 +54,16 @@ class Dense final : public Layer {
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
     const float* w = arenas().params + weight_;
     const int rows = x.rows * positions_;
-    be.gemm(false, true, rows, out_, in_, 1.0f, x.data, in_, w, in_, 0.0f, y.data, out_);
-    be.kernels<DenseKernels>().add_bias(y.data, arenas().params + bias_, rows, out_);
+    be.gemm_epilogue(false, true, rows, out_, in_, x.data, in_, w, in_, y.data, out_,
+                     Backend::GemmEpilogue::kBias, arenas().params + bias_);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    // dW[out,in] = dy^T [out,rows] . x [rows,in]
+    // dW[out,in] = dy^T [out,rows] . x [rows,in], db = dy's column sums
     const int rows = x.rows * positions_;
-    be.gemm(true, false, out_, in_, rows, 1.0f, dy.data, out_, x.data, in_, 0.0f,
-            arenas().grads + weight_, in_);
-    be.kernels<DenseKernels>().bias_grad(dy.data, arenas().grads + bias_, rows, out_);
+    be.gemm_epilogue(true, false, out_, in_, rows, dy.data, out_, x.data, in_,
+                     arenas().grads + weight_, in_, Backend::GemmEpilogue::kBiasGradA,
+                     arenas().grads + bias_);
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,

@@ -1,0 +1,101 @@
+// Implements: cuBLASLt GEMMs with epilogues (see lt_matmul.hpp): the plans,
+// made on first sight of a problem, and the calls.
+#include "backends/cuda/lt_matmul.hpp"
+
+#include <cstdint>
+
+#include "backends/cuda/error_cuda.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+// The largest power of two up to 16 that divides the address.
+std::int64_t alignment(const void* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::int64_t a = 16;
+  while (a > 1 && at % static_cast<std::uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  DPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value));
+}
+
+template <typename T>
+void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+         const T& value) {
+  DPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+}
+
+}  // namespace
+
+struct LtMatmul::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool supported = false;
+  ~Plan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+LtMatmul::LtMatmul(cudaStream_t stream) : stream_(stream), workspace_(kWorkspaceBytes) {
+  DPT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+LtMatmul::~LtMatmul() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector) {
+  auto& slot = plans_[key];
+  if (slot) return *slot;
+  auto made = std::make_unique<Plan>();
+  Plan& pl = *made;
+  DPT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.desc, p.compute, CUDA_R_32F));
+  set(pl.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(p.op_a));
+  set(pl.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(p.op_b));
+  set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(p.epilogue));
+  set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(vector));
+  const bool ta = p.op_a == CUBLAS_OP_T, tb = p.op_b == CUBLAS_OP_T;
+  DPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.a, p.type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda));
+  DPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.b, p.type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb));
+  DPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_32F, p.m, p.n, p.ldd));
+  cublasLtMatmulPreference_t pref = nullptr;
+  DPT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(kWorkspaceBytes));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<std::uint32_t>(key[10]));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<std::uint32_t>(key[11]));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<std::uint32_t>(key[12]));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<std::uint32_t>(key[12]));
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle_, pl.desc, pl.a, pl.b, pl.d,
+                                                           pl.d, pref, 1, &best, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  // NOT_SUPPORTED (or no result): this problem runs without the epilogue.
+  pl.supported = rc == CUBLAS_STATUS_SUCCESS && found > 0 && best.state == CUBLAS_STATUS_SUCCESS;
+  if (pl.supported) pl.algo = best.algo;
+  slot = std::move(made);
+  return pl;
+}
+
+bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, float* d, float* vector) {
+  const Key key{p.op_a, p.op_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.type,
+                p.compute * 4096 + p.epilogue, alignment(a), alignment(b), alignment(d),
+                alignment(vector)};
+  Plan& pl = plan(p, key, vector);
+  if (!pl.supported) return false;
+  set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(vector));
+  const float one = 1.0f, zero = 0.0f;
+  DPT_CUBLAS_CHECK(cublasLtMatmul(handle_, pl.desc, &one, a, pl.a, b, pl.b, &zero, d, pl.d, d,
+                                  pl.d, &pl.algo, workspace_.get(), kWorkspaceBytes, stream_));
+  return true;
+}
+
+}  // namespace dptrain::cuda

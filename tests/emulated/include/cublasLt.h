@@ -1,0 +1,253 @@
+// Implements: the part of cuBLASLt the CUDA backend calls, for the host
+// emulation (tests/emulated/), written from cuBLASLt's definitions:
+//   cublasLtMatmul: column-major D[m, n] = alpha op(A)[m, k] op(B)[k, n] +
+//     beta C (C == D here, as the backend calls it), m and n from D's
+//     layout and k from A's, every layout checked against the transposes
+//     and leading dimensions; A and B of one type (fp32 or bf16), D fp32,
+//     tf32 rounding of the operands under CUBLAS_COMPUTE_32F_FAST_TF32, as
+//     cublasGemmEx (cublas_v2.h) computes; then the epilogue:
+//       CUBLASLT_EPILOGUE_BIAS:   D[i, j] += bias[i] (bias length m, fp32)
+//       CUBLASLT_EPILOGUE_BGRADB: bias[j] = sum over l of op(B)[l, j] as
+//         stored (bf16 values where B is bf16), summed in fp32 in l order.
+//   cublasLtMatmulAlgoGetHeuristic: one algorithm for DEFAULT, BIAS and
+//     BGRADB (none for other epilogues, or for any while
+//     dptrain_emu::lt_refusal() is set, so that the callers' fallbacks are
+//     tested); the algorithm records the minimum alignments of A, B and D
+//     it was chosen for, and cublasLtMatmul refuses pointers below them,
+//     as a real kernel chosen for aligned operands would misread them;
+//     dptrain_emu::lt_calls() counts the calls it accepted.
+// The call is checked when made and runs when the stream gets to it
+// (streams.hpp); alpha and beta are read from host memory when called.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "cublas_v2.h"
+
+typedef struct cublasLtContextEmulated {
+  int unused;
+}* cublasLtHandle_t;
+typedef enum {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+  CUBLASLT_EPILOGUE_BGRADB = 512,
+} cublasLtEpilogue_t;
+typedef enum {
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+} cublasLtMatmulDescAttributes_t;
+typedef enum {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+} cublasLtMatmulPreferenceAttributes_t;
+
+struct cublasLtMatmulDescEmulated {
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  std::int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;
+};
+typedef cublasLtMatmulDescEmulated* cublasLtMatmulDesc_t;
+struct cublasLtMatrixLayoutEmulated {
+  cudaDataType_t type;
+  std::uint64_t rows, cols;
+  std::int64_t ld;
+};
+typedef cublasLtMatrixLayoutEmulated* cublasLtMatrixLayout_t;
+struct cublasLtMatmulPreferenceEmulated {
+  std::uint64_t workspace = 0;
+  std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0;
+};
+typedef cublasLtMatmulPreferenceEmulated* cublasLtMatmulPreference_t;
+typedef struct {
+  std::uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+typedef struct {
+  cublasLtMatmulAlgo_t algo;
+  std::size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+
+namespace dptrain_emu {
+// While true, the heuristics find no algorithm for any epilogue but DEFAULT.
+inline bool& lt_refusal() {
+  static bool refusing = false;
+  return refusing;
+}
+// cublasLtMatmul calls accepted so far, so that tests can tell which path ran.
+inline long& lt_calls() {
+  static long calls = 0;
+  return calls;
+}
+inline std::uint64_t lt_alignment(const void* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::uint64_t a = 16;
+  while (a > 1 && at % a != 0) a /= 2;
+  return a;
+}
+}  // namespace dptrain_emu
+
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  *h = new cublasLtContextEmulated{0};
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
+                                               cudaDataType_t scale) {
+  *d = new cublasLtMatmulDescEmulated{compute, scale};
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                                     cublasLtMatmulDescAttributes_t attr,
+                                                     const void* buf, std::size_t size) {
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      if (size != sizeof(std::int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(attr == CUBLASLT_MATMUL_DESC_TRANSA ? &d->transa : &d->transb, buf, size);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      if (size != sizeof(std::uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&d->epilogue, buf, size);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&d->bias, buf, size);
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type,
+                                                 std::uint64_t rows, std::uint64_t cols,
+                                                 std::int64_t ld) {
+  if (ld < static_cast<std::int64_t>(rows < 1 ? 1 : rows)) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new cublasLtMatrixLayoutEmulated{type, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = new cublasLtMatmulPreferenceEmulated;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                           cublasLtMatmulPreferenceAttributes_t attr,
+                                                           const void* buf, std::size_t size) {
+  if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+    if (size != sizeof(std::uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&p->workspace, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (size != sizeof(std::uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::uint32_t* to = attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES   ? &p->align_a
+                      : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES ? &p->align_b
+                      : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES ? &p->align_c
+                      : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES ? &p->align_d
+                                                                           : nullptr;
+  if (!to) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(to, buf, size);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace dptrain_emu {
+// The problem's m, n, k from the layouts, or false where they disagree.
+inline bool lt_shape(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                     cublasLtMatrixLayout_t dl, int* m, int* n, int* k) {
+  const bool ta = d->transa == CUBLAS_OP_T, tb = d->transb == CUBLAS_OP_T;
+  *m = static_cast<int>(dl->rows);
+  *n = static_cast<int>(dl->cols);
+  *k = static_cast<int>(ta ? a->rows : a->cols);
+  const std::uint64_t am = ta ? a->cols : a->rows, bk = tb ? b->cols : b->rows,
+                      bn = tb ? b->rows : b->cols;
+  return am == dl->rows && bk == std::uint64_t(*k) && bn == dl->cols && a->type == b->type &&
+         dl->type == CUDA_R_32F && d->scale == CUDA_R_32F &&
+         (d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_FAST_TF32);
+}
+}  // namespace dptrain_emu
+
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t pref,
+    int requested, cublasLtMatmulHeuristicResult_t* results, int* found) {
+  int m = 0, n = 0, k = 0;
+  if (requested < 1 || !dptrain_emu::lt_shape(d, a, b, dl, &m, &n, &k))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  *found = 0;
+  const bool known = d->epilogue == CUBLASLT_EPILOGUE_DEFAULT ||
+                     d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  if (!known || (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && dptrain_emu::lt_refusal()))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  results[0] = {};
+  results[0].algo.data[0] = pref->align_a;
+  results[0].algo.data[1] = pref->align_b;
+  results[0].algo.data[2] = pref->align_d;
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.0f;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha,
+                                     const void* A, cublasLtMatrixLayout_t a, const void* B,
+                                     cublasLtMatrixLayout_t b, const void* beta, const void* C,
+                                     cublasLtMatrixLayout_t, void* D, cublasLtMatrixLayout_t dl,
+                                     const cublasLtMatmulAlgo_t* algo, void*, std::size_t,
+                                     cudaStream_t stream) {
+  int m = 0, n = 0, k = 0;
+  using dptrain_emu::lt_alignment;
+  if (!algo || !dptrain_emu::lt_shape(d, a, b, dl, &m, &n, &k) || C != D ||
+      !dptrain_emu::is_device_pointer(A) || !dptrain_emu::is_device_pointer(B) ||
+      !dptrain_emu::is_device_pointer(D) || lt_alignment(A) < algo->data[0] ||
+      lt_alignment(B) < algo->data[1] || lt_alignment(D) < algo->data[2])
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool with_vector = d->epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+  if (with_vector && (!d->bias || !dptrain_emu::is_device_pointer(d->bias)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool tb = d->transb == CUBLAS_OP_T;
+  const dptrain_emu::GemmOperands g{d->transa == CUBLAS_OP_T, tb, d->compute == CUBLAS_COMPUTE_32F_FAST_TF32,
+                                    m, n, k, static_cast<int>(a->ld), static_cast<int>(b->ld),
+                                    static_cast<int>(dl->ld), A, B, a->type, b->type,
+                                    *static_cast<const float*>(alpha),
+                                    *static_cast<const float*>(beta), static_cast<float*>(D)};
+  const std::uint32_t epilogue = d->epilogue;
+  float* vector = static_cast<float*>(d->bias);
+  ++dptrain_emu::lt_calls();
+  dptrain_emu::enqueue(stream, [g, epilogue, vector, tb] {
+    dptrain_emu::run_gemm(g);
+    if (epilogue == CUBLASLT_EPILOGUE_BIAS)
+      for (int j = 0; j < g.n; ++j)
+        for (int i = 0; i < g.m; ++i) g.C[std::size_t(i) + std::size_t(j) * g.ldc] += vector[i];
+    if (epilogue == CUBLASLT_EPILOGUE_BGRADB)
+      for (int j = 0; j < g.n; ++j) {
+        float sum = 0.0f;
+        for (int l = 0; l < g.k; ++l)
+          sum += dptrain_emu::gemm_operand(
+              g.B, g.btype, tb ? j + std::size_t(l) * g.ldb : l + std::size_t(j) * g.ldb, false);
+        vector[j] = sum;
+      }
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
