@@ -31,6 +31,9 @@ struct BackendCaps {
   bool device_clock = false;
   // Pointers from allocate() may be read and written by the host.
   bool host_addressable_memory = true;
+  // gemm_epilogue runs the epilogue inside the GEMM's own kernel (else it
+  // is the GEMM and the dense family's kernels, one after the other).
+  bool fused_gemm_epilogues = false;
 };
 
 class Backend {

@@ -128,7 +128,8 @@ class CudaBackend final : public Backend {
   // Device memory is not the host's; the host only queues work, so shards
   // are staged and uploaded, and phases are timed by events.
   BackendCaps caps() const override {
-    return {.staged_uploads = true, .device_clock = true, .host_addressable_memory = false};
+    return {.staged_uploads = true, .device_clock = true, .host_addressable_memory = false,
+            .fused_gemm_epilogues = true};
   }
   // NCCL orders its collectives after and before this backend's compute
   // stream, on this backend's device.
