@@ -92,11 +92,17 @@ write_table() {
   { print_table; echo "_${ended:-still running: $step, $SECONDS s in}_"; } >"$out_dir/table.md.new" &&
     mv -f "$out_dir/table.md.new" "$out_dir/table.md"
 }
-# results.tgz under --out: the folder as it stands, in one archive.
+# results.tgz under --out: the folder as it stands, in one archive. Made
+# outside the folder (tar writing into the folder it reads finds it
+# changed), then put in place whole.
 write_archive() {
   [[ -n $out_dir ]] || return 0
-  tar -C "$out_dir" --exclude=./results.tgz --exclude=./results.tgz.new -czf "$out_dir/results.tgz.new" . \
-    2>>"$work/notes.txt" && mv -f "$out_dir/results.tgz.new" "$out_dir/results.tgz"
+  if tar -C "$out_dir" --exclude=./results.tgz --exclude=./results.tgz.new -czf "$tmp/results.tgz" . \
+    2>"$tmp/results.err"; then
+    cp -f "$tmp/results.tgz" "$out_dir/results.tgz.new" && mv -f "$out_dir/results.tgz.new" "$out_dir/results.tgz"
+  else
+    note "results.tgz not rewritten: $(tr '\n' ' ' <"$tmp/results.err")"
+  fi
 }
 # shellcheck source=tools/gpu-check-env.sh
 . tools/gpu-check-env.sh

@@ -80,7 +80,8 @@ for f in ./table.md ./rows.tsv ./logs/notes.txt ./logs/tests1.txt ./logs/gpt-lay
 done
 if grep -q results.tgz "$WORK/archived.txt"; then fail "results.tgz holds itself"; fi
 tar -xzOf "$WORK/out/results.tgz" ./table.md >"$WORK/archived-table.md"
-grep -q '^_finished: exit 0 after' "$WORK/archived-table.md" || fail "the archived table is not the finished one"
+grep -q '^_finished: exit 0 after' "$WORK/archived-table.md" ||
+  fail "the archived table is not the finished one: $(tail -1 "$WORK/archived-table.md"); notes: $(tail -3 "$WORK/out/logs/notes.txt")"
 diff -q <(grep -vF '_finished:' "$WORK/archived-table.md") "$table" >/dev/null ||
   fail "the archived table differs from the printed one"
 has() { grep -qF -- "$1" "$table" || fail "no table row with: $1"; }
