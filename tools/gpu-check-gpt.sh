@@ -164,7 +164,10 @@ gpt_layer_rows() {
     --warmup "$((gpt_warmup > 1 ? 2 : 1))"
   rc=$?
   if ((rc != 0)) || ! grep -q '^{"row"' "$out"; then
-    row speed "GPT step by layer family (1 GPU, bf16, batch $batch) (gpt-layers)" "$(outcome "$rc")" "$(tail -1 "$out")"
+    local result
+    result=$(outcome "$rc")
+    [[ $result == ok ]] && result="FAILED (no rows)"
+    row speed "GPT step by layer family (1 GPU, bf16, batch $batch) (gpt-layers)" "$result" "$(tail -1 "$out")"
     return
   fi
   grep '^{"row"' "$out" | while read -r line; do
