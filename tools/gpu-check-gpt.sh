@@ -9,8 +9,13 @@
 # - speed, on a GPT-2-small-shaped model (GPT2_SHAPE): dptrain's tokens/s
 #   and model FLOP utilization in bf16 (dptrain_gpt_bench throughput), the
 #   same model in PyTorch eager with bf16 autocast (tools/gpu-check-torch.py
-#   gpt), and the step against its GEMMs replayed bare through cuBLAS in
-#   fp32, tf32 and bf16 (dptrain_gpt_bench gemm, target >= 0.85).
+#   gpt), the step against its GEMMs replayed bare through cuBLAS in fp32,
+#   tf32 and bf16 (dptrain_gpt_bench gemm, target >= 0.85), the step by
+#   layer family in bf16 (dptrain_gpt_bench layers: each family's device
+#   time and share of the step, its GEMMs apart), and last the strongest
+#   PyTorch peer, the same model through torch.compile with fused AdamW
+#   (gpu-check-torch.py gpt --compile: "skipped" or "failed" and why where
+#   this torch cannot, never a failure of the check).
 # MFU = tokens/s x (6 N + 12 L T D) / peak: N the parameters in matrix
 # products (all but the token and position tables), 12 L T D attention's
 # two batched products, forward and backward, over the full T x T
@@ -120,17 +125,57 @@ gpt_throughput_rows() {
     if [[ -n $mfu ]]; then detail+="; peak $peak TFLOPS ($peak_from)"; else detail+="; $peak_from"; fi
     row speed "$gpt2_name bf16: tokens/s and MFU (dptrain, batch $gpt2_batch)" "${mfu:-peak unknown}" "$detail"
   fi
+  gpt_per_s=${per_s:-0}
+}
+
+# gpt_torch_rows eager|compiled LIMIT: PyTorch's tokens/s and MFU on the
+# GPT-2 shape, and dptrain's (gpt_per_s) against it. The compiled row
+# never fails the check: where it cannot finish, it says "failed" and why.
+gpt_torch_rows() {
+  local how=$1 limit=$2 rc out=$work/gpt-torch-$1.tsv who="PyTorch eager" extra=()
+  [[ $how == compiled ]] && who="PyTorch torch.compile, fused AdamW" extra=(--compile)
   if [[ -z $py ]]; then
-    row speed "$gpt2_name bf16: tokens/s and MFU (PyTorch eager, batch $gpt2_batch)" skipped "no Python"
+    row speed "$gpt2_name bf16: tokens/s and MFU ($who, batch $gpt2_batch)" skipped "no Python"
     return
   fi
-  run_for 150 "$work/gpt-torch.tsv" "${start_cmd[@]}" "$py" tools/gpu-check-torch.py gpt \
+  run_for "$limit" "$out" "${start_cmd[@]}" "$py" tools/gpu-check-torch.py gpt "${extra[@]}" \
     --shape "$gpt2_l,$gpt2_h,$gpt2_d,$gpt2_t,$gpt2_v" --batch "$gpt2_batch" --peak "$peak" \
-    --dptrain "${per_s:-0}" --steps "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup" --name "$gpt2_name"
+    --dptrain "${gpt_per_s:-0}" --steps "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup" --name "$gpt2_name"
   rc=$?
-  grep $'^speed\t' "$work/gpt-torch.tsv" >>"$rows" || true
+  grep $'^speed\t' "$out" >>"$rows" || true
   write_table
-  ((rc == 0)) || row speed "$gpt2_name bf16: PyTorch eager" "$(outcome "$rc")" "$(tail -1 "$work/gpt-torch.tsv")"
+  ((rc == 0)) && return
+  if [[ $how == compiled ]]; then
+    row speed "$gpt2_name bf16: tokens/s and MFU ($who, batch $gpt2_batch)" failed \
+      "$(outcome "$rc" | tr '[:upper:]' '[:lower:]') (limit $limit s): $(tail -1 "$out" | tr '\t' ' ')"
+  else
+    row speed "$gpt2_name bf16: $who" "$(outcome "$rc")" "$(tail -1 "$out")"
+  fi
+}
+
+# The step by layer family in bf16 (dptrain_gpt_bench layers), at the GEMM
+# rows' batch: it holds the recorded model, its opened-up twin and the
+# replayed calls' operands. Each row: the family's share of the step, its
+# device time, forward and backward, and the GEMMs in it.
+gpt_layer_rows() {
+  local batch=$1 rc line name note out=$work/gpt-layers.txt
+  run_for 150 "$out" "${mpirun[@]}" -n 1 "$gpt_bench" layers --model "$gpt2_model" --tokens "$gpt2_t" \
+    --vocab "$gpt2_v" --device cuda --precision bf16 --batch "$batch" --repeats "${SPEED_REPEATS:-5}" \
+    --warmup "$((gpt_warmup > 1 ? 2 : 1))"
+  rc=$?
+  if ((rc != 0)) || ! grep -q '^{"row"' "$out"; then
+    local result
+    result=$(outcome "$rc")
+    [[ $result == ok ]] && result="FAILED (no rows)"
+    row speed "GPT step by layer family (1 GPU, bf16, batch $batch) (gpt-layers)" "$result" "$(tail -1 "$out")"
+    return
+  fi
+  grep '^{"row"' "$out" | while read -r line; do
+    name=$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line")
+    note=$(sed -n 's/.*"note":"\([^"]*\)".*/\1/p' <<<"$line")
+    row speed "$name (gpt-layers)" "$(field ratio <<<"$line")" \
+      "ours $(field ours <<<"$line") ms, baseline $(field baseline <<<"$line") ms; ${note%%; baseline*}"
+  done
 }
 
 gpt_section() {
@@ -149,9 +194,12 @@ gpt_section() {
   fi
   gpt_peak
   gpt_throughput_rows
+  gpt_torch_rows eager 150
   local p gemm_batch=$(((gpt2_batch + 1) / 2))
   for p in fp32 tf32 bf16; do
     gpt_bench_rows "gpt-gemm-$p" 90 gemm --precision "$p" --batch "$gemm_batch" \
       --repeats "${SPEED_REPEATS:-5}" --warmup "$((gpt_warmup > 1 ? 2 : 1))"
   done
+  gpt_layer_rows "$gemm_batch"
+  gpt_torch_rows compiled 180  # torch.compile takes 20 to 30 s of it on an H200
 }

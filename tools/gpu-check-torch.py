@@ -15,7 +15,12 @@
 # (6 N + 12 L T D per token, N without the token and position tables),
 # and dptrain's tokens/s (--dptrain) against it:
 #   gpu-check-torch.py gpt --shape L,H,D,T,V --batch B [--steps N] [--warmup N]
-#                          [--peak TFLOPS] [--dptrain TOKENS_PER_S]
+#                          [--peak TFLOPS] [--dptrain TOKENS_PER_S] [--compile]
+# --compile: the strongest PyTorch peer instead of eager, the same model
+# through torch.compile and torch.optim.AdamW(fused=True) (where the device
+# has it), its compile time (the first step) apart from the timed steps;
+# where torch.compile is missing (torch before 2.0) or fails, its row says
+# "skipped" or "failed" and why, and the script still exits 0.
 # DPTRAIN_TORCH_DEVICE=cpu runs the PyTorch side on the CPU instead (for
 # the check's run on the emulated GPU, tests/emulated/: the rows' code runs,
 # their figures mean nothing).
@@ -189,6 +194,77 @@ def gpt_model(torch, L, H, D, T, V):
     return Gpt(), "scaled_dot_product_attention" if sdpa is not None else "softmax(q kT) v"
 
 
+def gpt_setup(torch, L, H, D, T, V, batch, fused):
+    """The model on the device, its AdamW (fused=True when asked), a batch of
+    token ids and labels, and the FLOPs per token as dptrain_gpt_bench counts."""
+    dev = torch.device(DEVICE)
+    torch.manual_seed(0)
+    model, attention = gpt_model(torch, L, H, D, T, V)
+    model = model.to(dev)
+    params = sum(p.numel() for p in model.parameters())
+    matmul = params - model.embed.weight.numel() - model.pos.numel()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    extra = {"fused": True} if fused else {}
+    opt = torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), **extra)
+    ids = torch.randint(0, V, (batch, T), device=dev)
+    labels = torch.randint(0, V, (batch * T,), device=dev)
+    flops = 6.0 * matmul + 12.0 * L * T * D  # per token, as dptrain_gpt_bench counts
+    return model, opt, ids, labels, (flops, matmul, params), attention
+
+
+def gpt_step(torch, forward, model, opt, ids, labels, V):
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(forward(ids).view(-1, V).float(), labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    return step
+
+
+def gpt_rows(a, name, who, per_s, ms, counts, how):
+    """The tokens/s and MFU row of `who` and dptrain's ratio to it."""
+    flops, matmul, params = counts
+    mfu = f"{per_s * flops / (a.peak * 1e12):.3g}" if a.peak > 0 else "peak unknown"
+    row(f"{name}: tokens/s and MFU ({who}, batch {a.batch})", mfu,
+        f"{per_s:,.0f} tokens/s, {ms:.4g} ms a step ({a.steps} after {a.warmup} warm-up); "
+        f"{flops * 1e-6:.4g} MFLOP per token (6 N + 12 L T D, N = {matmul:,} of {params:,} parameters), "
+        f"{per_s * flops * 1e-12:.3g} TFLOPS" + (f" of {a.peak:g}" if a.peak > 0 else "") + f"; {how}")
+    if a.dptrain > 0:
+        row(f"{name}: dptrain vs {who.split(',')[0]} tokens/s", f"{a.dptrain / per_s:.2f}",
+            f"dptrain {a.dptrain:,.0f} tokens/s, PyTorch {per_s:,.0f} tokens/s; ratio = dptrain / PyTorch")
+
+
+def gpt_compiled(torch, a, name, shape):
+    """The compiled row: torch.compile of the model, fused AdamW; skipped or
+    failed (with the reason) where this torch cannot."""
+    who = "PyTorch torch.compile, fused AdamW"
+    mfu_row = f"{name}: tokens/s and MFU ({who}, batch {a.batch})"
+    if not hasattr(torch, "compile"):
+        row(mfu_row, "skipped", f"torch {torch.__version__} has no torch.compile (2.0 and later have it)")
+        return
+    fused = DEVICE == "cuda"  # fused AdamW: CUDA tensors (CPU ones only from torch 2.4)
+    try:
+        model, opt, ids, labels, counts, attention = gpt_setup(torch, *shape, a.batch, fused)
+        step = gpt_step(torch, torch.compile(model), model, opt, ids, labels, shape[4])
+        t = time.perf_counter()
+        step()  # compiles
+        synchronize(torch)
+        compile_s = time.perf_counter() - t
+        ms = timed(torch, step, a.steps, max(0, a.warmup - 1))
+    except Exception as e:  # a backend that cannot build (no compiler, no Triton), out of memory
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        row(mfu_row, "failed", f"torch {torch.__version__} on {DEVICE}: {why}")
+        return
+    how = (f"torch.compile (default mode; the first step, compile included, {compile_s:.1f} s), "
+           f"AdamW {'fused=True' if fused else 'not fused (on ' + DEVICE + ')'}, autocast bf16, "
+           f"clip_grad_norm_, attention by {attention}; torch {torch.__version__} on {DEVICE}")
+    gpt_rows(a, name, who, a.batch * shape[3] / ms * 1e3, ms, counts, how)
+
+
 def gpt_main(argv):
     import argparse
     ap = argparse.ArgumentParser(prog="gpu-check-torch.py gpt")
@@ -199,47 +275,23 @@ def gpt_main(argv):
     ap.add_argument("--peak", type=float, default=0.0, help="dense bf16 peak, TFLOPS (0: unknown)")
     ap.add_argument("--dptrain", type=float, default=0.0, help="dptrain's tokens/s, same shape")
     ap.add_argument("--name", help="the rows' name for the model (default: its shape)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile and fused AdamW, not eager")
     a = ap.parse_args(argv)
-    L, H, D, T, V = (int(v) for v in a.shape.split(","))
+    shape = tuple(int(v) for v in a.shape.split(","))
+    L, H, D, T, V = shape
     name = f"{a.name or f'GPT {L}x{D}, {H} heads, T {T}, V {V}'} bf16"
-    mfu_row = f"{name}: tokens/s and MFU (PyTorch eager, batch {a.batch})"
     torch, why = import_torch()
     if why:
-        row(mfu_row, "skipped", why)
+        who = "PyTorch torch.compile, fused AdamW" if a.compile else "PyTorch eager"
+        row(f"{name}: tokens/s and MFU ({who}, batch {a.batch})", "skipped", why)
         return
-    dev = torch.device(DEVICE)
-    torch.manual_seed(0)
-    model, attention = gpt_model(torch, L, H, D, T, V)
-    model = model.to(dev)
-    params = sum(p.numel() for p in model.parameters())
-    matmul = params - model.embed.weight.numel() - model.pos.numel()
-    flops = 6.0 * matmul + 12.0 * L * T * D  # per token, as dptrain_gpt_bench counts
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95))
-    ids = torch.randint(0, V, (a.batch, T), device=dev)
-    labels = torch.randint(0, V, (a.batch * T,), device=dev)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(ids).view(-1, V).float(), labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-
-    ms = timed(torch, step, a.steps, a.warmup)
-    per_s = a.batch * T / ms * 1e3
-    mfu = f"{per_s * flops / (a.peak * 1e12):.3g}" if a.peak > 0 else "peak unknown"
-    row(mfu_row, mfu,
-        f"{per_s:,.0f} tokens/s, {ms:.4g} ms a step ({a.steps} after {a.warmup} warm-up); "
-        f"{flops * 1e-6:.4g} MFLOP per token (6 N + 12 L T D, N = {matmul:,} of {params:,} parameters), "
-        f"{per_s * flops * 1e-12:.3g} TFLOPS" + (f" of {a.peak:g}" if a.peak > 0 else "") +
-        f"; autocast bf16, AdamW, clip_grad_norm_, attention by {attention}; torch {torch.__version__} on {DEVICE}")
-    if a.dptrain > 0:
-        row(f"{name}: dptrain vs PyTorch eager tokens/s", f"{a.dptrain / per_s:.2f}",
-            f"dptrain {a.dptrain:,.0f} tokens/s, PyTorch {per_s:,.0f} tokens/s; ratio = dptrain / PyTorch")
+    if a.compile:
+        return gpt_compiled(torch, a, name, shape)
+    model, opt, ids, labels, counts, attention = gpt_setup(torch, *shape, a.batch, False)
+    ms = timed(torch, gpt_step(torch, model, model, opt, ids, labels, V), a.steps, a.warmup)
+    gpt_rows(a, name, "PyTorch eager", a.batch * T / ms * 1e3, ms, counts,
+             f"autocast bf16, AdamW, clip_grad_norm_, attention by {attention}; "
+             f"torch {torch.__version__} on {DEVICE}")
 
 
 if __name__ == "__main__":

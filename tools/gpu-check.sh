@@ -8,8 +8,8 @@
 # against the CPU reference, the speed rows of docs/gpu.md and the GPT
 # rows (tools/gpu-check-gpt.sh: a GPT job's losses against the CPU's on 1
 # and 2 GPUs; a GPT-2-small-shaped model's tokens/s and MFU, against
-# PyTorch, and its step against its GEMMs), within 8 minutes, and prints
-# one table.
+# PyTorch eager and torch.compile, its step against its GEMMs and by layer
+# family), within 8 minutes, and prints one table.
 #   Here (Debian, network):  tools/gpu-bundle.sh     -> .gpu-bundle/ (carry it)
 #   There:                   tools/gpu-check.sh [--out DIR]
 # (or tools/gpu-check.sh inside the unpacked bundle, which carries it).
@@ -18,7 +18,9 @@
 # rewritten after every row, its last line saying what ran last or how it
 # ended), rows.tsv, and logs/: every step's output, notes.txt (what the
 # console was told), env-start.txt, env-check.txt, machine.txt (kernel,
-# driver, nvidia-smi, nvcc, MANIFEST), python.txt, cuda-libs.txt, ldd.txt.
+# driver, nvidia-smi, nvcc, MANIFEST), python.txt, cuda-libs.txt, ldd.txt;
+# and results.tgz, all of that in one archive (for a machine that hands
+# back only a few files), rewritten before every step and at the end.
 # The folder is never emptied or removed; without it the logs are.
 # Exit: 0 everything ran and passed; 1 something failed; 77 no GPU visible
 # (everything that runs without one passed; the GPU rows say skipped).
@@ -29,9 +31,10 @@
 # holds PyTorch, where the search of tools/gpu-check-env.sh misses it),
 # DPTRAIN_CUDA_LIB_DIRS (folders of CUDA libraries to consider first),
 # STEPS (training steps per speed run, default 400), BUDGET_S (default
-# 480: 420 before the GPT rows, which take about a minute and a half on
-# a GPU), PEAK_TFLOPS (the GPU's dense bf16 peak for the MFU rows, where
-# the table of tools/gpu-check-gpt.sh does not know its name). For a quick
+# 480: 420 before the GPT rows, which take two to three minutes on a GPU,
+# torch.compile's row last), PEAK_TFLOPS (the GPU's dense bf16 peak for
+# the MFU rows, where the table of tools/gpu-check-gpt.sh does not know
+# its name). For a quick
 # run whose speed figures mean nothing
 # (tests/emulated/test_emulated_gpu_check.sh runs the whole check on the
 # emulated GPU): SPEED_REPEATS (timed repeats of every speed row, after one
@@ -89,6 +92,18 @@ write_table() {
   { print_table; echo "_${ended:-still running: $step, $SECONDS s in}_"; } >"$out_dir/table.md.new" &&
     mv -f "$out_dir/table.md.new" "$out_dir/table.md"
 }
+# results.tgz under --out: the folder as it stands, in one archive. Made
+# outside the folder (tar writing into the folder it reads finds it
+# changed), then put in place whole.
+write_archive() {
+  [[ -n $out_dir ]] || return 0
+  if tar -C "$out_dir" --exclude=./results.tgz --exclude=./results.tgz.new -czf "$tmp/results.tgz" . \
+    2>"$tmp/results.err"; then
+    cp -f "$tmp/results.tgz" "$out_dir/results.tgz.new" && mv -f "$out_dir/results.tgz.new" "$out_dir/results.tgz"
+  else
+    note "results.tgz not rewritten: $(tr '\n' ' ' <"$tmp/results.err")"
+  fi
+}
 # shellcheck source=tools/gpu-check-env.sh
 . tools/gpu-check-env.sh
 # shellcheck source=tools/gpu-check-gpt.sh
@@ -104,7 +119,7 @@ mpirun=(orterun --oversubscribe --bind-to none)
 run_for() {
   local t=$1 out=$2 left=$((deadline - SECONDS))
   shift 2
-  step=${out##*/} && write_table
+  step=${out##*/} && write_table && write_archive
   ((left < t)) && t=$left
   ((t > 5)) || return 125
   timeout -k 5 "$t" "$@" >"$out" 2>&1
@@ -130,7 +145,8 @@ finish() {
   ended="finished: exit $rc after $SECONDS s"
   write_table
   print_table
-  note "$(wc -l <"$rows") rows, $(grep -c $'\t\\(FAILED\\|TIMED OUT\\|OVER\\|NOT FOUND\\)' "$rows") failed, $((SECONDS)) s; exit $rc${out_dir:+; table and logs in $out_dir}"
+  note "$(wc -l <"$rows") rows, $(grep -c $'\t\\(FAILED\\|TIMED OUT\\|OVER\\|NOT FOUND\\)' "$rows") failed, $((SECONDS)) s; exit $rc${out_dir:+; table and logs in $out_dir, all of it in $out_dir/results.tgz}"
+  write_archive
   exit "$rc"
 }
 

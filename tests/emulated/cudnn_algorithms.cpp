@@ -11,6 +11,9 @@
 // (cudnn_emulated.hpp). Which algorithms can run:
 //   - GEMM-like ones (implicit GEMM, precomputed, GEMM; ALGO_0/1/3): any
 //     shape, FLOAT under any math type, BFLOAT16 under tensor-op math only;
+//     but 3-D FLOAT convolutions have FMA kernels only, as a cuDNN that
+//     runs a shape on FMA kernels although TF32 is allowed (so TF32 is
+//     seen both used and left unused: test_cudnn_precision.cpp);
 //   - FFT and Winograd: 2-D FLOAT convolutions of stride and dilation 1
 //     (Winograd 3x3 filters only), FMA math;
 //   - DIRECT and backward-filter WINOGRAD: never (not in cuDNN either).
@@ -132,7 +135,9 @@ std::vector<Algorithm> heuristics(Pass pass, const ConvShape& s) {
     }
     // The math types that can run it: FMA (FLOAT only) first, then tensor ops.
     if (!s.bf16() || e.kind != Kind::kGemmLike) out.push_back(answer(pass, e, s, CUDNN_FMA_MATH));
-    if (e.kind == Kind::kGemmLike) out.push_back(answer(pass, e, s, CUDNN_TENSOR_OP_MATH));
+    const bool float_volume = !s.bf16() && s.spatial == 3;  // FMA kernels only
+    if (e.kind == Kind::kGemmLike && !float_volume)
+      out.push_back(answer(pass, e, s, CUDNN_TENSOR_OP_MATH));
   }
   return out;
 }

@@ -7,6 +7,10 @@
 //    test_cudnn_precision.cpp: with inputs 1 + 2^-9 and ones, bf16 (7
 //    mantissa bits) rounds the input to 1 and falls short of the fp32 sum by
 //    about 2^-9, TF32 (10 bits) keeps it and matches the fp32 sum;
+//  - tensor-op kernels for 3-D FLOAT convolutions (the emulated cuDNN has
+//    FMA ones only there): under TF32 such a plan names FMA math for every
+//    pass (ConvPlan::pass_math) and matches fp32, while a 2-D one names
+//    tensor-op math; fp32 plans name FMA, bf16 ones tensor-op;
 //  - room on the device (DPTRAIN_EMULATED_DEVICE_BYTES) for less workspace
 //    than the preferred algorithms take: the plan takes algorithms that need
 //    less, says so, and computes as the CPU does; with room for none, the
@@ -30,11 +34,12 @@ using dptrain::ConvGeometry;
 using dptrain::Precision;
 using namespace gpu_test;
 
-// sum(want - got) / sum(want) of the forward outputs.
-double forward_shortfall(dptrain::Backend& be, dptrain::Backend& cpu, const ConvGeometry& g) {
+// sum(want - got) / sum(want) of the forward outputs, on inputs 1 + e and ones.
+double forward_shortfall(dptrain::Backend& be, dptrain::Backend& cpu, const ConvGeometry& g,
+                         double e = std::ldexp(1.0, -9)) {
   const int rows = 2;
   const ConvInputs sizes = random_conv_inputs(g, rows, 1);
-  const ConvInputs in{std::vector<float>(sizes.x.size(), 1.0f + std::ldexp(1.0f, -9)),
+  const ConvInputs in{std::vector<float>(sizes.x.size(), static_cast<float>(1.0 + e)),
                       std::vector<float>(sizes.w.size(), 1.0f),
                       std::vector<float>(sizes.b.size(), 0.0f),
                       std::vector<float>(sizes.dy.size(), 1.0f)};
@@ -67,6 +72,36 @@ TEST(CudnnFallback, WithoutABf16AlgorithmAConvolutionRunsInTf32AndSaysSo) {
             std::string::npos)
       << said;
   EXPECT_NE(said.find("run in TF32 instead"), std::string::npos) << said;
+}
+
+TEST(CudnnFallback, EachPassNamesTheMathItsAlgorithmRunsWith) {
+  using dptrain::ConvMath;
+  using dptrain::ConvPass;
+  const ConvGeometry image = conv_geometry(2, 4, 4, {6, 6}, 3, 1, 1, 2);
+  const ConvGeometry volume = conv_geometry(3, 4, 4, {5, 5, 5}, 3, 1, 1, 2);
+  struct Case {
+    Precision p;
+    ConvMath image, volume;
+  };
+  for (const Case c : {Case{Precision::kFp32, ConvMath::kFma, ConvMath::kFma},
+                       Case{Precision::kTf32, ConvMath::kTensorOp, ConvMath::kFma},
+                       Case{Precision::kBf16, ConvMath::kTensorOp, ConvMath::kTensorOp}}) {
+    auto gpu = make_gpu(c.p);
+    for (const auto& [g, want] : {std::pair{image, c.image}, std::pair{volume, c.volume}}) {
+      auto plan = gpu->kernels<dptrain::SpatialKernels>().conv_plan(g);
+      for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackwardData, ConvPass::kBackwardWeights})
+        for (int rows : {1, 2})
+          EXPECT_EQ(plan->pass_math(pass, rows), want)
+              << "precision " << int(c.p) << ", " << g.dims << "-D, pass " << int(pass) << ", "
+              << rows << " rows: " << dptrain::conv_math_name(plan->pass_math(pass, rows));
+    }
+  }
+  // TF32 on FMA kernels is fp32: 1 + 2^-12 is kept (TF32 would round it to 1).
+  auto tf32 = make_gpu(Precision::kTf32);
+  auto cpu = make_cpu();
+  const double e = std::ldexp(1.0, -12);
+  EXPECT_LT(std::fabs(forward_shortfall(*tf32, *cpu, volume, e)), 1e-3 * e);
+  EXPECT_GT(forward_shortfall(*tf32, *cpu, image, e), 0.5 * e);
 }
 
 // An emulated device with room for `room` bytes more than it holds now,

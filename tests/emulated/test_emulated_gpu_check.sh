@@ -15,7 +15,8 @@
 # time; quick sizes: SPEED_REPEATS, SPEED_ROWS, ALLREDUCE_MIB; the PyTorch
 # rows on the CPU, where torch is installed); what is checked is that each
 # tool runs, that its rows reach the table as numbers, and that the table
-# holds what docs/gpu.md says it does.
+# holds what docs/gpu.md says it does; and that --out leaves the table and
+# results.tgz, an archive of the whole folder with the same table in it.
 source "$DPTRAIN_SOURCE_DIR/tests/cli/lib.sh"
 : "${EMULATED_BIN:?run through ctest}"
 GPUS=${GPUS:-2}
@@ -64,13 +65,25 @@ gpt_steps=8
 PATH=$WORK/driver:$PATH DPTRAIN_TORCH_DEVICE=cpu BUNDLE=$tree GTEST_FILTER=$tests STEPS=20 BUDGET_S=900 SPEED_REPEATS=2 \
   SPEED_ROWS=4 ALLREDUCE_MIB=1 GPT_STEPS=$gpt_steps GPT_BATCH=8 GPT2_SHAPE=2,2,32,16,64 GPT2_BATCH=2 PEAK_TFLOPS=1 \
   GPT_MODEL="embed:32,pos,res(ln,attn:2:causal),res(ln,dense:64,gelu:tanh,dense:32),ln,dense:256" \
-  timeout -k 5 1000 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" >"$table" 2>"$WORK/check.err"
+  timeout -k 5 1000 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" --out "$WORK/out" >"$table" 2>"$WORK/check.err"
 rc=$?
 set -e
 cat "$table"
 [[ $rc -eq 0 ]] || { tail -40 "$WORK/check.err" >&2; fail "gpu-check exit $rc, want 0"; }
 
 rows() { grep -c "^| $1 |" "$table" || true; }  # rows of a section
+# --out: the table as printed, and all of the folder in results.tgz.
+[[ -f $WORK/out/table.md && -f $WORK/out/results.tgz ]] || fail "no table.md and results.tgz in --out"
+tar -tzf "$WORK/out/results.tgz" >"$WORK/archived.txt" || fail "results.tgz is no gzip'd tar"
+for f in ./table.md ./rows.tsv ./logs/notes.txt ./logs/tests1.txt ./logs/gpt-layers.txt; do
+  grep -qxF "$f" "$WORK/archived.txt" || fail "results.tgz lacks $f: $(tr '\n' ' ' <"$WORK/archived.txt")"
+done
+if grep -q results.tgz "$WORK/archived.txt"; then fail "results.tgz holds itself"; fi
+tar -xzOf "$WORK/out/results.tgz" ./table.md >"$WORK/archived-table.md"
+grep -q '^_finished: exit 0 after' "$WORK/archived-table.md" ||
+  fail "the archived table is not the finished one: $(tail -1 "$WORK/archived-table.md"); notes: $(tail -3 "$WORK/out/logs/notes.txt")"
+diff -q <(grep -vF '_finished:' "$WORK/archived-table.md") "$table" >/dev/null ||
+  fail "the archived table differs from the printed one"
 has() { grep -qF -- "$1" "$table" || fail "no table row with: $1"; }
 bad=$(grep -E '\| (FAILED|TIMED OUT|OVER|NOT FOUND|not run|not built)' "$table" || true)
 [[ -z $bad ]] || fail "rows that did not pass: $bad"
@@ -142,7 +155,28 @@ if ((torch)); then
   grep -F "${gpt2}dptrain vs PyTorch eager tokens/s |" "$table" | grep -qE "\| $number \| dptrain " ||
     fail "no dptrain vs PyTorch GPT row"
 fi
+# The strongest PyTorch peer: torch.compile and fused AdamW, a number, or
+# skipped or failed with a reason (torch before 2.0 has no torch.compile).
+compiled=$(grep -F "${gpt2}tokens/s and MFU (PyTorch torch.compile, fused AdamW, batch 2) |" "$table" || true)
+if ((torch)); then
+  grep -qE "\| ($number \| [0-9,]+ tokens/s, .*torch.compile .* on cpu|(skipped|failed) \| torch .+) \|$" <<<"$compiled" ||
+    fail "no PyTorch torch.compile row: ${compiled:-none}"
+else
+  grep -qE '\| skipped \| no PyTorch ' <<<"$compiled" || fail "no skipped torch.compile row: ${compiled:-none}"
+fi
 ((torch)) || echo "no torch for $PYTHON: the PyTorch rows were not checked"
+# The step by layer family on the GPU (bf16, the GEMM rows' batch): each
+# family's share of the step, and the rows that sum them up.
+layers="(1 GPU, bf16, batch 1) (gpt-layers)"
+for f in embed pos ln attn dense gelu "res adds" loss optimizer "all GEMMs"; do
+  grep -F "| speed | GPT step by layer family: $f $layers |" "$table" |
+    grep -qE "^\| speed \| .* \| $number \| ours $number ms, baseline $number ms; ours = device ms" ||
+    fail "no GPU layer-family row for $f"
+done
+for r in "GPT GEMMs inside the step vs replayed bare" "GPT step driven layer by layer vs train_step"; do
+  grep -F "| speed | $r $layers |" "$table" | grep -qE "^\| speed \| .* \| $number \| ours $number ms" ||
+    fail "no GPU layers row: $r"
+done
 if ((GPUS == 2)); then
   grep -qE "^\| speed \| all-reduce 1 MiB bus bandwidth vs NCCL \(2 GPUs\) \| $number \|" "$table" ||
     fail "no all-reduce row"

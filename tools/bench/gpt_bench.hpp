@@ -108,17 +108,24 @@ struct GemmCall {
 
 // Forwards everything to `inner` (so GEMMs run on its library and its
 // cached batched primitives, kernels on its kernel registry, on its device).
-// While `record`, every GEMM call is appended to `calls`; each call's host
-// time adds to gemm_ms / batched_ms (the layers row, CPU only: on a GPU the
-// host only queues the call).
+// While `record`, every GEMM call is appended to `calls`; each call's time
+// adds to gemm_ms / batched_ms (the layers row): its host time, or while
+// `device_gemms` its device time, between markers 2 to 7 (in pairs, the
+// caller keeping 0 and 1), a pair read when it is needed again or at
+// settle(), so the host waits for a GEMM only three GEMMs later.
 class InstrumentedBackend final : public Backend {
  public:
   explicit InstrumentedBackend(Backend& inner) : inner_(inner) {}
 
-  bool record = false;
+  bool record = false, device_gemms = false;
   std::vector<GemmCall> calls;
   double gemm_ms = 0.0, batched_ms = 0.0;
   long gemm_calls = 0, batched_calls = 0;
+
+  // Adds the device time of every GEMM not yet read (waits for them).
+  void settle() {
+    for (int p = 0; p < kPairs; ++p) settle_pair(p);
+  }
 
   std::string name() const override { return inner_.name(); }
   std::string placement() const override { return inner_.placement(); }
@@ -158,9 +165,7 @@ class InstrumentedBackend final : public Backend {
   void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
     if (record) calls.push_back({false, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 0, 0, 0, 1});
-    const auto t0 = Clock::now();
-    inner_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    gemm_ms += ms_since(t0);
+    timed(false, [&] { inner_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
     ++gemm_calls;
   }
   // A GEMM with its epilogue counts as a GEMM where the library fuses them
@@ -183,9 +188,9 @@ class InstrumentedBackend final : public Backend {
                     std::size_t sa, const float* b, int ldb, std::size_t sb, float beta, float* c,
                     int ldc, std::size_t sc, int batch) override {
     if (record) calls.push_back({true, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, sa, sb, sc, batch});
-    const auto t0 = Clock::now();
-    inner_.gemm_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
-    batched_ms += ms_since(t0);
+    timed(true, [&] {
+      inner_.gemm_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
+    });
     ++batched_calls;
   }
 
@@ -193,7 +198,35 @@ class InstrumentedBackend final : public Backend {
   KernelRegistry& kernel_registry() override { return RegistryOf::of(inner_); }
 
  private:
+  static constexpr int kPairs = (kMarkers - 2) / 2;
+  enum Pending { kNone, kGemm, kBatched };
+
+  template <typename F>
+  void timed(bool batched, F&& fn) {
+    if (!device_gemms) {
+      const auto t0 = Clock::now();
+      fn();
+      (batched ? batched_ms : gemm_ms) += ms_since(t0);
+      return;
+    }
+    const int p = next_pair_;
+    next_pair_ = (next_pair_ + 1) % kPairs;
+    settle_pair(p);
+    inner_.mark(2 + 2 * p);
+    fn();
+    inner_.mark(3 + 2 * p);
+    pending_[std::size_t(p)] = batched ? kBatched : kGemm;
+  }
+  void settle_pair(int p) {
+    Pending& what = pending_[std::size_t(p)];
+    if (what == kNone) return;
+    (what == kBatched ? batched_ms : gemm_ms) += inner_.marker_ms(2 + 2 * p, 3 + 2 * p);
+    what = kNone;
+  }
+
   Backend& inner_;
+  std::array<Pending, kPairs> pending_{};
+  int next_pair_ = 0;
 };
 
 // --- the GPT, its data and its optimizer ----------------------------------------
@@ -344,8 +377,11 @@ void print_calls(Backend& be, Replay& replay, const std::vector<GemmCall>& calls
 Row gemm_row(Backend& real, const GptArgs& a, const std::vector<GemmCall>& calls, Replay& replay,
              Gpt* recorded);
 // layers: where the step's time goes per layer family (gpt_layer_rows.cpp).
+// On a GPU every call is timed by device markers and the step's time is
+// their sum; the baseline is `recorded` (the model the GEMMs were recorded
+// from), or without it a model of its own on `real`.
 std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptArgs& a,
-                            Replay& replay);
+                            Replay& replay, Gpt* recorded);
 // throughput: tokens/s of the step and its model FLOP utilization
 // (gpt_throughput_row.cpp).
 Row throughput_row(Backend& real, const GptArgs& a);

@@ -1,5 +1,7 @@
 // Implements: the layers row of dptrain_gpt_bench (see gpt_bench.hpp): the
-// GPT's step driven layer by layer, timed per layer family.
+// GPT's step driven layer by layer, timed per layer family: on the host
+// clock on the CPU, by device markers around each call (and each GEMM in
+// it) where the backend has a device clock (a GPU).
 #include "dptrain/backends/backend_buffer.hpp"
 #include "gpt_bench.hpp"
 
@@ -83,9 +85,13 @@ class DrivenGpt {
   const Model& model() const { return *model_; }
 
   // One training step, as train_step runs it on one rank; adds each
-  // family's time to acc and returns the step's.
+  // family's time to acc and returns the step's: its host time, or on a
+  // device clock the sum of its calls' device times (the host waits after
+  // each call, and the device's idle time in between is no part of it).
   double step(Accs& acc) {
     const auto t_step = Clock::now();
+    device_step_ms_ = 0.0;
+    be_.device_gemms = be_.caps().device_clock;
     const int rows = a_.batch;
     const Shard& shard = data_.shard;
     std::vector<ConstTensorView> node_in(nodes_.size());
@@ -159,7 +165,8 @@ class DrivenGpt {
         opt_->step(model_->params(), model_->grads(), a_.lr);
     });
     be_.synchronize();
-    return ms_since(t_step);
+    be_.device_gemms = false;
+    return be_.caps().device_clock ? device_step_ms_ : ms_since(t_step);
   }
 
  private:
@@ -178,10 +185,11 @@ class DrivenGpt {
   void timed(Accs& acc, Family f, Pass p, F&& fn) {
     const double g0 = be_.gemm_ms, b0 = be_.batched_ms;
     const long gc0 = be_.gemm_calls, bc0 = be_.batched_calls;
-    const auto t0 = Clock::now();
-    fn();
+    const double ms = device_ms(be_, fn);
+    be_.settle();
+    device_step_ms_ += ms;
     Acc& x = acc[f];
-    x.ms[p] += ms_since(t0);
+    x.ms[p] += ms;
     x.gemm_ms += be_.gemm_ms - g0;
     x.batched_ms += be_.batched_ms - b0;
     x.gemm_calls += be_.gemm_calls - gc0;
@@ -196,6 +204,7 @@ class DrivenGpt {
   std::unique_ptr<Optimizer> opt_;
   std::vector<Node> nodes_;
   std::size_t first_trained_ = 0;
+  double device_step_ms_ = 0.0;  // this step's calls, device-timed
   std::map<Layer*, DeviceBuffer<float>> outputs_;
   DeviceBuffer<float> ga_, gb_, gc_, gd_, ge_;  // Model's and the block's gradient buffers
 };
@@ -209,34 +218,31 @@ std::string format_ms(double ms) {
 }  // namespace
 
 std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptArgs& a,
-                            Replay& replay) {
+                            Replay& replay, Gpt* recorded) {
   DrivenGpt driven(inst, a);
-  Gpt gpt(real, a, 5);
+  std::unique_ptr<Gpt> own;
+  if (!recorded) own = std::make_unique<Gpt>(real, a, 5);
+  Gpt& gpt = recorded ? *recorded : *own;
   DPT_REQUIRE(driven.model().num_params() == gpt.model.num_params(), ExitCode::kOther,
               "layers: the opened-up model has another parameter count");
   std::vector<Accs> steps;
   std::vector<double> replay_ms;  // the step's GEMMs replayed bare, just before each driven step
-  const Side ours{[&] {
-                    const auto t0 = Clock::now();
-                    replay.run_all();
-                    replay_ms.push_back(ms_since(t0));
-                  },
+  const Side ours{[&] { replay_ms.push_back(device_ms(real, [&] { replay.queue_all(); })); },
                   [&] {
                     Accs acc{};
                     const double ms = driven.step(acc);
                     steps.push_back(acc);
                     return ms;
                   }};
-  const Side base{nullptr, [&] {
-                    const auto t0 = Clock::now();
-                    gpt.step();
-                    return ms_since(t0);
-                  }};
+  const Side base{nullptr, [&] { return device_ms(gpt.be, [&] { gpt.queue_step(); }); }};
   const Samples s = alternate(MPI_COMM_SELF, a.repeats, {a.warmup, 6.0, 10, 200}, ours, base);
   steps.erase(steps.begin(), steps.end() - s.repeats);
   replay_ms.erase(replay_ms.begin(), replay_ms.end() - s.repeats);
   const double step_ms = median(s.ours);
-  const std::string where = "1 rank, " + plural(a.threads, "thread");
+  const bool gpu = real.caps().device_clock;
+  const std::string where = a.where() + (gpu ? ", batch " + std::to_string(a.batch) : "");
+  // What "ms" is: host time per call, or device time between markers.
+  const std::string clock = gpu ? "device ms (markers around each call)" : "ms";
   const std::string medians = "; medians of " + plural(s.repeats, "step") + " after warm-up";
 
   std::vector<Row> rows;
@@ -276,7 +282,7 @@ std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptA
     if (ms <= 0.0) continue;
     const double share = per_step([&](const Accs& x, std::size_t r) { return x[f].total() / s.ours[r]; });
     const Acc& first = steps.front()[f];
-    std::string note = "ours = ms per step in the " + std::string(kFamilyNames[f]) + " family (";
+    std::string note = "ours = " + clock + " per step in the " + std::string(kFamilyNames[f]) + " family (";
     if (f == kLoss) note += "softmax cross-entropy over every position, loss and its gradient";
     else if (f == kOptimizer) note += "NaN/Inf count of the gradients, clipping, AdamW";
     else if (f == kResAdds) note += "the res blocks' y = f(x) + x and dx = df + dy, copies and sums";
@@ -305,8 +311,8 @@ std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptA
   };
   const double gemms = per_step([&](const Accs& x, std::size_t) { return gemm_ms(x); });
   rows.push_back({"GPT step by layer family: all GEMMs (" + where + ")", "",
-                  "ours = ms per step inside Backend::gemm and gemm_batched, timed where the "
-                  "layers call them; baseline = the whole step driven through the Layer API; "
+                  "ours = " + clock + " per step inside Backend::gemm and gemm_batched, timed "
+                  "where the layers call them; baseline = the whole step driven through the Layer API; "
                   "ratio = share of the step" + medians,
                   "", gemms, step_ms, gemms / step_ms});
   rows.push_back({"GPT GEMMs inside the step vs replayed bare (" + where + ")", "",
@@ -317,7 +323,8 @@ std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptA
                   per_step([&](const Accs& x, std::size_t r) { return gemm_ms(x) / replay_ms[r]; })});
   rows.push_back(make_row("GPT step driven layer by layer vs train_step (" + where + ")", s,
                           ours_over_base, "",
-                          "ours = the step above (res blocks opened up, every call timed); "
+                          "ours = the step above (res blocks opened up, every call timed" +
+                              std::string(gpu ? ", its time the sum of its calls'" : "") + "); "
                           "baseline = train_step of the same model; ratio = ours / baseline: how "
                           "well the per-family figures add up to the real step"));
   return rows;

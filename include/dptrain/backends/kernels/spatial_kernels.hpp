@@ -47,6 +47,23 @@ struct PoolGeometry {
 // rows: x after forward, dy after backward_weights) may reuse what that
 // pass made of it (the CPU plan's conversion to its blocked layout), so
 // that input must not change in between.
+// A pass of a convolution, and the math a library's algorithm for it runs
+// with (what cuDNN reports as the chosen algorithm's mathType): kTensorOp
+// lets tensor cores round fp32 operands to TF32, kFma keeps them fp32,
+// kDefault leaves it to the library (TF32 permitted on Ampere and later);
+// kNone where the plan chooses no such algorithm (the CPU's).
+enum class ConvPass { kForward, kBackwardData, kBackwardWeights };
+enum class ConvMath { kNone, kFma, kDefault, kTensorOp };
+inline const char* conv_math_name(ConvMath m) {
+  switch (m) {
+    case ConvMath::kFma: return "FMA";
+    case ConvMath::kDefault: return "default";
+    case ConvMath::kTensorOp: return "tensor-op";
+    case ConvMath::kNone: break;
+  }
+  return "none";
+}
+
 class ConvPlan {
  public:
   virtual ~ConvPlan() = default;
@@ -64,6 +81,9 @@ class ConvPlan {
   // Backend objects made so far (primitives and their argument memories):
   // unchanged by a pass whose row count was seen before.
   virtual std::size_t objects_created() const = 0;
+  // The math of the algorithm the plan runs `pass` over `rows` with
+  // (choosing it first if that row count is new).
+  virtual ConvMath pass_math(ConvPass /*pass*/, int /*rows*/) { return ConvMath::kNone; }
 
  protected:
   ConvPlan() = default;

@@ -28,6 +28,7 @@ namespace {
 
 constexpr float kOne = 1.0f, kZero = 0.0f;
 constexpr std::size_t kBf16Bytes = 2;
+// By pass, in the order of dptrain::ConvPass (pass_math indexes them so).
 constexpr std::array<ConvPass, 3> kPasses{ConvPass::kForward, ConvPass::kBackwardData,
                                           ConvPass::kBackwardFilter};
 
@@ -132,6 +133,16 @@ class CudnnConvPlan final : public ConvPlan {
   }
 
   std::size_t objects_created() const override { return created_; }
+
+  ConvMath pass_math(dptrain::ConvPass pass, int rows) override {
+    switch (row_plan(rows).algo[static_cast<std::size_t>(pass)].math) {
+      case CUDNN_TENSOR_OP_MATH:
+      case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return ConvMath::kTensorOp;
+      case CUDNN_FMA_MATH: return ConvMath::kFma;
+      case CUDNN_DEFAULT_MATH: return ConvMath::kDefault;
+    }
+    return ConvMath::kDefault;
+  }
 
  private:
   const RowPlan& row_plan(int rows) {
