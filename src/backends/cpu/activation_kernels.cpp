@@ -2,16 +2,14 @@
 // (src/backends/cpu/vector_clones.hpp), tanh, gelu (the exact erf form) and
 // sigmoid as plain loops over the std:: functions; the CUDA kernels are
 // tested against them.
-#include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdint>
 #include <cstddef>
 #include <memory>
 #include <numbers>
 
 #include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/vector_clones.hpp"
+#include "backends/cpu/vector_math.hpp"
 #include "dptrain/backends/kernels/activation_kernels.hpp"
 
 namespace dptrain {
@@ -35,39 +33,17 @@ void relu_backward(const float* __restrict x, const float* __restrict dy, float*
 // GELU's tanh form, 0.5x(1 + tanh(u)) with u = sqrt(2/pi)(x + 0.044715x^3),
 // computed as x·s with s = (1 + tanh(u))/2 = 1/(1 + e^(−2u)): exact to float
 // rounding everywhere (also where 1 + tanh(u) cancels), and one exp per
-// value that vectorizes, where the library's scalar tanh took half of a
-// GPT step. The derivative is torch 1.13's GeluBackward,
+// value that vectorizes (vector_math.hpp), where the library's scalar tanh
+// took half of a GPT step. The derivative is torch 1.13's GeluBackward,
 // 0.5(1 + t) + 0.5x(1 − t²)·sqrt(2/pi)(1 + 3·0.044715x²), with 1 + t = 2s
 // and 1 − t² = 4s(1 − s).
 constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluKappa = 0.044715f;
 
-// e^x to about 1e-7 relative, for x in float range (clamped where e^x over-
-// or underflows): 2^n · p(r), r = x − n·ln2 in [−ln2/2, ln2/2], p Taylor's
-// polynomial of degree 7 (its remainder is below 5e-9 there). Branch-free,
-// so the loops that call it vectorize.
-inline float exp_approx(float x) {
-  x = std::min(88.0f, std::max(-87.0f, x));
-  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
-  const float n = (x * kLog2e + kRound) - kRound;
-  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
-}
-
 // s = (1 + tanh(u)) / 2 for the GELU of x.
 inline float gelu_tanh_half(float x) {
   const float u = kGeluBeta * (x + kGeluKappa * x * x * x);
-  return 1.0f / (1.0f + exp_approx(-2.0f * u));
+  return 1.0f / (1.0f + cpu_vec::exp_approx(-2.0f * u));
 }
 
 DPT_VECTOR_CLONES

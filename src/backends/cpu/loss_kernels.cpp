@@ -1,12 +1,12 @@
-// Implements: the CPU loss kernels — softmax cross-entropy and mean squared
-// error, summed in double per row so that the loss statistics are a tight
-// reference for the CUDA kernels.
-#include <cmath>
+// Implements: the CPU loss kernels — softmax cross-entropy (the vector row
+// kernel of row_kernels.hpp) and mean squared error, summed in double per
+// row so that the loss statistics are a tight reference for the CUDA kernels.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "backends/cpu/kernel_factory.hpp"
+#include "backends/cpu/row_kernels.hpp"
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 
 namespace dptrain {
@@ -14,31 +14,14 @@ namespace {
 
 class CpuLossKernels final : public LossKernels {
  public:
-  // dlogits may be null (evaluation needs only the stats).
+  // dlogits may be null (evaluation needs only the stats). Rows in order,
+  // on one thread: the loss sum keeps one order.
   void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
                     float grad_scale, float* dlogits, float* stats) override {
     double loss_sum = 0.0;
-    std::size_t correct = 0;
-    for (int r = 0; r < rows; ++r) {
-      const float* z = logits + static_cast<std::size_t>(r) * cols;
-      int arg = 0;
-      for (int c = 1; c < cols; ++c)
-        if (z[c] > z[arg]) arg = c;
-      const float zmax = z[arg];
-      double sum = 0.0;
-      for (int c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(z[c] - zmax));
-      const int label = labels[r];
-      loss_sum += std::log(sum) - static_cast<double>(z[label] - zmax);
-      if (arg == label) ++correct;
-      if (dlogits) {
-        float* d = dlogits + static_cast<std::size_t>(r) * cols;
-        const double inv_sum = 1.0 / sum;
-        for (int c = 0; c < cols; ++c)
-          d[c] =
-              grad_scale * static_cast<float>(std::exp(static_cast<double>(z[c] - zmax)) * inv_sum);
-        d[label] -= grad_scale;
-      }
-    }
+    std::int64_t correct = 0;
+    cpu_rows::softmax_xent(logits, labels, 0, rows, cols, grad_scale, dlogits, &loss_sum,
+                           &correct);
     stats[0] += static_cast<float>(loss_sum);
     stats[1] += static_cast<float>(correct);
   }

@@ -1,19 +1,19 @@
 // Implements: the CPU sequence kernels (sequence_kernels.hpp) — single passes
 // over rows, parallel over rows (or, for sums over rows, over columns, so
-// that every sum keeps its order whatever the thread count). Row statistics
-// (layer norm, softmax sums) accumulate in double: these loops are the
-// reference the CUDA kernels are tested against.
+// that every sum keeps its order whatever the thread count). Layer norm and
+// the attention softmax are the vector row kernels of row_kernels.hpp, their
+// statistics accumulated in double: these loops are the reference the CUDA
+// kernels are tested against.
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <memory>
 
 #include "backends/cpu/kernel_factory.hpp"
+#include "backends/cpu/row_kernels.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 
 namespace dptrain {
@@ -26,13 +26,15 @@ constexpr size_t kParallelValues = size_t(1) << 15;
 
 size_t at(int a, int b) { return static_cast<size_t>(a) * static_cast<size_t>(b); }
 
-// Columns [begin, end) of `cols` for this thread of the team: sums over rows
-// then run per column in row order, the same bits for any team size.
-void column_range(int cols, int& begin, int& end) {
+// Items [begin, end) of `count` (rows, or columns) for this thread of the
+// team. Split by columns, sums over rows run per column in row order; split
+// by rows, each row's statistics are its own: the same bits for any team
+// size.
+void thread_range(int count, int& begin, int& end) {
   const int threads = omp_get_num_threads(), me = omp_get_thread_num();
-  const int per = (cols + threads - 1) / threads;
-  begin = std::min(cols, me * per);
-  end = std::min(cols, begin + per);
+  const int per = (count + threads - 1) / threads;
+  begin = std::min(count, me * per);
+  end = std::min(count, begin + per);
 }
 
 class CpuSequenceKernels final : public SequenceKernels {
@@ -49,7 +51,7 @@ class CpuSequenceKernels final : public SequenceKernels {
 #pragma omp parallel if (at(rows, dim) > kParallelValues)
     {
       int c0, c1;
-      column_range(dim, c0, c1);
+      thread_range(dim, c0, c1);
       for (int r = 0; r < rows; ++r) {
         const float* g = dy + at(r, dim);
         float* d = dtable + at(ids[r], dim);
@@ -71,7 +73,7 @@ class CpuSequenceKernels final : public SequenceKernels {
 #pragma omp parallel if (at(batch, per) > kParallelValues)
     {
       int c0, c1;
-      column_range(per, c0, c1);
+      thread_range(per, c0, c1);
       for (int c = c0; c < c1; ++c) dpos[c] = 0.0f;
       for (int n = 0; n < batch; ++n)
         for (int c = c0; c < c1; ++c) dpos[c] += dy[at(n, per) + static_cast<size_t>(c)];
@@ -80,43 +82,21 @@ class CpuSequenceKernels final : public SequenceKernels {
 
   void layer_norm(const float* x, const float* weight, const float* bias, int rows, int dim,
                   float eps, float* y, float* mean, float* rstd) override {
-#pragma omp parallel for schedule(static) if (at(rows, dim) > kParallelValues)
-    for (int r = 0; r < rows; ++r) {
-      const float* xr = x + at(r, dim);
-      double sum = 0.0;
-      for (int c = 0; c < dim; ++c) sum += xr[c];
-      const double mu = sum / dim;
-      double sq = 0.0;
-      for (int c = 0; c < dim; ++c) sq += (xr[c] - mu) * (xr[c] - mu);
-      const float m = static_cast<float>(mu);
-      const float s = static_cast<float>(1.0 / std::sqrt(sq / dim + eps));
-      float* yr = y + at(r, dim);
-      for (int c = 0; c < dim; ++c) yr[c] = (xr[c] - m) * s * weight[c] + bias[c];
-      mean[r] = m;
-      rstd[r] = s;
+#pragma omp parallel if (at(rows, dim) > kParallelValues)
+    {
+      int r0, r1;
+      thread_range(rows, r0, r1);
+      cpu_rows::layer_norm(x, weight, bias, r0, r1, dim, eps, y, mean, rstd);
     }
   }
 
   void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
                        const float* rstd, int rows, int dim, float* dx) override {
-#pragma omp parallel for schedule(static) if (at(rows, dim) > kParallelValues)
-    for (int r = 0; r < rows; ++r) {
-      const float* xr = x + at(r, dim);
-      const float* g = dy + at(r, dim);
-      const float m = mean[r], s = rstd[r];
-      // dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ · x̂)), ĝ = dy · weight.
-      double sum_g = 0.0, sum_gx = 0.0;
-      for (int c = 0; c < dim; ++c) {
-        const double gh = static_cast<double>(g[c]) * weight[c];
-        sum_g += gh;
-        sum_gx += gh * ((xr[c] - m) * s);
-      }
-      const float mean_g = static_cast<float>(sum_g / dim), mean_gx = static_cast<float>(sum_gx / dim);
-      float* d = dx + at(r, dim);
-      for (int c = 0; c < dim; ++c) {
-        const float xh = (xr[c] - m) * s;
-        d[c] = s * (g[c] * weight[c] - mean_g - xh * mean_gx);
-      }
+#pragma omp parallel if (at(rows, dim) > kParallelValues)
+    {
+      int r0, r1;
+      thread_range(rows, r0, r1);
+      cpu_rows::layer_norm_grad(x, dy, weight, mean, rstd, r0, r1, dim, dx);
     }
   }
 
@@ -127,16 +107,8 @@ class CpuSequenceKernels final : public SequenceKernels {
 #pragma omp parallel if (at(rows, dim) > kParallelValues)
     {
       int c0, c1;
-      column_range(dim, c0, c1);
-      for (int c = c0; c < c1; ++c) dweight[c] = dbias[c] = 0.0f;
-      for (int r = 0; r < rows; ++r) {
-        const float* xr = x + at(r, dim);
-        const float* g = dy + at(r, dim);
-        for (int c = c0; c < c1; ++c) {
-          dweight[c] += g[c] * ((xr[c] - mean[r]) * rstd[r]);
-          dbias[c] += g[c];
-        }
-      }
+      thread_range(dim, c0, c1);
+      cpu_rows::layer_norm_param_grad(x, dy, mean, rstd, rows, dim, c0, c1, dweight, dbias);
     }
   }
 
@@ -157,36 +129,22 @@ class CpuSequenceKernels final : public SequenceKernels {
   void attention_softmax(const float* scores, const HeadShape& s, float scale, bool causal,
                          float* p) override {
     const int rows = s.batch * s.heads * s.tokens, t = s.tokens;
-#pragma omp parallel for schedule(static) if (at(rows, t) > kParallelValues)
-    for (int r = 0; r < rows; ++r) {
-      const float* z = scores + at(r, t);
-      float* out = p + at(r, t);
-      const int valid = causal ? r % t + 1 : t;  // query position r % t sees keys <= it
-      float zmax = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < valid; ++j) zmax = std::max(zmax, z[j] * scale);
-      double sum = 0.0;
-      for (int j = 0; j < valid; ++j) {
-        out[j] = std::exp(z[j] * scale - zmax);
-        sum += out[j];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int j = 0; j < valid; ++j) out[j] *= inv;
-      for (int j = valid; j < t; ++j) out[j] = 0.0f;  // exp(−∞)
+#pragma omp parallel if (at(rows, t) > kParallelValues)
+    {
+      int r0, r1;
+      thread_range(rows, r0, r1);
+      cpu_rows::attention_softmax(scores, r0, r1, t, scale, causal, p);
     }
   }
 
   void attention_softmax_grad(const float* p, const float* dp, const HeadShape& s, float scale,
                               float* dscores) override {
     const int rows = s.batch * s.heads * s.tokens, t = s.tokens;
-#pragma omp parallel for schedule(static) if (at(rows, t) > kParallelValues)
-    for (int r = 0; r < rows; ++r) {
-      const float* pr = p + at(r, t);
-      const float* g = dp + at(r, t);
-      double dot = 0.0;
-      for (int j = 0; j < t; ++j) dot += static_cast<double>(pr[j]) * g[j];
-      const float d = static_cast<float>(dot);
-      float* out = dscores + at(r, t);
-      for (int j = 0; j < t; ++j) out[j] = scale * pr[j] * (g[j] - d);
+#pragma omp parallel if (at(rows, t) > kParallelValues)
+    {
+      int r0, r1;
+      thread_range(rows, r0, r1);
+      cpu_rows::attention_softmax_grad(p, dp, r0, r1, t, scale, dscores);
     }
   }
 
