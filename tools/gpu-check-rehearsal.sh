@@ -68,6 +68,14 @@ if [[ -e $cuda/libcublas.so.13 ]]; then
   [[ -n $node && $node != Base ]] && printf '%s { global: *; };\n' "$node" >"$stale/map" &&
     map=("-Wl,--version-script=$stale/map")
   cc -shared -fPIC -o "$stale/libcublas.so.13" "$stale/cublas.c" -Wl,-soname,libcublas.so.13 "${map[@]}"
+  # Its cuBLASLt likewise (dptrain links it for the GEMM epilogues): one
+  # function, the real library's version node.
+  printf 'int cublasLtCreate(void **h) { *h = 0; return 0; }\n' >"$stale/cublasLt.c"
+  node=$(objdump -T "$cuda/libcublasLt.so.13" | awk '$NF == "cublasLtCreate" && !n++ {print $(NF - 1)}')
+  lt_map=()
+  [[ -n $node && $node != Base ]] && printf '%s { global: *; };\n' "$node" >"$stale/lt-map" &&
+    lt_map=("-Wl,--version-script=$stale/lt-map")
+  cc -shared -fPIC -o "$stale/libcublasLt.so.13" "$stale/cublasLt.c" -Wl,-soname,libcublasLt.so.13 "${lt_map[@]}"
 fi
 libdir=/usr/lib/x86_64-linux-gnu
 hide_libs='^(libmpi|libmpi_|libopen-(pal|rte)|liboshmem|libmca_common|libompitrace|libhdf5|libsz|libaec'
@@ -123,7 +131,7 @@ if [[ -n $stale ]]; then
   view "$cuda" '^libcublas(Lt)?\.so'
   real=$scratch/real$(tr / _ <<<"$cuda")
   cp "$stale/libcublas.so.13" "$cuda/libcublas.so.13"
-  cp "$cuda/libcublas.so.13" "$cuda/libcublasLt.so.13"
+  cp "$stale/libcublasLt.so.13" "$cuda/libcublasLt.so.13"
 fi
 # A python3 first on the PATH that cannot import torch; the venv that can.
 mkdir -p "$scratch/bin" "$scratch/notorch/torch"

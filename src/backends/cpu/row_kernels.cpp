@@ -140,17 +140,20 @@ void softmax_xent(const float* logits, const std::int32_t* labels, int r0, int r
     int arg = 0;
     while (arg < cols && !(z[arg] == zmax)) ++arg;
     if (arg == cols) arg = 0;
+    // Read before d is written: d may be z itself (the gradient written
+    // over the logits, Model::output_grad).
+    const int label = labels[r];
+    const float z_label = z[label];
     float* d = dlogits ? dlogits + at(r, cols) : nullptr;
     double sum;
     if (d) {
-      std::copy_n(z, cols, d);
+      if (d != z) std::copy_n(z, cols, d);
       exp_masked(d, cols, cols, zmax);
       sum = lane_sum(cols, [&](int c) { return static_cast<double>(d[c]); });
     } else {
       sum = lane_sum(cols, [&](int c) { return static_cast<double>(exp_approx(z[c] - zmax)); });
     }
-    const int label = labels[r];
-    *loss_sum += std::log(sum) - static_cast<double>(z[label] - zmax);
+    *loss_sum += std::log(sum) - static_cast<double>(z_label - zmax);
     if (arg == label) ++*correct;
     if (d) {
       const float inv = static_cast<float>(1.0 / sum);

@@ -38,7 +38,8 @@ void attention_softmax_grad(const float* p, const float* dp, int r0, int r1, int
 // Rows [r0, r1) of logits [rows, cols], in row order: adds each row's
 // log Σ e^z − z[label] to *loss_sum and counts the rows whose first maximum
 // is the label; when dlogits is not null writes
-// grad_scale·(softmax(z) − onehot(label)).
+// grad_scale·(softmax(z) − onehot(label)), which may overwrite the logits
+// (dlogits == logits).
 void softmax_xent(const float* logits, const std::int32_t* labels, int r0, int r1, int cols,
                   float grad_scale, float* dlogits, double* loss_sum, std::int64_t* correct);
 

@@ -6,7 +6,7 @@
 // writes its partial sums, and a one-warp launch adds them in block order,
 // so the sums are reproducible (no float atomics). The row math follows
 // src/backends/cpu/loss_kernels.cpp (the first maximum, the sums and the
-// loss in double) but for the exponentials, fp32 here.
+// loss in double) but for the exponentials: CUDA's expf here.
 #include <cuda_runtime.h>
 
 #include <cstdint>

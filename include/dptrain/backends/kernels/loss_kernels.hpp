@@ -20,12 +20,13 @@ class LossKernels : public KernelFamily {
   // dlogits = grad_scale * (softmax - onehot). stats[0] += sum of per-sample
   // losses, stats[1] += number of rows whose argmax (the first maximum)
   // equals the label. Numerically stable (max subtracted). Labels are
-  // already range-checked.
+  // already range-checked. dlogits may be null (evaluation) or logits
+  // itself (the gradient written over the logits, Model::output_grad).
   virtual void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
                             float grad_scale, float* dlogits, float* stats) = 0;
   // Mean squared error; per-sample loss = mean over cols of (pred - target)^2.
   // dpred = grad_scale * 2 * (pred - target) / cols. stats[0] += loss sum;
-  // stats[1] is left unchanged.
+  // stats[1] is left unchanged. dpred may be null or pred itself.
   virtual void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
                    float* dpred, float* stats) = 0;
 };
