@@ -70,9 +70,10 @@ class Model {
   float* params() { return params_.get(); }
   float* grads() { return grads_.get(); }
   float* buffers() { return buffers_.get(); }
-  // [max_rows, output_dim]: where the loss writes the gradient of the output: the output buffer
-  // itself (forward's result is overwritten) where the last layer's backward
-  // does not read its output, else a buffer of its own.
+  // Where the loss writes the gradient of the output, [max_rows,
+  // output_dim]: the output buffer itself (forward's result is overwritten)
+  // where the last layer's backward does not read its output, else a
+  // buffer of its own.
   float* output_grad() { return dout_.get() ? dout_.get() : acts_.back().get(); }
   std::size_t num_params() const { return arena_size(params_layout_); }
   std::size_t num_buffers() const { return arena_size(buffers_layout_); }

@@ -2,10 +2,10 @@
 // non-blocking compute stream, input uploads from pinned memory on a copy
 // stream ordered by per-slot events, device markers, cuBLAS GEMMs (fp32,
 // tf32, bf16 inputs; strided-batched for attention; cuBLASLt for the dense
-// products' bias epilogues) on row-major data through operand order, the NCCL communicator on its device, and the
-// registry of its kernel families (kernel_factory.hpp), all launching on the
-// compute stream. Semantics are those of the CPU reference
-// (src/backends/cpu/), which the GPU tests check.
+// products' bias epilogues) on row-major data through operand order, the
+// NCCL communicator on its device, and the registry of its kernel families
+// (kernel_factory.hpp), all launching on the compute stream. Semantics are
+// those of the CPU reference (src/backends/cpu/), which the GPU tests check.
 #include "backends/cuda/cuda_backend.hpp"
 
 #include <cublas_v2.h>
