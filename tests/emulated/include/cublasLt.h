@@ -31,7 +31,6 @@ typedef struct cublasLtContextEmulated {
 typedef enum {
   CUBLASLT_EPILOGUE_DEFAULT = 1,
   CUBLASLT_EPILOGUE_BIAS = 4,
-  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
   CUBLASLT_EPILOGUE_BGRADB = 512,
 } cublasLtEpilogue_t;
 typedef enum {
