@@ -41,6 +41,11 @@ show_job() {
   echo "--- job $1: $(scontrol show job -o "$1" | tr ' ' '\n' | grep -E '^(JobState|Reason|ExitCode|Restarts)=' | tr '\n' ' ')" >&2
   echo "--- output of job $1" >&2
   tail -25 "$(job_out "$1")" >&2 || true
+  # A rank that died prints why before its backtrace (glibc's or a
+  # sanitizer's message, the signal), which the tail may have cut off.
+  echo "--- why a rank died, if one did (job $1)" >&2
+  grep -n -E "free\(\)|corrupt|malloc|Signal:|Signal code|AddressSanitizer|terminate called|error:" \
+    "$(job_out "$1")" 2>/dev/null | head -20 >&2 || true
 }
 
 # wait_ended JOB SECONDS: until the job is in a final state.
