@@ -50,6 +50,14 @@ Precision parse_precision(const std::string& name) {
   return Precision::kBf16;
 }
 
+AttentionImpl parse_attention(const std::string& name) {
+  if (name == "auto") return AttentionImpl::kAuto;
+  if (name == "math") return AttentionImpl::kMath;
+  if (name == "fused") return AttentionImpl::kFused;
+  if (name != "cudnn") throw_bad_choice("attention", name, "auto, math, fused, cudnn");
+  return AttentionImpl::kCudnn;
+}
+
 std::vector<std::string> backend_names() {
   std::vector<std::string> names;
   for (const BackendEntry& e : kBackends) names.emplace_back(e.name);

@@ -93,6 +93,7 @@ Runtime make_runtime(const Options& opts, const MpiSession& mpi, Watchdog* watch
     bo.threads = rt.threads;
     bo.device_index = rt.device_index;
     bo.precision = parse_precision(opts.precision);
+    bo.attention = parse_attention(opts.attention);
     rt.backend = make_backend(rt.backend_name, bo);
   });
   if (on_gpu) check_distinct_gpus(mpi, rt.device_index);

@@ -171,6 +171,12 @@ class Backend {
     if (Family* table = kernel_registry().template find<Family>()) return *table;
     throw_missing_family(missing_text<Family>());
   }
+  // The backend's table of Family, or null where it has none (a family
+  // that options may leave out, as --attention does FusedAttentionKernels).
+  template <typename Family>
+  Family* find_kernels() {
+    return kernel_registry().template find<Family>();
+  }
 
  protected:
   // The implementation's registry: a member of it, declared after the

@@ -19,10 +19,19 @@ enum class Precision { kFp32, kTf32, kBf16 };
 // --precision fp32, tf32 or bf16; Error(kUsage) for another name.
 Precision parse_precision(const std::string& name);
 
+// --attention: auto (fused on cuda, math on cpu), math (the T x T weights
+// materialized: the reference), fused (FusedAttentionKernels), cudnn
+// (cuDNN's fused attention: not in this build yet).
+enum class AttentionImpl { kAuto, kMath, kFused, kCudnn };
+// --attention auto, math, fused or cudnn; Error(kUsage) for another name.
+AttentionImpl parse_attention(const std::string& name);
+
 struct BackendOptions {
   int threads = 1;       // CPU compute threads (BLAS)
   int device_index = 0;  // device ordinal (CUDA)
   Precision precision = Precision::kFp32;
+  // A backend that cannot run the one asked for by name throws Error(kUsage).
+  AttentionImpl attention = AttentionImpl::kAuto;
 };
 
 // Every name make_backend knows, built into this binary or not, in the order

@@ -40,7 +40,7 @@ struct Options {
                shuffle_window_blocks = 64;
   std::uint64_t seed = 0;
   // device
-  std::string device = "auto", precision = "fp32";
+  std::string device = "auto", precision = "fp32", attention = "auto";
   std::int64_t threads = 0;  // 0: this rank's CPUs, shared with ranks bound to the same ones
   // checkpoints
   std::string init_from, checkpoint_dir, resume = "auto", save;

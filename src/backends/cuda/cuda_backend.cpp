@@ -26,6 +26,7 @@
 #include "dptrain/backends/kernels/augment_kernels.hpp"
 #include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/backends/kernels/dropout_kernels.hpp"
+#include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "dptrain/backends/kernels/optimizer_kernels.hpp"
@@ -55,6 +56,9 @@ template <>
 std::unique_ptr<OptimizerKernels> make_kernels<OptimizerKernels>(const Launch& l, Precision p);
 template <>
 std::unique_ptr<SpatialKernels> make_kernels<SpatialKernels>(const Launch& l, Precision p);
+// Made only where --attention allows it; `requested`: asked for by name.
+std::unique_ptr<FusedAttentionKernels> make_fused_attention(const Launch& l, Precision p,
+                                                            bool requested);
 template <>
 std::unique_ptr<SequenceKernels> make_kernels<SequenceKernels>(const Launch& l, Precision p);
 }  // namespace cuda
@@ -91,6 +95,13 @@ class CudaBackend final : public Backend {
     add_family<OptimizerKernels>();
     add_family<SpatialKernels>();  // on cuDNN, in the backend's precision
     add_family<SequenceKernels>();
+    if (opts.attention == AttentionImpl::kCudnn)
+      throw Error(ExitCode::kUsage,
+                  "--attention cudnn: cuDNN's fused attention is not in this build yet; use "
+                  "--attention fused (or auto)");
+    if (opts.attention != AttentionImpl::kMath)
+      kernels_.add(cuda::make_fused_attention(launch_, precision_,
+                                              opts.attention == AttentionImpl::kFused));
     // The non-finite count, the sum of squares, then its max_blocks partials.
     check_ = cuda::DeviceMemory(static_cast<std::size_t>(launch_.max_blocks + 2) * sizeof(double));
     host_check_ = cuda::PinnedMemory(2 * sizeof(double));

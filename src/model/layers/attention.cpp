@@ -3,13 +3,20 @@
 // [N, T, D]: qkv = x · in_proj_weightᵀ + in_proj_bias, split into H heads of
 // D/H features; p = softmax(q kᵀ / sqrt(D/H) + mask) with mask −∞ above the
 // diagonal when causal; o = p v, heads merged; y = o · out_proj.weightᵀ +
-// out_proj.bias. The products over the N·H heads are single batched GEMMs
-// (Backend::gemm_batched); the forward keeps qkv's heads and p for the
-// backward pass, which writes every gradient in backward_params and keeps
-// dqkv for the input gradient. Nothing allocates after allocate().
+// out_proj.bias. Two ways to compute the heads (`--attention`):
+//  - fused, where the backend has FusedAttentionKernels for this head
+//    dimension: one kernel reads q, k, v from qkv and writes the merged
+//    heads, keeping only each row's log-sum-exp; backward recomputes the
+//    tiles. Nothing of size T × T is held.
+//  - math (the reference): the products over the N·H heads are single
+//    batched GEMMs (Backend::gemm_batched) around the softmax kernels; the
+//    forward keeps qkv's heads and p [N·H, T, T] for the backward pass.
+// Backward writes every gradient in backward_params and keeps dqkv for the
+// input gradient. Nothing allocates after allocate().
 #include <cmath>
 
 #include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
@@ -39,9 +46,16 @@ class Attention final : public Layer {
 
   void allocate(Backend& be, int max_rows) override {
     be.kernels<SequenceKernels>();
+    fused_ = fused_kernels(be);
     const std::size_t rows = static_cast<std::size_t>(max_rows);
     const std::size_t seq = rows * tokens_ * dim_, scores = rows * heads_ * tokens_ * tokens_;
     for (DeviceBuffer<float>* b : {&qkv_, &dqkv_}) *b = DeviceBuffer<float>(be, 3 * seq);
+    if (fused_) {
+      for (DeviceBuffer<float>* b : {&merged_, &d_heads_}) *b = DeviceBuffer<float>(be, seq);
+      const std::size_t row_stats = rows * heads_ * tokens_;
+      for (DeviceBuffer<float>* b : {&lse_, &rowdot_}) *b = DeviceBuffer<float>(be, row_stats);
+      return;
+    }
     for (DeviceBuffer<float>* b : {&q_, &k_, &v_, &heads_out_, &merged_, &dq_, &dk_, &dv_, &d_heads_})
       *b = DeviceBuffer<float>(be, seq);
     p_ = DeviceBuffer<float>(be, scores);
@@ -58,14 +72,23 @@ class Attention final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    SequenceKernels& seq = be.kernels<SequenceKernels>();
-    const HeadShape s = shape(x.rows);
-    const int rows = x.rows * tokens_, d = dim_, t = tokens_, hd = head_dim_;
+    const int rows = x.rows * tokens_, d = dim_;
     const float* p = arenas().params;
     be.gemm_epilogue(false, true, rows, 3 * d, d, x.data, d, p + in_weight_, d, qkv_.get(), 3 * d,
                      Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
+    if (fused_) fused_->forward(qkv_.get(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get());
+    else math_heads(be, x.rows);
+    be.gemm_epilogue(false, true, rows, d, d, merged_.get(), d, p + out_weight_, d, y.data, d,
+                     Backend::GemmEpilogue::kBias, arenas().params + out_bias_);
+  }
+
+  // merged = the heads of qkv through the materialized weights p_.
+  void math_heads(Backend& be, int batch) {
+    SequenceKernels& seq = be.kernels<SequenceKernels>();
+    const HeadShape s = shape(batch);
+    const int t = tokens_, hd = head_dim_;
     seq.split_qkv(qkv_.get(), s, q_.get(), k_.get(), v_.get());
-    const int nh = x.rows * heads_;
+    const int nh = batch * heads_;
     const std::size_t th = std::size_t(t) * hd, tt = std::size_t(t) * t;
     be.gemm_batched(false, true, t, t, hd, 1.0f, q_.get(), hd, th, k_.get(), hd, th, 0.0f,
                     p_.get(), t, tt, nh);
@@ -73,21 +96,33 @@ class Attention final : public Layer {
     be.gemm_batched(false, false, t, hd, t, 1.0f, p_.get(), t, tt, v_.get(), hd, th, 0.0f,
                     heads_out_.get(), hd, th, nh);
     seq.merge_heads(heads_out_.get(), s, merged_.get());
-    be.gemm_epilogue(false, true, rows, d, d, merged_.get(), d, p + out_weight_, d, y.data, d,
-                     Backend::GemmEpilogue::kBias, arenas().params + out_bias_);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    SequenceKernels& seq = be.kernels<SequenceKernels>();
-    const HeadShape s = shape(x.rows);
-    const int rows = x.rows * tokens_, d = dim_, t = tokens_, hd = head_dim_, nh = x.rows * heads_;
-    const std::size_t th = std::size_t(t) * hd, tt = std::size_t(t) * t;
+    const int rows = x.rows * tokens_, d = dim_;
     const float* p = arenas().params;
     float* g = arenas().grads;
-    // Output projection: its gradients, and the gradient of the merged heads.
+    // Output projection: its gradients, and the gradient of the merged heads
+    // (over merged itself on the math path, which no longer needs it).
     be.gemm_epilogue(true, false, d, d, rows, dy.data, d, merged_.get(), d, g + out_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + out_bias_);
-    be.gemm(false, false, rows, d, d, 1.0f, dy.data, d, p + out_weight_, d, 0.0f, merged_.get(), d);
+    float* d_merged = fused_ ? d_heads_.get() : merged_.get();
+    be.gemm(false, false, rows, d, d, 1.0f, dy.data, d, p + out_weight_, d, 0.0f, d_merged, d);
+    if (fused_)
+      fused_->backward(qkv_.get(), merged_.get(), lse_.get(), d_merged, shape(x.rows), scale(),
+                       causal_, rowdot_.get(), dqkv_.get());
+    else math_heads_grad(be, x.rows);
+    // Input projection.
+    be.gemm_epilogue(true, false, 3 * d, d, rows, dqkv_.get(), 3 * d, x.data, d, g + in_weight_, d,
+                     Backend::GemmEpilogue::kBiasGradA, g + in_bias_);
+  }
+
+  // dqkv from the merged heads' gradient (in merged_) through p_.
+  void math_heads_grad(Backend& be, int batch) {
+    SequenceKernels& seq = be.kernels<SequenceKernels>();
+    const HeadShape s = shape(batch);
+    const int t = tokens_, hd = head_dim_, nh = batch * heads_;
+    const std::size_t th = std::size_t(t) * hd, tt = std::size_t(t) * t;
     seq.split_heads(merged_.get(), s, d_heads_.get());
     // o = p v: dp = do vᵀ, dv = pᵀ do; then the softmax; dq = ds k, dk = dsᵀ q.
     be.gemm_batched(false, true, t, t, hd, 1.0f, d_heads_.get(), hd, th, v_.get(), hd, th, 0.0f,
@@ -100,9 +135,6 @@ class Attention final : public Layer {
     be.gemm_batched(true, false, t, hd, t, 1.0f, dp_.get(), t, tt, q_.get(), hd, th, 0.0f,
                     dk_.get(), hd, th, nh);
     seq.join_qkv(dq_.get(), dk_.get(), dv_.get(), s, dqkv_.get());
-    // Input projection.
-    be.gemm_epilogue(true, false, 3 * d, d, rows, dqkv_.get(), 3 * d, x.data, d, g + in_weight_, d,
-                     Backend::GemmEpilogue::kBiasGradA, g + in_bias_);
   }
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView,
@@ -118,6 +150,18 @@ class Attention final : public Layer {
   static void fill_uniform(Rng& rng, float* w, std::size_t n, double limit) {
     for (std::size_t i = 0; i < n; ++i) w[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * limit);
   }
+  // The backend's fused kernels where it has them and they take this head
+  // dimension; null for math. Error(kUsage) where --attention fused asked
+  // for them by name and they do not take it.
+  FusedAttentionKernels* fused_kernels(Backend& be) const {
+    FusedAttentionKernels* fused = be.find_kernels<FusedAttentionKernels>();
+    if (!fused) return nullptr;
+    const std::string why = fused->unsupported(head_dim_);
+    if (why.empty()) return fused;
+    DPT_REQUIRE(!fused->requested(), ExitCode::kUsage,
+                "--attention fused: " + name() + ": " + why + "; use --attention math or auto");
+    return nullptr;
+  }
   HeadShape shape(int rows) const { return {rows, tokens_, heads_, head_dim_}; }
   float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_))); }
 
@@ -125,11 +169,16 @@ class Attention final : public Layer {
   bool causal_;
   int index_;
   std::size_t in_weight_, in_bias_, out_weight_, out_bias_;
-  // Forward: qkv and its heads, p, the heads' outputs and merged (the output
+  FusedAttentionKernels* fused_ = nullptr;  // set by allocate(); null: math
+  // Fused: qkv, merged (the output projection's input), each row's
+  // log-sum-exp; in backward d_heads_ holds the merged heads' gradient,
+  // rowdot_ Σ do ∘ o per row, dqkv the input projection's output gradient.
+  // Math: qkv and its heads, p, the heads' outputs and merged (the output
   // projection's input; reused in backward for its gradient). Backward: the
   // heads' gradients, dp (then ds in place), dqkv (read by backward_input).
   DeviceBuffer<float> qkv_, q_, k_, v_, p_, heads_out_, merged_;
   DeviceBuffer<float> d_heads_, dp_, dq_, dk_, dv_, dqkv_;
+  DeviceBuffer<float> lse_, rowdot_;
 };
 
 LayerSpec parse_attention(const std::string& token) {

@@ -1,0 +1,51 @@
+// Implements: the fused attention kernel family (docs/design.md section 2,
+// `--attention fused`): causal or full multi-head attention computed in
+// tiles with an online softmax, so that nothing of size T × T exists. A
+// backend has this family only where `--attention` allows it (CUDA, with
+// `auto` or `fused`); the attention layer uses it when present and the head
+// dimension is one it supports, else the materialized path of
+// SequenceKernels and Backend::gemm_batched (`math`, the reference).
+//
+// Layouts: qkv is the input projection's output [N, T, 3, H, hd]; q, k and v
+// are read from it through strides and their gradients written into dqkv in
+// the same layout; the output o is [N, T, H, hd] (= [N, T, D]), the layout
+// the output projection reads, and its gradient do likewise. No head
+// shuffles. Every sum runs in a fixed order without atomics, so the same
+// inputs give the same bits, run after run.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "dptrain/backends/kernel_family.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
+
+namespace dptrain {
+
+class FusedAttentionKernels : public KernelFamily {
+ public:
+  static constexpr const char* kName = "fused attention";
+  static constexpr const char* kMissing =
+      "fused attention kernels (--attention fused runs on --device cuda)";
+
+  // Whether the kernels run heads of head_dim features in this backend's
+  // precision; the empty string if so, else why not.
+  virtual std::string unsupported(int head_dim) const = 0;
+  // Whether `--attention fused` asked for this family by name (then an
+  // unsupported head dimension is a usage error), rather than `auto`.
+  virtual bool requested() const = 0;
+
+  // o = softmax(scale · q kᵀ + mask) v per head, mask −∞ above the diagonal
+  // when causal; lse [N·H, T] = the log-sum-exp of each scaled, masked score
+  // row, kept for the backward pass.
+  virtual void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+                       float* lse) = 0;
+  // dqkv (overwritten) from qkv, the forward's o and lse, and do. The
+  // tiles are recomputed from q, k, v and lse. `rowdot` is device scratch
+  // of N·H·T floats (Σ do ∘ o per row).
+  virtual void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+                        const HeadShape& s, float scale, bool causal, float* rowdot,
+                        float* dqkv) = 0;
+};
+
+}  // namespace dptrain

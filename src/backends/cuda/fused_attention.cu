@@ -1,0 +1,447 @@
+// Implements: fused multi-head attention on the GPU (`--attention fused`,
+// behind the FusedAttentionKernels table of fused_attention_kernels.cpp), in
+// the manner of FlashAttention-2: nothing of size T × T is stored.
+//  - Forward: a block owns one head's tile of query rows; it walks the key
+//    tiles in order (those wholly above the diagonal skipped when causal),
+//    S = Q Kᵀ into shared memory, an online softmax in fp32 (row maximum and
+//    sum, the output rescaled when the maximum grows), O += P V. It writes
+//    O / sum in the output projection's layout and the row's log-sum-exp.
+//  - Backward: the tiles are recomputed from Q, K, V and the log-sum-exp.
+//    One block owns a key tile and accumulates its dK and dV over the query
+//    tiles in order; a second kernel owns a query tile and accumulates dQ
+//    over the key tiles in order. No atomics: the same bits every run.
+//  - Products: 16 × 16 tiles in shared memory. Under --precision bf16 the
+//    operands are rounded to bf16 as they are staged and multiplied on the
+//    tensor cores (wmma, fp32 accumulation); under fp32 and tf32 each lane
+//    sums its outputs with fp32 fused multiply-adds in a fixed order.
+// The head dimension is padded with zeros to 16, 32, 64 or 128 in shared
+// memory; tiles are 32 rows where they fit the 48 KiB of static shared
+// memory, else 16.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+
+#include "backends/cuda/error_cuda.hpp"
+#include "backends/cuda/fused_attention.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+using std::size_t;
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarp = 32;
+constexpr int kWarps = 4;
+constexpr int kBlockThreads = kWarps * kWarp;
+constexpr size_t kSharedBytes = 48 * 1024;
+constexpr int kRowWarps = 8;  // rows per block of the row-dot kernel
+// The largest padded head dimensions whose tiles fit in shared memory.
+constexpr int kBf16HeadDim = 128, kFloatHeadDim = 64;
+
+// Shared memory of each kernel for tiles of t rows, and the tile it uses.
+template <typename E, int HDP>
+constexpr size_t forward_bytes(size_t t) {
+  return 3 * t * HDP * sizeof(E) + t * t * (sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
+}
+template <typename E, int HDP>
+constexpr size_t key_grad_bytes(size_t t) {
+  return 4 * t * HDP * sizeof(E) + 2 * t * t * (sizeof(float) + sizeof(E)) + 2 * t * HDP * 4 + 8 * t;
+}
+template <typename E, int HDP>
+constexpr size_t query_grad_bytes(size_t t) {
+  return 4 * t * HDP * sizeof(E) + t * t * (2 * sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
+}
+constexpr int tile_for(size_t bytes_at_32) { return bytes_at_32 <= kSharedBytes ? 32 : 16; }
+
+template <typename E>
+__device__ inline E to_elem(float x) {
+  if constexpr (std::is_same_v<E, bf16>) return __float2bfloat16_rn(x);
+  else return x;
+}
+template <typename E>
+__device__ inline float to_float(E x) {
+  if constexpr (std::is_same_v<E, bf16>) return __bfloat162float(x);
+  else return x;
+}
+
+__device__ inline float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ inline float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ inline int warp_id() { return static_cast<int>(threadIdx.x / kWarp); }
+__device__ inline int lane() { return static_cast<int>(threadIdx.x % kWarp); }
+
+template <bool Col>
+__device__ inline float element(const float* m, int ld, int r, int c) {
+  return Col ? m[c * ld + r] : m[r * ld + c];
+}
+
+// c[M × N] (row-major, ldc) = (accumulate ? c : 0) + a[M × K] · b[K × N],
+// a and b row- or column-major; warp w computes the 16 × 16 output tiles
+// w, w + kWarps, ... The caller synchronizes the block before and after.
+template <bool ACol, bool BCol, int M, int N, int K>
+__device__ void tile_mma(float* c, int ldc, const float* a, int lda, const float* b, int ldb,
+                         bool accumulate) {
+  for (int tile = warp_id(); tile < (M / 16) * (N / 16); tile += kWarps) {
+    const int i0 = tile / (N / 16) * 16, j0 = tile % (N / 16) * 16;
+    for (int e = lane(); e < 256; e += kWarp) {
+      const int i = i0 + e / 16, j = j0 + e % 16;
+      float sum = accumulate ? c[i * ldc + j] : 0.0f;
+      for (int k = 0; k < K; ++k)
+        sum = fmaf(element<ACol>(a, lda, i, k), element<BCol>(b, ldb, k, j), sum);
+      c[i * ldc + j] = sum;
+    }
+  }
+}
+
+template <bool ACol, bool BCol, int M, int N, int K>
+__device__ void tile_mma(float* c, int ldc, const bf16* a, int lda, const bf16* b, int ldb,
+                         bool accumulate) {
+  namespace wmma = nvcuda::wmma;
+  using LayoutA = std::conditional_t<ACol, wmma::col_major, wmma::row_major>;
+  using LayoutB = std::conditional_t<BCol, wmma::col_major, wmma::row_major>;
+  for (int tile = warp_id(); tile < (M / 16) * (N / 16); tile += kWarps) {
+    const int i0 = tile / (N / 16) * 16, j0 = tile % (N / 16) * 16;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    if (accumulate) wmma::load_matrix_sync(acc, c + i0 * ldc + j0, ldc, wmma::mem_row_major);
+    else wmma::fill_fragment(acc, 0.0f);
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LayoutA> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> fb;
+      wmma::load_matrix_sync(fa, ACol ? a + k0 * lda + i0 : a + i0 * lda + k0, lda);
+      wmma::load_matrix_sync(fb, BCol ? b + j0 * ldb + k0 : b + k0 * ldb + j0, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(c + i0 * ldc + j0, acc, ldc, wmma::mem_row_major);
+  }
+}
+
+// One head's rows in a strided tensor: row t of the head starts at
+// base + t · ld, and its first `width` values are the head's.
+struct HeadRows {
+  const float* base;
+  size_t ld;
+  int tokens, width;
+};
+
+// The head of block bh (= n · H + h) in part `part` of qkv [N, T, 3, H, hd],
+// or in a [N, T, H, hd] tensor (part < 0).
+__device__ inline size_t head_offset(const HeadShape& s, size_t bh, int part) {
+  const size_t n = bh / s.heads, h = bh % s.heads, d = size_t(s.heads) * s.head_dim;
+  const size_t row = part < 0 ? d : 3 * d;
+  return n * s.tokens * row + (part < 0 ? 0 : part * d) + h * s.head_dim;
+}
+__device__ inline size_t head_ld(const HeadShape& s, int part) {
+  return (part < 0 ? 1 : 3) * size_t(s.heads) * s.head_dim;
+}
+
+// dst[ROWS × HDP] = rows t0 .. t0 + ROWS of the head, zero past its end and
+// past its width, rounded to E.
+template <typename E, int ROWS, int HDP>
+__device__ void stage_rows(E* dst, const HeadRows& src, int t0) {
+  for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
+    const int r = i / HDP, c = i % HDP, t = t0 + r;
+    const float x = t < src.tokens && c < src.width ? src.base[size_t(t) * src.ld + c] : 0.0f;
+    dst[i] = to_elem<E>(x);
+  }
+}
+template <int ROWS>
+__device__ void stage_vector(float* dst, const float* src, int t0, int tokens) {
+  for (int r = threadIdx.x; r < ROWS; r += blockDim.x) dst[r] = t0 + r < tokens ? src[t0 + r] : 0.0f;
+}
+// The head's rows t0 .. t0 + ROWS (those before its end) = src[ROWS × HDP]'s
+// first `width` columns.
+template <int ROWS, int HDP>
+__device__ void write_rows(float* base, size_t ld, int tokens, int width, const float* src, int t0) {
+  for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
+    const int r = i / HDP, c = i % HDP, t = t0 + r;
+    if (t < tokens && c < width) base[size_t(t) * ld + c] = src[i];
+  }
+}
+
+__device__ inline bool attends(int row, int key, int tokens, bool causal) {
+  return row < tokens && key < tokens && (!causal || key <= row);
+}
+
+// One key tile of the online softmax: rows of s (scores of key tile k0) to
+// bf16/fp32 probabilities p against the running maximum; o's rows rescaled
+// when the maximum grows; the running sums updated. Warp w owns rows w,
+// w + kWarps, ...; lane j column j.
+template <typename E, int TILE, int HDP>
+__device__ void online_softmax(const float* s, E* p, float* o, float* row_max, float* row_sum,
+                               int q0, int k0, int tokens, float scale, bool causal) {
+  for (int r = warp_id(); r < TILE; r += kWarps) {
+    const int key = k0 + lane();
+    const bool valid = lane() < TILE && k0 + lane() < tokens && (!causal || key <= q0 + r);
+    const float z = valid ? s[r * TILE + lane()] * scale : -INFINITY;
+    const float old_max = row_max[r], old_sum = row_sum[r];
+    const float new_max = fmaxf(old_max, warp_max(z));  // finite: each tile has a key <= row
+    const E pe = to_elem<E>(valid ? expf(z - new_max) : 0.0f);
+    if (lane() < TILE) p[r * TILE + lane()] = pe;
+    const float tile_sum = warp_sum(to_float(pe));
+    const float alpha = expf(old_max - new_max);
+    for (int c = lane(); c < HDP; c += kWarp) o[r * HDP + c] *= alpha;
+    if (lane() == 0) {
+      row_max[r] = new_max;
+      row_sum[r] = old_sum * alpha + tile_sum;
+    }
+  }
+}
+
+template <typename E, int HDP>
+__global__ void __launch_bounds__(kBlockThreads)
+    fused_forward_kernel(const float* qkv, HeadShape s, float scale, bool causal, float* out,
+                         float* lse) {
+  constexpr int TILE = tile_for(forward_bytes<E, HDP>(32));
+  static_assert(forward_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
+  alignas(32) __shared__ E q[TILE * HDP];
+  alignas(32) __shared__ E k[TILE * HDP];
+  alignas(32) __shared__ E v[TILE * HDP];
+  alignas(32) __shared__ E p[TILE * TILE];
+  alignas(32) __shared__ float sc[TILE * TILE];
+  alignas(32) __shared__ float o[TILE * HDP];
+  __shared__ float row_max[TILE], row_sum[TILE];
+  const size_t bh = blockIdx.x;
+  const int q0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
+  const auto rows = [&](int part) {
+    return HeadRows{qkv + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
+  };
+  stage_rows<E, TILE, HDP>(q, rows(0), q0);
+  for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) o[i] = 0.0f;
+  for (int r = threadIdx.x; r < TILE; r += blockDim.x) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
+  const int key_end = causal && q0 + TILE < t ? q0 + TILE : t;
+  for (int k0 = 0; k0 < key_end; k0 += TILE) {
+    __syncthreads();  // the last tile's readers of k, v and p are done
+    stage_rows<E, TILE, HDP>(k, rows(1), k0);
+    stage_rows<E, TILE, HDP>(v, rows(2), k0);
+    __syncthreads();
+    tile_mma<false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP, false);
+    __syncthreads();
+    online_softmax<E, TILE, HDP>(sc, p, o, row_max, row_sum, q0, k0, t, scale, causal);
+    __syncthreads();
+    tile_mma<false, false, TILE, HDP, TILE>(o, HDP, p, TILE, v, HDP, true);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) o[i] = o[i] / row_sum[i / HDP];
+  __syncthreads();
+  write_rows<TILE, HDP>(out + head_offset(s, bh, -1), head_ld(s, -1), t, s.head_dim, o, q0);
+  for (int r = threadIdx.x; r < TILE; r += blockDim.x)
+    if (q0 + r < t) lse[bh * t + q0 + r] = row_max[r] + logf(row_sum[r]);
+}
+
+// rowdot[r] = Σ_c do[r, c] · o[r, c] over one head's row: one warp a row,
+// in double over a fixed lane stride and butterfly.
+__global__ void row_dot_kernel(const float* d_o, const float* o, HeadShape s, size_t rows,
+                               float* rowdot) {
+  const size_t r = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const size_t bh = r / s.tokens, t = r % s.tokens;
+  const size_t at = head_offset(s, bh, -1) + t * head_ld(s, -1);
+  double sum = 0.0;
+  for (int c = lane(); c < s.head_dim; c += kWarp)
+    sum = __dadd_rn(sum, __dmul_rn(d_o[at + c], o[at + c]));
+  for (int off = kWarp / 2; off > 0; off >>= 1)
+    sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
+  if (lane() == 0) rowdot[r] = static_cast<float>(sum);
+}
+
+// p = exp(scale · s − lse) where the row attends the key, else 0, and
+// ds = scale · p · (dp − rowdot), both rounded to E, over a TILE × TILE
+// tile of query rows q0.. and keys k0...
+template <typename E, int TILE>
+__device__ void softmax_grad_tile(const float* sc, const float* dp, const float* lse,
+                                  const float* rowdot, int q0, int k0, int tokens, float scale,
+                                  bool causal, E* p, E* ds) {
+  for (int i = threadIdx.x; i < TILE * TILE; i += blockDim.x) {
+    const int r = i / TILE, c = i % TILE;
+    const float pr = attends(q0 + r, k0 + c, tokens, causal) ? expf(sc[i] * scale - lse[r]) : 0.0f;
+    if (p) p[i] = to_elem<E>(pr);
+    ds[i] = to_elem<E>(scale * pr * (dp[i] - rowdot[r]));
+  }
+}
+
+// dK and dV of one key tile: over the query tiles in order (from the
+// diagonal when causal), dV += Pᵀ dO and dK += dSᵀ Q.
+template <typename E, int HDP>
+__global__ void __launch_bounds__(kBlockThreads)
+    fused_key_grad_kernel(const float* qkv, const float* d_o, const float* lse,
+                          const float* rowdot, HeadShape s, float scale, bool causal,
+                          float* dqkv) {
+  constexpr int TILE = tile_for(key_grad_bytes<E, HDP>(32));
+  static_assert(key_grad_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
+  alignas(32) __shared__ E k[TILE * HDP];
+  alignas(32) __shared__ E v[TILE * HDP];
+  alignas(32) __shared__ E q[TILE * HDP];
+  alignas(32) __shared__ E dout[TILE * HDP];
+  alignas(32) __shared__ float sc[TILE * TILE];
+  alignas(32) __shared__ float dp[TILE * TILE];
+  alignas(32) __shared__ E p[TILE * TILE];
+  alignas(32) __shared__ E ds[TILE * TILE];
+  alignas(32) __shared__ float dk[TILE * HDP];
+  alignas(32) __shared__ float dv[TILE * HDP];
+  __shared__ float lse_r[TILE], dot_r[TILE];
+  const size_t bh = blockIdx.x;
+  const int k0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
+  const auto rows = [&](const float* base, int part) {
+    return HeadRows{base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
+  };
+  stage_rows<E, TILE, HDP>(k, rows(qkv, 1), k0);
+  stage_rows<E, TILE, HDP>(v, rows(qkv, 2), k0);
+  for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) dk[i] = dv[i] = 0.0f;
+  for (int q0 = causal ? k0 : 0; q0 < t; q0 += TILE) {
+    __syncthreads();
+    stage_rows<E, TILE, HDP>(q, rows(qkv, 0), q0);
+    stage_rows<E, TILE, HDP>(dout, rows(d_o, -1), q0);
+    stage_vector<TILE>(lse_r, lse + bh * t, q0, t);
+    stage_vector<TILE>(dot_r, rowdot + bh * t, q0, t);
+    __syncthreads();
+    tile_mma<false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP, false);
+    tile_mma<false, true, TILE, TILE, HDP>(dp, TILE, dout, HDP, v, HDP, false);
+    __syncthreads();
+    softmax_grad_tile<E, TILE>(sc, dp, lse_r, dot_r, q0, k0, t, scale, causal, p, ds);
+    __syncthreads();
+    tile_mma<true, false, TILE, HDP, TILE>(dv, HDP, p, TILE, dout, HDP, true);
+    tile_mma<true, false, TILE, HDP, TILE>(dk, HDP, ds, TILE, q, HDP, true);
+  }
+  __syncthreads();
+  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 1), head_ld(s, 1), t, s.head_dim, dk, k0);
+  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 2), head_ld(s, 2), t, s.head_dim, dv, k0);
+}
+
+// dQ of one query tile: over the key tiles in order, dQ += dS K.
+template <typename E, int HDP>
+__global__ void __launch_bounds__(kBlockThreads)
+    fused_query_grad_kernel(const float* qkv, const float* d_o, const float* lse,
+                            const float* rowdot, HeadShape s, float scale, bool causal,
+                            float* dqkv) {
+  constexpr int TILE = tile_for(query_grad_bytes<E, HDP>(32));
+  static_assert(query_grad_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
+  alignas(32) __shared__ E q[TILE * HDP];
+  alignas(32) __shared__ E dout[TILE * HDP];
+  alignas(32) __shared__ E k[TILE * HDP];
+  alignas(32) __shared__ E v[TILE * HDP];
+  alignas(32) __shared__ float sc[TILE * TILE];
+  alignas(32) __shared__ float dp[TILE * TILE];
+  alignas(32) __shared__ E ds[TILE * TILE];
+  alignas(32) __shared__ float dq[TILE * HDP];
+  __shared__ float lse_r[TILE], dot_r[TILE];
+  const size_t bh = blockIdx.x;
+  const int q0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
+  const auto rows = [&](const float* base, int part) {
+    return HeadRows{base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
+  };
+  stage_rows<E, TILE, HDP>(q, rows(qkv, 0), q0);
+  stage_rows<E, TILE, HDP>(dout, rows(d_o, -1), q0);
+  stage_vector<TILE>(lse_r, lse + bh * t, q0, t);
+  stage_vector<TILE>(dot_r, rowdot + bh * t, q0, t);
+  for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) dq[i] = 0.0f;
+  const int key_end = causal && q0 + TILE < t ? q0 + TILE : t;
+  for (int k0 = 0; k0 < key_end; k0 += TILE) {
+    __syncthreads();
+    stage_rows<E, TILE, HDP>(k, rows(qkv, 1), k0);
+    stage_rows<E, TILE, HDP>(v, rows(qkv, 2), k0);
+    __syncthreads();
+    tile_mma<false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP, false);
+    tile_mma<false, true, TILE, TILE, HDP>(dp, TILE, dout, HDP, v, HDP, false);
+    __syncthreads();
+    softmax_grad_tile<E, TILE>(sc, dp, lse_r, dot_r, q0, k0, t, scale, causal,
+                               static_cast<E*>(nullptr), ds);
+    __syncthreads();
+    tile_mma<false, false, TILE, HDP, TILE>(dq, HDP, ds, TILE, k, HDP, true);
+  }
+  __syncthreads();
+  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 0), head_ld(s, 0), t, s.head_dim, dq, q0);
+}
+
+// One block per head and tile of rows.
+dim3 tiles_grid(const HeadShape& s, size_t bytes_at_32) {
+  const int tile = tile_for(bytes_at_32);
+  return dim3(static_cast<unsigned>(s.batch * s.heads),
+              static_cast<unsigned>((s.tokens + tile - 1) / tile));
+}
+
+template <typename E, int HDP>
+void forward_as(const Launch& l, const float* qkv, const HeadShape& s, float scale, bool causal,
+                float* o, float* lse) {
+  fused_forward_kernel<E, HDP><<<tiles_grid(s, forward_bytes<E, HDP>(32)),
+                                 kBlockThreads, 0, l.stream>>>(qkv, s, scale, causal, o, lse);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename E, int HDP>
+void backward_as(const Launch& l, const float* qkv, const float* lse, const float* d_o,
+                 const float* rowdot, const HeadShape& s, float scale, bool causal,
+                 float* dqkv) {
+  fused_key_grad_kernel<E, HDP><<<tiles_grid(s, key_grad_bytes<E, HDP>(32)),
+                                  kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s, scale,
+                                                                causal, dqkv);
+  DPT_CUDA_CHECK(cudaGetLastError());
+  fused_query_grad_kernel<E, HDP><<<tiles_grid(s, query_grad_bytes<E, HDP>(32)),
+                                    kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s,
+                                                                  scale, causal, dqkv);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+// The padded head dimension for head_dim (0: none).
+int padded_head_dim(int head_dim, bool bf16_operands) {
+  for (int p : {16, 32, 64, 128})
+    if (head_dim <= p && p <= fused_attention_max_head_dim(bf16_operands)) return p;
+  return 0;
+}
+
+template <typename Body>
+void with_padding(int head_dim, bool bf16_operands, Body body) {
+  switch (padded_head_dim(head_dim, bf16_operands)) {
+    case 16: return body(std::integral_constant<int, 16>{});
+    case 32: return body(std::integral_constant<int, 32>{});
+    case 64: return body(std::integral_constant<int, 64>{});
+    case 128: return body(std::integral_constant<int, 128>{});
+    default: return;
+  }
+}
+
+}  // namespace
+
+int fused_attention_max_head_dim(bool bf16_operands) {
+  return bf16_operands ? kBf16HeadDim : kFloatHeadDim;
+}
+
+void fused_attention_forward(const Launch& l, bool bf16_operands, const float* qkv,
+                             const HeadShape& s, float scale, bool causal, float* o, float* lse) {
+  if (s.batch * s.heads == 0 || s.tokens == 0) return;
+  with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
+    constexpr int HDP = decltype(hdp)::value;
+    if (bf16_operands) forward_as<bf16, HDP>(l, qkv, s, scale, causal, o, lse);
+    else if constexpr (HDP <= kFloatHeadDim) forward_as<float, HDP>(l, qkv, s, scale, causal, o, lse);
+  });
+}
+
+void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
+                              const float* o, const float* lse, const float* d_o,
+                              const HeadShape& s, float scale, bool causal, float* rowdot,
+                              float* dqkv) {
+  const size_t rows = size_t(s.batch) * s.heads * s.tokens;
+  if (!rows) return;
+  const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+  row_dot_kernel<<<blocks, kRowWarps * kWarp, 0, l.stream>>>(d_o, o, s, rows, rowdot);
+  DPT_CUDA_CHECK(cudaGetLastError());
+  with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
+    constexpr int HDP = decltype(hdp)::value;
+    if (bf16_operands) backward_as<bf16, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv);
+    else if constexpr (HDP <= kFloatHeadDim)
+      backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv);
+  });
+}
+
+}  // namespace dptrain::cuda

@@ -1,0 +1,24 @@
+// Implements: the launchers of the fused attention kernels (fused_attention.cu,
+// internal to src/backends/cuda/); FusedAttentionKernels
+// (dptrain/backends/kernels/fused_attention_kernels.hpp) says what each
+// computes. Each launches on l.stream and returns at once.
+#pragma once
+
+#include "backends/cuda/kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
+
+namespace dptrain::cuda {
+
+// The largest head dimension the kernels take with bf16 operands (tensor
+// cores) or fp32 ones: what fits their tiles in 48 KiB of shared memory.
+int fused_attention_max_head_dim(bool bf16_operands);
+
+void fused_attention_forward(const Launch& l, bool bf16_operands, const float* qkv,
+                             const HeadShape& s, float scale, bool causal, float* o, float* lse);
+// rowdot: scratch of N·H·T floats.
+void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
+                              const float* o, const float* lse, const float* d_o,
+                              const HeadShape& s, float scale, bool causal, float* rowdot,
+                              float* dqkv);
+
+}  // namespace dptrain::cuda

@@ -1,0 +1,52 @@
+// Implements: the CUDA fused attention table (FusedAttentionKernels) over the
+// launchers of fused_attention.cu, on the compute stream: bf16 operands on
+// the tensor cores under --precision bf16, fp32 ones otherwise (tf32 runs
+// them in fp32, which is at least as exact). The backend makes it only where
+// --attention allows it (cuda_backend.cpp).
+#include <memory>
+#include <string>
+
+#include "backends/cuda/fused_attention.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/kernels/fused_attention_kernels.hpp"
+
+namespace dptrain::cuda {
+namespace {
+
+class CudaFusedAttention final : public FusedAttentionKernels {
+ public:
+  CudaFusedAttention(const Launch& l, Precision p, bool requested)
+      : launch_(l), bf16_(p == Precision::kBf16), requested_(requested) {}
+
+  std::string unsupported(int head_dim) const override {
+    const int most = fused_attention_max_head_dim(bf16_);
+    if (head_dim >= 1 && head_dim <= most) return "";
+    return "fused attention takes head dimensions up to " + std::to_string(most) +
+           (bf16_ ? "" : " in fp32 and tf32 (128 with --precision bf16)") + ", not " +
+           std::to_string(head_dim);
+  }
+  bool requested() const override { return requested_; }
+
+  void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+               float* lse) override {
+    fused_attention_forward(launch_, bf16_, qkv, s, scale, causal, o, lse);
+  }
+  void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+                const HeadShape& s, float scale, bool causal, float* rowdot,
+                float* dqkv) override {
+    fused_attention_backward(launch_, bf16_, qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
+  }
+
+ private:
+  Launch launch_;
+  bool bf16_, requested_;
+};
+
+}  // namespace
+
+std::unique_ptr<FusedAttentionKernels> make_fused_attention(const Launch& l, Precision p,
+                                                            bool requested) {
+  return std::make_unique<CudaFusedAttention>(l, p, requested);
+}
+
+}  // namespace dptrain::cuda

@@ -1,0 +1,197 @@
+// Implements: the checks of `--attention fused` (FusedAttentionKernels on
+// CUDA) against the CPU backend's attention (the math path, the reference):
+// an attn layer's output, its input gradient and every parameter gradient
+// from the same weights and inputs, causal and not, T not a multiple of a
+// tile (1, 37, 70), head dimensions 8, 32, 64, 128 (padded and exact), one
+// to three heads, in fp32 and bf16; a second run gives the same bits; the
+// fused layer holds nothing of size T × T; and the choices --attention
+// cannot honour are usage errors.
+//
+// The bounds, against the largest value of each tensor. fp32: each value
+// is a chain of three sums (scores over hd, the softmax-weighted sum over
+// T, the projections over D) of terms no larger than the inputs' scale,
+// summed in another order than the CPU's: rounding errors of 2^-24 a term
+// that add as a random walk, about sqrt(T + hd + D) · 6e-8 · 3 ≈ 3e-6:
+// bound 5e-6 (measured: at most 4.7e-7). bf16: q, k, v, p, do and ds, and
+// the projections' operands, are rounded to bf16 (2^-9 = 2e-3 relative)
+// before products summed in fp32, a few such roundings per value: bound
+// 3e-2 (measured: at most 7.4e-3). And at least 1e-6 somewhere, so a bf16
+// run that never rounded an operand fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/layer.hpp"
+#include "dptrain/model/layer_spec.hpp"
+#include "gpu_env.hpp"
+
+namespace {
+
+using dptrain::AttentionImpl;
+using dptrain::DeviceBuffer;
+using dptrain::Precision;
+using gpu_test::all_close;
+using gpu_test::download;
+using gpu_test::random_vector;
+using gpu_test::upload;
+using Floats = std::vector<float>;
+
+struct Case {
+  int batch, tokens, heads, head_dim;
+  bool causal;
+};
+
+std::string spec_of(const Case& c) {
+  return "attn:" + std::to_string(c.heads) + (c.causal ? ":causal" : "");
+}
+
+std::unique_ptr<dptrain::Backend> gpu(Precision p, AttentionImpl a) {
+  dptrain::BackendOptions o;
+  o.device_index = gpu_test::env().device;
+  o.precision = p;
+  o.attention = a;
+  return dptrain::make_backend("cuda", o);
+}
+
+// One attn layer of case c on be: output, input gradient, parameter
+// gradients, and the bytes the layer allocated.
+struct LayerRun {
+  Floats y, dx, grads;
+  std::size_t bytes = 0;
+};
+
+LayerRun run_layer(dptrain::Backend& be, const Case& c) {
+  const int d = c.heads * c.head_dim;
+  // A model spec ends in dense:N; the layer is the first of one.
+  const auto specs = dptrain::parse_model_spec(spec_of(c) + ",dense:1");
+  dptrain::LayerBuilder builder;
+  const auto built = builder.build(specs.front(), {c.tokens, d});
+  dptrain::Layer& layer = *built;
+  const std::size_t n_params = dptrain::arena_size(layer.params());
+  Floats params(n_params, 0.0f);
+  layer.init(7, false, {params.data(), nullptr, nullptr});
+  // Non-zero biases, so that their gradients' paths are exercised too.
+  const Floats jitter = random_vector(n_params, 21, -0.05f, 0.05f);
+  for (std::size_t i = 0; i < n_params; ++i) params[i] += jitter[i];
+  auto dparams = upload(be, params);
+  DeviceBuffer<float> grads(be, n_params);
+  layer.bind({dparams.get(), grads.get(), nullptr});
+  const std::size_t before = be.buffer_bytes();
+  layer.allocate(be, c.batch);
+  LayerRun out;
+  out.bytes = be.buffer_bytes() - before;
+  const std::size_t n = static_cast<std::size_t>(c.batch) * c.tokens * d;
+  auto x = upload(be, random_vector(n, 22));
+  auto dy = upload(be, random_vector(n, 23));
+  DeviceBuffer<float> y(be, n), dx(be, n);
+  const dptrain::Shape shape{c.tokens, d};
+  layer.forward(be, {x.get(), c.batch, shape}, {y.get(), c.batch, shape}, dptrain::Mode::kTrain);
+  layer.backward_params(be, {x.get(), c.batch, shape}, {dy.get(), c.batch, shape});
+  layer.backward_input(be, {x.get(), c.batch, shape}, {y.get(), c.batch, shape},
+                       {dy.get(), c.batch, shape}, {dx.get(), c.batch, shape});
+  out.y = download(be, y);
+  out.dx = download(be, dx);
+  out.grads = download(be, grads);
+  return out;
+}
+
+double largest(const Floats& v) {
+  double m = 0.0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+double worst_error(const Floats& got, const Floats& want) {
+  double e = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    e = std::max(e, std::fabs(static_cast<double>(got[i]) - want[i]));
+  return e;
+}
+
+const Case kCases[] = {
+    {1, 1, 1, 8, true},    {2, 37, 3, 8, true},  {2, 37, 2, 32, false}, {1, 70, 1, 64, true},
+    {2, 33, 2, 64, false}, {1, 40, 1, 16, true}, {1, 37, 1, 128, true},
+};
+
+void check_against_cpu(Precision precision) {
+  auto cpu = gpu_test::make_cpu();
+  auto fused = gpu(precision, AttentionImpl::kFused);
+  const bool bf16 = precision == Precision::kBf16;
+  for (const Case& c : kCases) {
+    if (!bf16 && c.head_dim > 64) continue;  // fp32 takes head dims up to 64
+    const std::string label = spec_of(c) + " T " + std::to_string(c.tokens) + " hd " +
+                              std::to_string(c.head_dim) + " N " + std::to_string(c.batch);
+    const LayerRun g = run_layer(*fused, c), want = run_layer(*cpu, c);
+    const std::vector<std::pair<const char*, std::pair<Floats, Floats>>> tensors = {
+        {"output", {g.y, want.y}}, {"input gradient", {g.dx, want.dx}},
+        {"parameter gradients", {g.grads, want.grads}}};
+    for (const auto& [name, pair] : tensors) {
+      const double scale = largest(pair.second);
+      const double atol = (bf16 ? 3e-2 : 5e-6) * scale;
+      EXPECT_TRUE(all_close(pair.first, pair.second, 0.0, atol))
+          << name << ", " << label;
+      if (bf16 && c.tokens > 1)
+        EXPECT_GT(worst_error(pair.first, pair.second), 1e-6 * scale)
+            << name << " as fp32 would give, " << label;
+    }
+    const LayerRun again = run_layer(*fused, c);
+    EXPECT_EQ(again.y, g.y) << "not deterministic, " << label;
+    EXPECT_EQ(again.dx, g.dx) << "not deterministic, " << label;
+    EXPECT_EQ(again.grads, g.grads) << "not deterministic, " << label;
+  }
+}
+
+TEST(FusedAttention, Fp32MatchesTheCpu) { check_against_cpu(Precision::kFp32); }
+TEST(FusedAttention, Bf16MatchesTheCpu) { check_against_cpu(Precision::kBf16); }
+
+// The math path holds p and its gradient, N·H·T·T floats each; the fused
+// one holds per-row statistics only.
+TEST(FusedAttention, HoldsNothingOfSizeTTimesT) {
+  const Case c{2, 70, 2, 16, true};
+  auto fused = gpu(Precision::kFp32, AttentionImpl::kFused);
+  auto math = gpu(Precision::kFp32, AttentionImpl::kMath);
+  const std::size_t scores = std::size_t(c.batch) * c.heads * c.tokens * c.tokens * sizeof(float);
+  const LayerRun f = run_layer(*fused, c), m = run_layer(*math, c);
+  EXPECT_GE(m.bytes, f.bytes + 2 * scores);
+  // qkv and its gradient, the merged heads and theirs, two floats a row.
+  const std::size_t seq = std::size_t(c.batch) * c.tokens * c.heads * c.head_dim;
+  const std::size_t rows = std::size_t(c.batch) * c.heads * c.tokens;
+  EXPECT_EQ(f.bytes, (8 * seq + 2 * rows) * sizeof(float));
+  // auto is fused on cuda: the same bytes.
+  EXPECT_EQ(run_layer(*gpu(Precision::kFp32, AttentionImpl::kAuto), c).bytes, f.bytes);
+}
+
+// Asked for by name, fused attention must run or say why; auto falls back.
+TEST(FusedAttention, UnsupportedChoicesAreUsageErrors) {
+  const Case wide{1, 5, 1, 128, false};  // fp32 takes head dims up to 64
+  auto fused = gpu(Precision::kFp32, AttentionImpl::kFused);
+  try {
+    run_layer(*fused, wide);
+    ADD_FAILURE() << "head dim 128 in fp32 under --attention fused ran";
+  } catch (const dptrain::Error& e) {
+    EXPECT_EQ(e.code(), dptrain::ExitCode::kUsage);
+    EXPECT_NE(std::string(e.what()).find("up to 64"), std::string::npos) << e.what();
+  }
+  auto automatic = gpu(Precision::kFp32, AttentionImpl::kAuto);
+  auto math = gpu(Precision::kFp32, AttentionImpl::kMath);
+  EXPECT_EQ(run_layer(*automatic, wide).bytes, run_layer(*math, wide).bytes);
+  for (AttentionImpl a : {AttentionImpl::kFused, AttentionImpl::kCudnn}) {
+    dptrain::BackendOptions o;
+    o.attention = a;
+    try {
+      dptrain::make_backend("cpu", o);
+      ADD_FAILURE() << "the cpu backend took a fused attention";
+    } catch (const dptrain::Error& e) {
+      EXPECT_EQ(e.code(), dptrain::ExitCode::kUsage);
+    }
+  }
+}
+
+}  // namespace
