@@ -222,6 +222,9 @@ void check_common(const Options& o) {
   for (const std::string& name : backend_names()) devices.push_back(name);
   require_one_of(o.device, "device", devices);
   parse_precision(o.precision);
+  if (o.device == "cpu" && (o.attention == "fused" || o.attention == "cudnn"))
+    usage_error("--attention " + o.attention + " needs --device cuda; the cpu backend computes "
+                "attention as math");
   parse_attention(o.attention);
   require_nonnegative(static_cast<double>(o.threads), "threads");
   if (!(o.comm_timeout > 0)) usage_error("--comm-timeout must be > 0");

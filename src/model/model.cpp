@@ -5,6 +5,8 @@
 #include "dptrain/model/model.hpp"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dptrain/backends/backend_buffer.hpp"
@@ -156,6 +158,22 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
 bool Model::communicates() const {
   return std::any_of(layers_.begin(), layers_.end(),
                      [](const auto& l) { return l->communicates(); });
+}
+
+std::string Model::implementations() const {
+  std::vector<std::string> all;
+  for (const auto& l : layers_) l->implementations(all);
+  std::vector<std::pair<std::string, int>> counts;
+  for (const std::string& name : all) {
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&](const auto& c) { return c.first == name; });
+    if (it == counts.end()) counts.emplace_back(name, 1);
+    else ++it->second;
+  }
+  std::string s;
+  for (const auto& [name, n] : counts)
+    s += (s.empty() ? "" : ", ") + name + " (" + std::to_string(n) + (n == 1 ? " layer)" : " layers)");
+  return s;
 }
 
 std::string Model::spec() const {

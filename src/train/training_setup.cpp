@@ -281,6 +281,8 @@ void TrainingRun::print_summary() const {
   mem.largest_activation = model_->largest_activation_bytes();
   mem.activation_rows = model_->max_rows();
   std::printf("dptrain: memory per rank: %s\n", describe(mem).c_str());
+  if (const std::string impl = model_->implementations(); !impl.empty())
+    std::printf("dptrain: %s\n", impl.c_str());
   if (!binding.empty()) std::printf("dptrain: WARNING: %s\n", binding.c_str());
   std::fflush(stdout);
 }

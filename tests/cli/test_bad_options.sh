@@ -24,6 +24,9 @@ for np in 1 2 3; do
   check $np "--nesterov needs" train --data "$WORK/d.h5" --optimizer sgd --nesterov
 done
 check 2 "bucket-mb" train --data "$WORK/d.h5" --bucket-mb -1
+check 2 "--attention 'flash'" train --data "$WORK/d.h5" --attention flash
+# The fused attentions run on CUDA only; asked for on the CPU: exit 2.
+check 2 "--attention fused needs --device cuda" train --data "$WORK/d.h5" --device cpu --attention fused
 check 2 "bucket-mb" train --data "$WORK/d.h5" --bucket-mb 1e30
 printf 'data = %s\nbogus-key = 3\n' "$WORK/d.h5" >"$WORK/bad.ini"
 check 2 "bogus-key" train --config "$WORK/bad.ini"

@@ -129,6 +129,10 @@ fp32)
   on cuda 2 cuda --model "$gpt"
   grep -q "device cuda" "$OUT" || fail "the emulated run did not report device cuda"
   gpt_close cuda cpu "2 ranks"
+  grep -q "attention fused" "$OUT" || fail "the emulated run did not report fused attention"
+  on cuda 2 cuda-math --model "$gpt" --attention math
+  grep -q "attention math" "$OUT" || fail "--attention math did not report math"
+  gpt_close cuda-math cpu "2 ranks, --attention math"
   DPTRAIN_EMULATED_STREAMS=eager on cuda 2 cuda-eager --model "$gpt"
   same_state "$WORK/cuda-eager.h5" "$WORK/cuda.h5" || fail "two emulated runs differ"
   echo "ok: lazy and eager streams, bitwise alike"

@@ -148,6 +148,11 @@ class Layer {
   virtual void forward_empty(Backend& /*be*/) {}
   virtual void backward_empty(Backend& /*be*/) {}
 
+  // How this layer computes where the backend and options leave it a choice
+  // ("attention fused"), known after allocate(): appended to `out`, one
+  // entry a layer. A block adds its parts'.
+  virtual void implementations(std::vector<std::string>& /*out*/) const {}
+
   // Points this layer at the model's arenas and step information (once,
   // after they exist). A layer holding others (res) binds them too.
   // step == nullptr: a shard that is the whole batch, seed and epoch 0.

@@ -99,6 +99,10 @@ class Model {
   std::size_t num_layers() const { return layers_.size(); }
   const Layer& layer(std::size_t i) const { return *layers_[i]; }
   std::string spec() const;
+  // The layers' implementations where they have a choice, each with its
+  // count in order of first appearance: "attention fused (2 layers)"; empty
+  // for a model without such layers.
+  std::string implementations() const;
 
  private:
   ConstTensorView input_of(std::size_t li, const float* x, int rows) const;

@@ -43,6 +43,9 @@ class Attention final : public Layer {
   std::string spec() const override {
     return "attn:" + std::to_string(heads_) + (causal_ ? ":causal" : "");
   }
+  void implementations(std::vector<std::string>& out) const override {
+    out.push_back(fused_ ? "attention fused" : "attention math");
+  }
 
   void allocate(Backend& be, int max_rows) override {
     be.kernels<SequenceKernels>();

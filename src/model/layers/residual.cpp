@@ -48,6 +48,10 @@ class Residual final : public Layer {
   }
   bool differs_in_eval() const override { return any([](const Layer& l) { return l.differs_in_eval(); }); }
   bool communicates() const override { return any([](const Layer& l) { return l.communicates(); }); }
+  void implementations(std::vector<std::string>& out) const override {
+    for (auto* parts : {&body_, &shortcut_})
+      for (const auto& p : *parts) p->implementations(out);
+  }
 
   void bind(const ArenaPointers& arenas, const StepInfo* step = nullptr) override {
     Layer::bind(arenas, step);
