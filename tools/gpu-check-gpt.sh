@@ -15,7 +15,13 @@
 #   time and share of the step, its GEMMs apart), and last the strongest
 #   PyTorch peer, the same model through torch.compile with fused AdamW
 #   (gpu-check-torch.py gpt --compile: "skipped" or "failed" and why where
-#   this torch cannot, never a failure of the check).
+#   this torch cannot, never a failure of the check);
+# - attention, in bf16: the tokens/s row again with --attention math (the
+#   default is fused), and one causal attention layer's core, forward and
+#   backward, with math and with fused at ATTENTION_SHAPES (N,H,T,hd, '/'
+#   between them; default 8,12,1024,64/4,16,2048,64: dptrain_gpt_bench
+#   attention), beside PyTorch's scaled_dot_product_attention on the same
+#   shapes with its cuDNN and flash backends (gpu-check-torch.py attention).
 # MFU = tokens/s x (6 N + 12 L T D) / peak: N the parameters in matrix
 # products (all but the token and position tables), 12 L T D attention's
 # two batched products, forward and backward, over the full T x T
@@ -103,18 +109,21 @@ gpt_bench_rows() {
     --device cuda
 }
 
-# The throughput row: dptrain's tokens/s and MFU in bf16; then PyTorch's.
+# The throughput row: dptrain's tokens/s and MFU in bf16 (gpt_per_s: the
+# default attention's, for the PyTorch rows); `gpt_throughput_rows math`:
+# the same with --attention math.
 gpt_throughput_rows() {
-  local rc j mfu per_s detail result
-  run_for 120 "$work/gpt-throughput.txt" "${mpirun[@]}" -n 1 "$gpt_bench" throughput --model "$gpt2_model" \
+  local rc j mfu per_s detail result impl=${1:-} log=$work/gpt-throughput${1:+-$1}.txt
+  run_for 120 "$log" "${mpirun[@]}" -n 1 "$gpt_bench" throughput --model "$gpt2_model" \
     --tokens "$gpt2_t" --vocab "$gpt2_v" --batch "$gpt2_batch" --device cuda --precision bf16 \
-    --peak-tflops "$peak" --repeats "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup"
+    --peak-tflops "$peak" --repeats "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup" ${impl:+--attention "$impl"}
   rc=$?
-  j=$(grep '^{"gpt_throughput"' "$work/gpt-throughput.txt" | tail -1)
+  j=$(grep '^{"gpt_throughput"' "$log" | tail -1)
+  local who="dptrain${impl:+, --attention $impl}"
   if ((rc != 0)) || [[ -z $j ]]; then
     result=$(outcome "$rc")
     [[ $result == ok ]] && result="FAILED (no gpt_throughput line)"
-    row speed "$gpt2_name bf16: tokens/s and MFU (dptrain)" "$result" "$(tail -1 "$work/gpt-throughput.txt")"
+    row speed "$gpt2_name bf16: tokens/s and MFU ($who)" "$result" "$(tail -1 "$log")"
   else
     per_s=$(field tokens_per_s <<<"$j")
     mfu=$(field mfu <<<"$j")
@@ -123,9 +132,29 @@ gpt_throughput_rows() {
       -v n="$(field matmul_params <<<"$j")" -v a="$(field achieved_tflops <<<"$j")" -v g="$(field buffer_mib <<<"$j")" \
       'BEGIN {printf "%.0f tokens/s, %.4g ms a step; %.4g MFLOP per token (6 N + 12 L T D, N = %.4g M); %.3g TFLOPS achieved; device buffers %.3g GiB", t, ms, f / 1e6, n / 1e6, a, g / 1024}')
     if [[ -n $mfu ]]; then detail+="; peak $peak TFLOPS ($peak_from)"; else detail+="; $peak_from"; fi
-    row speed "$gpt2_name bf16: tokens/s and MFU (dptrain, batch $gpt2_batch)" "${mfu:-peak unknown}" "$detail"
+    row speed "$gpt2_name bf16: tokens/s and MFU ($who, batch $gpt2_batch)" "${mfu:-peak unknown}" "$detail"
   fi
-  gpt_per_s=${per_s:-0}
+  [[ -z $impl ]] && gpt_per_s=${per_s:-0}
+}
+
+# The attention rows in bf16: dptrain's core with math and with fused,
+# then PyTorch SDPA's on the same shapes.
+gpt_attention_rows() {
+  local impl rc shapes=${ATTENTION_SHAPES:-8,12,1024,64/4,16,2048,64} out=$work/attention-torch.tsv
+  for impl in math fused; do
+    bench_rows "$gpt_bench" "attention-$impl" 120 attention --device cuda --precision bf16 \
+      --attention "$impl" --attention-shape "$shapes" --repeats "${SPEED_REPEATS:-20}" --warmup 2
+  done
+  if [[ -z $py ]]; then
+    row speed "attention core fwd+bwd (PyTorch SDPA)" skipped "no Python"
+    return
+  fi
+  run_for 120 "$out" "${start_cmd[@]}" "$py" tools/gpu-check-torch.py attention --shapes "$shapes" \
+    --steps "${SPEED_REPEATS:-20}"
+  rc=$?
+  grep $'^speed\t' "$out" >>"$rows" || true
+  write_table
+  ((rc == 0)) || row speed "attention core fwd+bwd (PyTorch SDPA)" "$(outcome "$rc")" "$(tail -1 "$out")"
 }
 
 # gpt_torch_rows eager|compiled LIMIT: PyTorch's tokens/s and MFU on the
@@ -195,6 +224,8 @@ gpt_section() {
   gpt_peak
   gpt_throughput_rows
   gpt_torch_rows eager 150
+  gpt_throughput_rows math
+  gpt_attention_rows
   local p gemm_batch=$(((gpt2_batch + 1) / 2))
   for p in fp32 tf32 bf16; do
     gpt_bench_rows "gpt-gemm-$p" 90 gemm --precision "$p" --batch "$gemm_batch" \

@@ -21,6 +21,11 @@
 # has it), its compile time (the first step) apart from the timed steps;
 # where torch.compile is missing (torch before 2.0) or fails, its row says
 # "skipped" or "failed" and why, and the script still exits 0.
+# The attention rows: torch.nn.functional.scaled_dot_product_attention,
+# causal, forward and backward in bf16 on q, k, v [N, H, T, hd], with its
+# cuDNN and its flash backend (each "skipped" and why where this torch or
+# GPU has none), the milliseconds per pass as the result:
+#   gpu-check-torch.py attention --shapes N,H,T,hd[/N,H,T,hd...] [--steps N]
 # DPTRAIN_TORCH_DEVICE=cpu runs the PyTorch side on the CPU instead (for
 # the check's run on the emulated GPU, tests/emulated/: the rows' code runs,
 # their figures mean nothing).
@@ -122,6 +127,8 @@ def import_torch():
 def main():
     if sys.argv[1:2] == ["gpt"]:
         return gpt_main(sys.argv[2:])
+    if sys.argv[1:2] == ["attention"]:
+        return attention_main(sys.argv[2:])
     work = sys.argv[1]
     torch, why = import_torch()
     for p in PRECISIONS:
@@ -292,6 +299,58 @@ def gpt_main(argv):
     gpt_rows(a, name, "PyTorch eager", a.batch * T / ms * 1e3, ms, counts,
              f"autocast bf16, AdamW, clip_grad_norm_, attention by {attention}; "
              f"torch {torch.__version__} on {DEVICE}")
+
+
+# --- the attention rows ------------------------------------------------------------------
+
+
+def sdpa_backends(torch):
+    """[(name, context manager factory or None)]: cudnn and flash on a GPU,
+    where this torch has them; the default backend on the CPU."""
+    if DEVICE != "cuda":
+        return [("default backend", None)]
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return [("default backend", None)]
+    found = []
+    for name, attr in (("cuDNN", "CUDNN_ATTENTION"), ("flash", "FLASH_ATTENTION")):
+        if hasattr(SDPBackend, attr):
+            found.append((name, lambda b=getattr(SDPBackend, attr): sdpa_kernel(b)))
+    return found
+
+
+def attention_main(argv):
+    import argparse
+    import contextlib
+    ap = argparse.ArgumentParser(prog="gpu-check-torch.py attention")
+    ap.add_argument("--shapes", required=True, help="N,H,T,hd[/N,H,T,hd...]")
+    ap.add_argument("--steps", type=int, default=20)
+    a = ap.parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split(",")) for s in a.shapes.split("/")]
+    torch, why = import_torch()
+    f = getattr(torch.nn.functional, "scaled_dot_product_attention", None) if torch else None
+    if torch and f is None:
+        why = f"torch {torch.__version__} has no scaled_dot_product_attention (2.0 and later)"
+    for n, h, t, hd in shapes:
+        name = f"attention core fwd+bwd, one causal layer (N {n}, H {h}, T {t}, hd {hd}; PyTorch SDPA"
+        if why:
+            row(f"{name})", "skipped", why)
+            continue
+        q, k, v = (torch.randn(n, h, t, hd, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn(n, h, t, hd, device=DEVICE, dtype=torch.bfloat16)
+        for backend, context in sdpa_backends(torch):
+            def step():
+                with context() if context else contextlib.nullcontext():
+                    f(q, k, v, is_causal=True).backward(dout)
+            try:
+                ms = timed(torch, step, a.steps, warmup=3)
+            except Exception as e:  # this GPU or shape has no such kernel
+                row(f"{name} {backend}, bf16)", "skipped", f"{type(e).__name__}: {str(e)[:160]}")
+                continue
+            row(f"{name} {backend}, bf16)", f"{ms:.4g}",
+                f"ms per forward and backward, mean of {a.steps} after 3 warm-up; torch {torch.__version__} on {DEVICE}")
 
 
 if __name__ == "__main__":

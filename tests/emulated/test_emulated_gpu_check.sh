@@ -60,10 +60,12 @@ tests+=':Nccl.OrderedWithComputeStream'
 table=$WORK/check.txt
 set +e
 # The GPT job: one block of width 32 on batches of 8 x 16 tokens, 8 steps;
-# the GPT-2 shape: 2 layers, 2 heads, width 32, T 16, vocab 64, batch 2.
+# the GPT-2 shape: 2 layers, 2 heads, width 32, T 16, vocab 64, batch 2;
+# the attention rows at (N 1, H 2, T 20, hd 16) and (1, 1, 16, 32).
 gpt_steps=8
 PATH=$WORK/driver:$PATH DPTRAIN_TORCH_DEVICE=cpu BUNDLE=$tree GTEST_FILTER=$tests STEPS=20 BUDGET_S=900 SPEED_REPEATS=2 \
   SPEED_ROWS=4 ALLREDUCE_MIB=1 GPT_STEPS=$gpt_steps GPT_BATCH=8 GPT2_SHAPE=2,2,32,16,64 GPT2_BATCH=2 PEAK_TFLOPS=1 \
+  ATTENTION_SHAPES=1,2,20,16/1,1,16,32 \
   GPT_MODEL="embed:32,pos,res(ln,attn:2:causal),res(ln,dense:64,gelu:tanh,dense:32),ln,dense:256" \
   timeout -k 5 1000 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" --out "$WORK/out" >"$table" 2>"$WORK/check.err"
 rc=$?
@@ -145,6 +147,20 @@ gpt2="| speed | GPT-2 small shape (2 layers, 2 heads, width 32, T 16, vocab 64) 
 mfu=$(grep -F "${gpt2}tokens/s and MFU (dptrain, batch 2) |" "$table" || true)
 grep -qE "^\| speed \| .* \| $number \| [0-9]+ tokens/s, .* peak 1 TFLOPS \(PEAK_TFLOPS\) \|$" <<<"$mfu" ||
   fail "no GPT tokens/s and MFU row with an MFU: ${mfu:-none}"
+grep -F "${gpt2}tokens/s and MFU (dptrain, --attention math, batch 2) |" "$table" |
+  grep -qE "\| $number \| [0-9]+ tokens/s, " || fail "no GPT tokens/s row with --attention math"
+# The attention rows: dptrain's core with math and fused on each shape, and
+# PyTorch SDPA's beside them where torch is installed.
+for impl in math fused; do
+  for s in "N 1, H 2, T 20, hd 16" "N 1, H 1, T 16, hd 32"; do
+    grep -qE "^\| speed \| attention core fwd\+bwd, one causal layer \($s; attention $impl, 1 GPU, bf16\) \(attention-$impl\) \| $number \| ours $number ms" "$table" ||
+      fail "no attention row for $impl at $s"
+  done
+done
+# PyTorch's: a number, or skipped and why (torch before 2.0 has no SDPA).
+sdpa="attention core fwd+bwd, one causal layer (N 1, H 2, T 20, hd 16; PyTorch SDPA"
+grep -F "| speed | $sdpa" "$table" | grep -qE "^\| speed \| .* \| ($number|skipped) \| .+ \|$" ||
+  fail "no PyTorch SDPA row"
 for p in fp32 tf32 bf16; do
   grep -qE "^\| speed \| GPT step vs its GEMMs \(1 GPU, $p, batch 1 x 16\) \(gpt-gemm-$p\) \| $number \| .* target >= 0.85 \|" "$table" ||
     fail "no GPT step vs GEMMs row for $p"

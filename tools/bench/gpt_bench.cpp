@@ -20,16 +20,20 @@
 //   throughput  tokens/s of the training step and its model FLOP
 //           utilization, 6 N + 12 L T D FLOPs per token against
 //           --peak-tflops (gpt_throughput_row.cpp says what is counted)
+//   attention  one causal attention layer's core (the layer less its
+//           projections), forward and backward, per --attention-shape, as
+//           --attention computes it (gpt_attention_row.cpp); needs no --model
 // plus JSON lines without "row": {"gpt_gemm_calls": [...]}, the bare time
 // of each distinct GEMM of the step, and {"gpt_families": [...]}, the
 // layers row's figures per family, that gpt_rows.py turns into tables;
 // {"gpt_throughput": {...}}, the throughput row's figures, which
 // tools/gpu-check.sh reads. On CUDA every time is device time (markers).
-// Usage: dptrain_gpt_bench <gemm|layers|throughput|all>[,...] --model SPEC
+// Usage: dptrain_gpt_bench <gemm|layers|throughput|attention|all>[,...] --model SPEC
 //            [--tokens T] [--vocab V] [--batch B] [--threads T] [--repeats N]
 //            [--warmup N] [--device cpu|cuda] [--precision fp32|tf32|bf16]
 //            [--peak-tflops X] [--lr LR] [--beta2 B2] [--weight-decay W]
 //            [--clip-grad-norm C] [--weight-decay-params all|matrices]
+//            [--attention auto|math|fused] [--attention-shape N,H,T,hd[/...]]
 #include "dptrain/backends/backend_factory.hpp"
 #include "gpt_bench.hpp"
 
@@ -38,13 +42,17 @@ namespace {
 
 
 constexpr const char* kUsage =
-    "usage: dptrain_gpt_bench <gemm|layers|throughput|all>[,...] --model SPEC [--tokens T]\n"
+    "usage: dptrain_gpt_bench <gemm|layers|throughput|attention|all>[,...] --model SPEC\n"
+    "                         [--tokens T]\n"
     "                         [--vocab V] [--batch B] [--threads T] [--repeats N]\n"
     "                         [--warmup N] [--device cpu|cuda] [--precision P]\n"
     "                         [--peak-tflops X] [--lr LR] [--beta2 B2] [--weight-decay W]\n"
     "                         [--clip-grad-norm C] [--weight-decay-params all|matrices]\n"
+    "                         [--attention IMPL] [--attention-shape N,H,T,hd[/N,H,T,hd...]]\n"
     "  rows          gemm (step vs its GEMMs), layers (time per layer family),\n"
-    "                throughput (tokens/s and MFU); all = gemm,layers; or a list: gemm,throughput\n"
+    "                throughput (tokens/s and MFU), attention (one causal layer's core\n"
+    "                forward and backward per --attention-shape; no --model needed);\n"
+    "                all = gemm,layers; or a list: gemm,throughput\n"
     "  --model SPEC  a sequence model starting with embed:D (res blocks of plain layers)\n"
     "  --tokens T    positions per sample (default 64)\n"
     "  --vocab V     vocabulary (default 256, bytes)\n"
@@ -55,6 +63,9 @@ constexpr const char* kUsage =
     "  --device D    cpu (default) or cuda: one GPU, device time\n"
     "  --precision P fp32 (default), tf32 or bf16 (cuda only)\n"
     "  --peak-tflops X  the device's peak in TFLOPS for MFU (throughput; default: unknown)\n"
+    "  --attention I auto (default), math or fused: as dptrain train's --attention\n"
+    "  --attention-shape N,H,T,hd  the attention rows' shapes, '/' between them\n"
+    "                (default 8,12,1024,64/4,16,2048,64)\n"
     "  optimizer:    AdamW, defaults those of jobs/text_gpt.ini (lr 0.003, beta2 0.95,\n"
     "                weight decay 0.1 on matrices, clip-grad-norm 1)\n";
 
@@ -84,11 +95,28 @@ std::vector<std::string> rows_of(const std::string& list) {
       rows.insert(rows.end(), {"gemm", "layers"});
       continue;
     }
-    DPT_REQUIRE(r == "gemm" || r == "layers" || r == "throughput", ExitCode::kUsage,
-                "which benchmark: gemm, layers, throughput or all, not '" + r + "'\n" + kUsage);
+    DPT_REQUIRE(r == "gemm" || r == "layers" || r == "throughput" || r == "attention",
+                ExitCode::kUsage,
+                "which benchmark: gemm, layers, throughput, attention or all, not '" + r + "'\n" +
+                    kUsage);
     rows.push_back(r);
   }
   return rows;
+}
+
+// "N,H,T,hd/N,H,T,hd..." -> the shapes.
+std::vector<AttentionShape> attention_shapes(const std::string& list) {
+  std::vector<AttentionShape> shapes;
+  std::stringstream in(list);
+  for (std::string one; std::getline(in, one, '/');) {
+    std::stringstream parts(one);
+    std::vector<int> v;
+    for (std::string p; std::getline(parts, p, ',');) v.push_back(positive("--attention-shape", p));
+    DPT_REQUIRE(v.size() == 4, ExitCode::kUsage,
+                "--attention-shape: N,H,T,hd (four positive integers), not '" + one + "'");
+    shapes.push_back({v[0], v[1], v[2], v[3]});
+  }
+  return shapes;
 }
 
 double real_number(const std::string& opt, const std::string& v) {
@@ -124,6 +152,8 @@ GptArgs parse_args(int argc, char** argv) {
     else if (arg == "--weight-decay") a.weight_decay = number(arg, value());
     else if (arg == "--clip-grad-norm") a.clip = number(arg, value());
     else if (arg == "--weight-decay-params") a.decay_all = parse_decay_all(value());
+    else if (arg == "--attention") a.attention = value();
+    else if (arg == "--attention-shape") a.attention_shapes = attention_shapes(value());
     else if (arg == "-h" || arg == "--help") help = true;
     else if (rows.empty() && arg[0] != '-') rows = arg;
     else throw Error(ExitCode::kUsage, "unexpected argument '" + arg + "'\n" + kUsage);
@@ -135,7 +165,11 @@ GptArgs parse_args(int argc, char** argv) {
   DPT_REQUIRE(!rows.empty(), ExitCode::kUsage,
               "which benchmark: gemm, layers, throughput or all\n" + std::string(kUsage));
   a.what = rows_of(rows);
-  DPT_REQUIRE(!a.model.empty(), ExitCode::kUsage, "--model SPEC is needed");
+  const bool attention_only = std::all_of(a.what.begin(), a.what.end(),
+                                          [](const std::string& r) { return r == "attention"; });
+  DPT_REQUIRE(!a.model.empty() || attention_only, ExitCode::kUsage, "--model SPEC is needed");
+  parse_attention(a.attention);
+  if (a.attention_shapes.empty()) a.attention_shapes = attention_shapes("8,12,1024,64/4,16,2048,64");
   DPT_REQUIRE(a.device == "cpu" || a.device == "cuda", ExitCode::kUsage, "--device: cpu or cuda");
   DPT_REQUIRE(a.precision == "fp32" || a.precision == "tf32" || a.precision == "bf16",
               ExitCode::kUsage, "--precision: fp32, tf32 or bf16");
@@ -148,6 +182,7 @@ int run(const MpiSession& mpi, const GptArgs& a) {
     BackendOptions bo;
     bo.threads = a.threads;
     bo.precision = parse_precision(a.precision);
+    bo.attention = parse_attention(a.attention);
     auto real = make_backend(a.device, bo);
     if (a.wants("gemm") || a.wants("layers")) {
       InstrumentedBackend inst(*real);
@@ -167,6 +202,8 @@ int run(const MpiSession& mpi, const GptArgs& a) {
         for (const Row& r : layer_rows(*real, inst, a, replay, gpt.get())) print_row(r);
     }
     if (a.wants("throughput")) print_row(throughput_row(*real, a));
+    if (a.wants("attention"))
+      for (const AttentionShape& s : a.attention_shapes) print_row(attention_row(*real, a, s));
   }
   idle_barrier(mpi.world());
   return 0;

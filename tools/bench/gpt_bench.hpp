@@ -2,7 +2,8 @@
 // tools/bench): its arguments, device timing, a backend that records and
 // times the GEMMs it forwards, the GPT with its random token shard and
 // optimizer, the replay of recorded GEMMs, and the row makers
-// (gpt_gemm_rows.cpp, gpt_layer_rows.cpp, gpt_throughput_row.cpp);
+// (gpt_gemm_rows.cpp, gpt_layer_rows.cpp, gpt_throughput_row.cpp,
+// gpt_attention_row.cpp);
 // gpt_bench.cpp is the command.
 #pragma once
 
@@ -36,9 +37,15 @@
 
 namespace dptrain::bench {
 
+// One attention row's shape: batch N, H heads, T positions, head dim hd.
+struct AttentionShape {
+  int batch = 0, heads = 0, tokens = 0, head_dim = 0;
+};
+
 struct GptArgs {
-  std::vector<std::string> what;  // gemm, layers, throughput (all: gemm and layers)
-  std::string model, device = "cpu", precision = "fp32";
+  std::vector<std::string> what;  // gemm, layers, throughput, attention (all: gemm and layers)
+  std::string model, device = "cpu", precision = "fp32", attention = "auto";
+  std::vector<AttentionShape> attention_shapes;  // of the attention rows
   int tokens = 64, vocab = 256, batch = 32, threads = 1, repeats = 0, warmup = 3;
   float lr = 3e-3f, beta2 = 0.95f, weight_decay = 0.1f, clip = 1.0f;
   double peak_tflops = 0.0;  // the device's dense peak for MFU; 0: unknown
@@ -383,5 +390,8 @@ std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptA
 // throughput: tokens/s of the step and its model FLOP utilization
 // (gpt_throughput_row.cpp).
 Row throughput_row(Backend& real, const GptArgs& a);
+// attention: one causal attention layer's core, forward and backward
+// (gpt_attention_row.cpp).
+Row attention_row(Backend& be, const GptArgs& a, const AttentionShape& shape);
 
 }  // namespace dptrain::bench

@@ -1,0 +1,107 @@
+// Implements: the attention rows of dptrain_gpt_bench (see gpt_bench.hpp):
+// one causal attn:H layer's forward and backward at a shape (batch N, H
+// heads, T positions, head dimension hd) on the backend as --attention made
+// it (math: the T x T weights through batched GEMMs; fused: the fused
+// kernels), in device time on a GPU. The layer includes its input and
+// output projections; the row's figure is the attention's core, the
+// layer's time less the six projection GEMMs' (the same calls made alone,
+// back to back, on operands of their own), so that it compares with a
+// bare scaled-dot-product attention (PyTorch's SDPA, in the GPU check).
+#include "gpt_bench.hpp"
+
+namespace dptrain::bench {
+namespace {
+
+std::vector<float> random_values(std::size_t n, unsigned seed, float scale) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+DeviceBuffer<float> uploaded(Backend& be, const std::vector<float>& host) {
+  DeviceBuffer<float> buf(be, host.size());
+  be.copy_to_device(buf.get(), host.data(), host.size() * sizeof(float));
+  return buf;
+}
+
+// The median of `repeats` timings of fn after `warmup` untimed ones.
+template <typename F>
+double median_ms(Backend& be, int warmup, int repeats, F&& fn) {
+  for (int i = 0; i < warmup; ++i) device_ms(be, fn);
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) ms.push_back(device_ms(be, fn));
+  return median(ms);
+}
+
+std::string fixed(double v, int digits) {
+  char s[48];
+  std::snprintf(s, sizeof s, "%.*f", digits, v);
+  return s;
+}
+
+}  // namespace
+
+Row attention_row(Backend& be, const GptArgs& a, const AttentionShape& shape) {
+  const int n = shape.batch, h = shape.heads, t = shape.tokens, hd = shape.head_dim, d = h * hd;
+  const auto specs = parse_model_spec("attn:" + std::to_string(h) + ":causal,dense:1");
+  LayerBuilder builder;
+  const auto layer = builder.build(specs.front(), Shape{t, d});
+  const std::size_t np = arena_size(layer->params());
+  auto params = uploaded(be, random_values(np, 1, 0.05f));
+  DeviceBuffer<float> grads(be, np);
+  layer->bind({params.get(), grads.get(), nullptr});
+  layer->allocate(be, n);
+  std::vector<std::string> impl;
+  layer->implementations(impl);
+
+  const int rows = n * t;
+  const std::size_t seq = std::size_t(rows) * d;
+  auto x = uploaded(be, random_values(seq, 2, 1.0f)), dy = uploaded(be, random_values(seq, 3, 1.0f));
+  DeviceBuffer<float> y(be, seq), dx(be, seq);
+  const Shape s{t, d};
+  const int repeats = a.repeats > 0 ? a.repeats : 20, warmup = std::max(1, a.warmup);
+  const double layer_ms = median_ms(be, warmup, repeats, [&] {
+    layer->forward(be, {x.get(), n, s}, {y.get(), n, s}, Mode::kTrain);
+    layer->backward_params(be, {x.get(), n, s}, {dy.get(), n, s});
+    layer->backward_input(be, {x.get(), n, s}, {y.get(), n, s}, {dy.get(), n, s}, {dx.get(), n, s});
+  });
+
+  // The layer's six projection GEMMs (attention.cpp), alone.
+  float* w_in = params.get();  // in_proj_weight [3D, D], in_proj_bias, out_proj ...
+  float* b_in = w_in + 3 * std::size_t(d) * d;
+  float* w_out = b_in + 3 * d;
+  float* b_out = w_out + std::size_t(d) * d;
+  float* g = grads.get();
+  DeviceBuffer<float> qkv(be, 3 * seq), merged(be, seq), out(be, seq);
+  be.fill(qkv.get(), 0.0f, qkv.size());
+  be.fill(merged.get(), 0.0f, merged.size());
+  using E = Backend::GemmEpilogue;
+  const double proj_ms = median_ms(be, warmup, repeats, [&] {
+    be.gemm_epilogue(false, true, rows, 3 * d, d, x.get(), d, w_in, d, qkv.get(), 3 * d, E::kBias, b_in);
+    be.gemm_epilogue(false, true, rows, d, d, merged.get(), d, w_out, d, out.get(), d, E::kBias, b_out);
+    be.gemm_epilogue(true, false, d, d, rows, dy.get(), d, merged.get(), d, g, d, E::kBiasGradA, g + d * d);
+    be.gemm(false, false, rows, d, d, 1.0f, dy.get(), d, w_out, d, 0.0f, merged.get(), d);
+    be.gemm_epilogue(true, false, 3 * d, d, rows, qkv.get(), 3 * d, x.get(), d, g, d, E::kBiasGradA,
+                     g + 3 * d * d);
+    be.gemm(false, false, rows, d, 3 * d, 1.0f, qkv.get(), 3 * d, w_in, d, 0.0f, dx.get(), d);
+  });
+
+  const std::string what = impl.empty() ? "attention" : impl.front();
+  Row r;
+  r.name = "attention core fwd+bwd, one causal layer (N " + std::to_string(n) + ", H " +
+           std::to_string(h) + ", T " + std::to_string(t) + ", hd " + std::to_string(hd) + "; " +
+           what + ", " + a.where() + ")";
+  r.ours = layer_ms - proj_ms;
+  r.baseline = proj_ms;
+  r.ratio = r.ours;
+  r.target = "fused <= 0.9 ms, cudnn <= 0.45 ms at N 8, H 12, T 1024, hd 64 in bf16 on an H200";
+  r.note = "result = ours = device ms of the layer's forward and backward (median " +
+           fixed(layer_ms, 3) + " ms of " + std::to_string(repeats) +
+           ") less its six projection GEMMs made alone (baseline, median " + fixed(proj_ms, 3) +
+           " ms); device buffers " + fixed(double(be.buffer_bytes()) / 1048576.0, 1) + " MiB";
+  return r;
+}
+
+}  // namespace dptrain::bench
