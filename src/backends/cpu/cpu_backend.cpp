@@ -90,11 +90,12 @@ class CpuBackend final : public Backend {
     add_family<DropoutKernels>();
     add_family<AugmentKernels>();
     add_family<SequenceKernels>();
-    if (opts.attention == AttentionImpl::kFused || opts.attention == AttentionImpl::kCudnn)
-      throw Error(ExitCode::kUsage, std::string("--attention ") +
-                                        (opts.attention == AttentionImpl::kFused ? "fused" : "cudnn") +
+    if (opts.attention == AttentionImpl::kFused || opts.attention == AttentionImpl::kCudnn) {
+      const char* which = opts.attention == AttentionImpl::kFused ? "fused" : "cudnn";
+      throw Error(ExitCode::kUsage, std::string("--attention ") + which +
                                         " needs --device cuda; the cpu backend computes attention "
                                         "as math");
+    }
     if (opts.precision == Precision::kTf32)
       throw Error(ExitCode::kUsage, "--precision tf32 needs --device cuda (TF32 is a GPU format)");
     if (opts.precision == Precision::kBf16) {

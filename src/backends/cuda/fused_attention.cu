@@ -10,10 +10,12 @@
 //    One block owns a key tile and accumulates its dK and dV over the query
 //    tiles in order; a second kernel owns a query tile and accumulates dQ
 //    over the key tiles in order. No atomics: the same bits every run.
-//  - Products: 16 × 16 tiles in shared memory. Under --precision bf16 the
-//    operands are rounded to bf16 as they are staged and multiplied on the
-//    tensor cores (wmma, fp32 accumulation); under fp32 and tf32 each lane
-//    sums its outputs with fp32 fused multiply-adds in a fixed order.
+//  - Products: 16 × 16 tiles from operands in shared memory (warp_tiles.hpp).
+//    Under --precision bf16 the operands are rounded to bf16 as they are
+//    staged and multiplied on the tensor cores (wmma, fp32 accumulation);
+//    under fp32 and tf32 each lane sums its outputs with fp32 fused
+//    multiply-adds in a fixed order. The sums that run over the tiles (the
+//    output, dK, dV, dQ) stay in the warps' registers from tile to tile.
 // The head dimension is padded with zeros to 16, 32, 64 or 128 in shared
 // memory; tiles are 32 rows where they fit the 48 KiB of static shared
 // memory, else 16.
@@ -27,6 +29,8 @@
 
 #include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/fused_attention.hpp"
+#include "backends/cuda/head_rows.hpp"
+#include "backends/cuda/warp_tiles.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -34,7 +38,7 @@ namespace {
 using std::size_t;
 using bf16 = __nv_bfloat16;
 
-constexpr int kWarp = 32;
+constexpr int kWarp = kWarpLanes;
 constexpr int kWarps = 4;
 constexpr int kBlockThreads = kWarps * kWarp;
 constexpr size_t kSharedBytes = 48 * 1024;
@@ -45,28 +49,18 @@ constexpr int kBf16HeadDim = 128, kFloatHeadDim = 64;
 // Shared memory of each kernel for tiles of t rows, and the tile it uses.
 template <typename E, int HDP>
 constexpr size_t forward_bytes(size_t t) {
-  return 3 * t * HDP * sizeof(E) + t * t * (sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
+  return 3 * t * HDP * sizeof(E) + t * t * (sizeof(float) + sizeof(E)) + t * HDP * 4 + 12 * t +
+         kTileElements * 4;
 }
 template <typename E, int HDP>
 constexpr size_t key_grad_bytes(size_t t) {
-  return 4 * t * HDP * sizeof(E) + 2 * t * t * (sizeof(float) + sizeof(E)) + 2 * t * HDP * 4 + 8 * t;
+  return 4 * t * HDP * sizeof(E) + 2 * t * t * (sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
 }
 template <typename E, int HDP>
 constexpr size_t query_grad_bytes(size_t t) {
   return 4 * t * HDP * sizeof(E) + t * t * (2 * sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
 }
 constexpr int tile_for(size_t bytes_at_32) { return bytes_at_32 <= kSharedBytes ? 32 : 16; }
-
-template <typename E>
-__device__ inline E to_elem(float x) {
-  if constexpr (std::is_same_v<E, bf16>) return __float2bfloat16_rn(x);
-  else return x;
-}
-template <typename E>
-__device__ inline float to_float(E x) {
-  if constexpr (std::is_same_v<E, bf16>) return __bfloat162float(x);
-  else return x;
-}
 
 __device__ inline float warp_max(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -76,95 +70,26 @@ __device__ inline float warp_sum(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ inline int warp_id() { return static_cast<int>(threadIdx.x / kWarp); }
-__device__ inline int lane() { return static_cast<int>(threadIdx.x % kWarp); }
+__device__ inline int warp_id() { return warp_index(); }
+__device__ inline int lane() { return lane_index(); }
 
-template <bool Col>
-__device__ inline float element(const float* m, int ld, int r, int c) {
-  return Col ? m[c * ld + r] : m[r * ld + c];
-}
+// The part of a TILE-row product a warp holds (warp_tiles.hpp).
+template <typename E, int M, int N>
+using Tiles = WarpTiles<E, M, N, kWarps>;
 
-// c[M × N] (row-major, ldc) = (accumulate ? c : 0) + a[M × K] · b[K × N],
-// a and b row- or column-major; warp w computes the 16 × 16 output tiles
-// w, w + kWarps, ... The caller synchronizes the block before and after.
-template <bool ACol, bool BCol, int M, int N, int K>
-__device__ void tile_mma(float* c, int ldc, const float* a, int lda, const float* b, int ldb,
-                         bool accumulate) {
-  for (int tile = warp_id(); tile < (M / 16) * (N / 16); tile += kWarps) {
-    const int i0 = tile / (N / 16) * 16, j0 = tile % (N / 16) * 16;
-    for (int e = lane(); e < 256; e += kWarp) {
-      const int i = i0 + e / 16, j = j0 + e % 16;
-      float sum = accumulate ? c[i * ldc + j] : 0.0f;
-      for (int k = 0; k < K; ++k)
-        sum = fmaf(element<ACol>(a, lda, i, k), element<BCol>(b, ldb, k, j), sum);
-      c[i * ldc + j] = sum;
-    }
-  }
+// c[M × N] (row-major, ldc) = a[M × K] · b[K × N] through the warps' tiles.
+// The caller synchronizes the block before and after.
+template <typename E, bool ACol, bool BCol, int M, int N, int K>
+__device__ void product(float* c, int ldc, const E* a, int lda, const E* b, int ldb) {
+  Tiles<E, M, N> t;
+  t.zero();
+  t.template mma<ACol, BCol, K>(a, lda, b, ldb);
+  t.store(c, ldc);
 }
 
-template <bool ACol, bool BCol, int M, int N, int K>
-__device__ void tile_mma(float* c, int ldc, const bf16* a, int lda, const bf16* b, int ldb,
-                         bool accumulate) {
-  namespace wmma = nvcuda::wmma;
-  using LayoutA = std::conditional_t<ACol, wmma::col_major, wmma::row_major>;
-  using LayoutB = std::conditional_t<BCol, wmma::col_major, wmma::row_major>;
-  for (int tile = warp_id(); tile < (M / 16) * (N / 16); tile += kWarps) {
-    const int i0 = tile / (N / 16) * 16, j0 = tile % (N / 16) * 16;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    if (accumulate) wmma::load_matrix_sync(acc, c + i0 * ldc + j0, ldc, wmma::mem_row_major);
-    else wmma::fill_fragment(acc, 0.0f);
-    for (int k0 = 0; k0 < K; k0 += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LayoutA> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> fb;
-      wmma::load_matrix_sync(fa, ACol ? a + k0 * lda + i0 : a + i0 * lda + k0, lda);
-      wmma::load_matrix_sync(fb, BCol ? b + j0 * ldb + k0 : b + k0 * ldb + j0, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(c + i0 * ldc + j0, acc, ldc, wmma::mem_row_major);
-  }
-}
-
-// One head's rows in a strided tensor: row t of the head starts at
-// base + t · ld, and its first `width` values are the head's.
-struct HeadRows {
-  const float* base;
-  size_t ld;
-  int tokens, width;
-};
-
-// The head of block bh (= n · H + h) in part `part` of qkv [N, T, 3, H, hd],
-// or in a [N, T, H, hd] tensor (part < 0).
-__device__ inline size_t head_offset(const HeadShape& s, size_t bh, int part) {
-  const size_t n = bh / s.heads, h = bh % s.heads, d = size_t(s.heads) * s.head_dim;
-  const size_t row = part < 0 ? d : 3 * d;
-  return n * s.tokens * row + (part < 0 ? 0 : part * d) + h * s.head_dim;
-}
-__device__ inline size_t head_ld(const HeadShape& s, int part) {
-  return (part < 0 ? 1 : 3) * size_t(s.heads) * s.head_dim;
-}
-
-// dst[ROWS × HDP] = rows t0 .. t0 + ROWS of the head, zero past its end and
-// past its width, rounded to E.
-template <typename E, int ROWS, int HDP>
-__device__ void stage_rows(E* dst, const HeadRows& src, int t0) {
-  for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
-    const int r = i / HDP, c = i % HDP, t = t0 + r;
-    const float x = t < src.tokens && c < src.width ? src.base[size_t(t) * src.ld + c] : 0.0f;
-    dst[i] = to_elem<E>(x);
-  }
-}
-template <int ROWS>
-__device__ void stage_vector(float* dst, const float* src, int t0, int tokens) {
-  for (int r = threadIdx.x; r < ROWS; r += blockDim.x) dst[r] = t0 + r < tokens ? src[t0 + r] : 0.0f;
-}
-// The head's rows t0 .. t0 + ROWS (those before its end) = src[ROWS × HDP]'s
-// first `width` columns.
-template <int ROWS, int HDP>
-__device__ void write_rows(float* base, size_t ld, int tokens, int width, const float* src, int t0) {
-  for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
-    const int r = i / HDP, c = i % HDP, t = t0 + r;
-    if (t < tokens && c < width) base[size_t(t) * ld + c] = src[i];
-  }
+// A 16 × 16 tile whose row r holds r, for WarpTiles::load_row_map.
+__device__ void fill_row_numbers(float* tile) {
+  for (int i = threadIdx.x; i < kTileElements; i += blockDim.x) tile[i] = static_cast<float>(i / 16);
 }
 
 __device__ inline bool attends(int row, int key, int tokens, bool causal) {
@@ -172,11 +97,11 @@ __device__ inline bool attends(int row, int key, int tokens, bool causal) {
 }
 
 // One key tile of the online softmax: rows of s (scores of key tile k0) to
-// bf16/fp32 probabilities p against the running maximum; o's rows rescaled
-// when the maximum grows; the running sums updated. Warp w owns rows w,
-// w + kWarps, ...; lane j column j.
-template <typename E, int TILE, int HDP>
-__device__ void online_softmax(const float* s, E* p, float* o, float* row_max, float* row_sum,
+// bf16/fp32 probabilities p against the running maximum; alpha[r] the
+// factor of the output's row r (exp of the old maximum less the new); the
+// running sums updated. Warp w owns rows w, w + kWarps, ...; lane j column j.
+template <typename E, int TILE>
+__device__ void online_softmax(const float* s, E* p, float* alpha, float* row_max, float* row_sum,
                                int q0, int k0, int tokens, float scale, bool causal) {
   for (int r = warp_id(); r < TILE; r += kWarps) {
     const int key = k0 + lane();
@@ -187,11 +112,11 @@ __device__ void online_softmax(const float* s, E* p, float* o, float* row_max, f
     const E pe = to_elem<E>(valid ? expf(z - new_max) : 0.0f);
     if (lane() < TILE) p[r * TILE + lane()] = pe;
     const float tile_sum = warp_sum(to_float(pe));
-    const float alpha = expf(old_max - new_max);
-    for (int c = lane(); c < HDP; c += kWarp) o[r * HDP + c] *= alpha;
+    const float factor = expf(old_max - new_max);
     if (lane() == 0) {
+      alpha[r] = factor;
       row_max[r] = new_max;
-      row_sum[r] = old_sum * alpha + tile_sum;
+      row_sum[r] = old_sum * factor + tile_sum;
     }
   }
 }
@@ -208,30 +133,37 @@ __global__ void __launch_bounds__(kBlockThreads)
   alignas(32) __shared__ E p[TILE * TILE];
   alignas(32) __shared__ float sc[TILE * TILE];
   alignas(32) __shared__ float o[TILE * HDP];
-  __shared__ float row_max[TILE], row_sum[TILE];
+  __shared__ float row_max[TILE], row_sum[TILE], alpha[TILE];
+  alignas(32) __shared__ float row_numbers[kTileElements];
   const size_t bh = blockIdx.x;
   const int q0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
   const auto rows = [&](int part) {
     return HeadRows{qkv + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
   };
   stage_rows<E, TILE, HDP>(q, rows(0), q0);
-  for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) o[i] = 0.0f;
+  fill_row_numbers(row_numbers);
   for (int r = threadIdx.x; r < TILE; r += blockDim.x) {
     row_max[r] = -INFINITY;
     row_sum[r] = 0.0f;
   }
+  __syncthreads();
+  Tiles<E, TILE, HDP> acc;  // the output's running sum, in registers
+  acc.zero();
+  acc.load_row_map(row_numbers);
   const int key_end = causal && q0 + TILE < t ? q0 + TILE : t;
   for (int k0 = 0; k0 < key_end; k0 += TILE) {
     __syncthreads();  // the last tile's readers of k, v and p are done
     stage_rows<E, TILE, HDP>(k, rows(1), k0);
     stage_rows<E, TILE, HDP>(v, rows(2), k0);
     __syncthreads();
-    tile_mma<false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP, false);
+    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP);
     __syncthreads();
-    online_softmax<E, TILE, HDP>(sc, p, o, row_max, row_sum, q0, k0, t, scale, causal);
+    online_softmax<E, TILE>(sc, p, alpha, row_max, row_sum, q0, k0, t, scale, causal);
     __syncthreads();
-    tile_mma<false, false, TILE, HDP, TILE>(o, HDP, p, TILE, v, HDP, true);
+    acc.scale_rows(alpha);
+    acc.template mma<false, false, TILE>(p, TILE, v, HDP);
   }
+  acc.store(o, HDP);
   __syncthreads();
   for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) o[i] = o[i] / row_sum[i / HDP];
   __syncthreads();
@@ -288,8 +220,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   alignas(32) __shared__ float dp[TILE * TILE];
   alignas(32) __shared__ E p[TILE * TILE];
   alignas(32) __shared__ E ds[TILE * TILE];
-  alignas(32) __shared__ float dk[TILE * HDP];
-  alignas(32) __shared__ float dv[TILE * HDP];
+  alignas(32) __shared__ float dkv[TILE * HDP];  // dK, then dV, on their way out
   __shared__ float lse_r[TILE], dot_r[TILE];
   const size_t bh = blockIdx.x;
   const int k0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
@@ -298,7 +229,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   };
   stage_rows<E, TILE, HDP>(k, rows(qkv, 1), k0);
   stage_rows<E, TILE, HDP>(v, rows(qkv, 2), k0);
-  for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) dk[i] = dv[i] = 0.0f;
+  Tiles<E, TILE, HDP> dk, dv;  // in registers over the query tiles
+  dk.zero();
+  dv.zero();
   for (int q0 = causal ? k0 : 0; q0 < t; q0 += TILE) {
     __syncthreads();
     stage_rows<E, TILE, HDP>(q, rows(qkv, 0), q0);
@@ -306,17 +239,21 @@ __global__ void __launch_bounds__(kBlockThreads)
     stage_vector<TILE>(lse_r, lse + bh * t, q0, t);
     stage_vector<TILE>(dot_r, rowdot + bh * t, q0, t);
     __syncthreads();
-    tile_mma<false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP, false);
-    tile_mma<false, true, TILE, TILE, HDP>(dp, TILE, dout, HDP, v, HDP, false);
+    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP);
+    product<E, false, true, TILE, TILE, HDP>(dp, TILE, dout, HDP, v, HDP);
     __syncthreads();
     softmax_grad_tile<E, TILE>(sc, dp, lse_r, dot_r, q0, k0, t, scale, causal, p, ds);
     __syncthreads();
-    tile_mma<true, false, TILE, HDP, TILE>(dv, HDP, p, TILE, dout, HDP, true);
-    tile_mma<true, false, TILE, HDP, TILE>(dk, HDP, ds, TILE, q, HDP, true);
+    dv.template mma<true, false, TILE>(p, TILE, dout, HDP);
+    dk.template mma<true, false, TILE>(ds, TILE, q, HDP);
   }
+  dk.store(dkv, HDP);
   __syncthreads();
-  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 1), head_ld(s, 1), t, s.head_dim, dk, k0);
-  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 2), head_ld(s, 2), t, s.head_dim, dv, k0);
+  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 1), head_ld(s, 1), t, s.head_dim, dkv, k0);
+  __syncthreads();
+  dv.store(dkv, HDP);
+  __syncthreads();
+  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 2), head_ld(s, 2), t, s.head_dim, dkv, k0);
 }
 
 // dQ of one query tile: over the key tiles in order, dQ += dS K.
@@ -345,21 +282,23 @@ __global__ void __launch_bounds__(kBlockThreads)
   stage_rows<E, TILE, HDP>(dout, rows(d_o, -1), q0);
   stage_vector<TILE>(lse_r, lse + bh * t, q0, t);
   stage_vector<TILE>(dot_r, rowdot + bh * t, q0, t);
-  for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) dq[i] = 0.0f;
+  Tiles<E, TILE, HDP> acc;  // dQ, in registers over the key tiles
+  acc.zero();
   const int key_end = causal && q0 + TILE < t ? q0 + TILE : t;
   for (int k0 = 0; k0 < key_end; k0 += TILE) {
     __syncthreads();
     stage_rows<E, TILE, HDP>(k, rows(qkv, 1), k0);
     stage_rows<E, TILE, HDP>(v, rows(qkv, 2), k0);
     __syncthreads();
-    tile_mma<false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP, false);
-    tile_mma<false, true, TILE, TILE, HDP>(dp, TILE, dout, HDP, v, HDP, false);
+    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP);
+    product<E, false, true, TILE, TILE, HDP>(dp, TILE, dout, HDP, v, HDP);
     __syncthreads();
     softmax_grad_tile<E, TILE>(sc, dp, lse_r, dot_r, q0, k0, t, scale, causal,
                                static_cast<E*>(nullptr), ds);
     __syncthreads();
-    tile_mma<false, false, TILE, HDP, TILE>(dq, HDP, ds, TILE, k, HDP, true);
+    acc.template mma<false, false, TILE>(ds, TILE, k, HDP);
   }
+  acc.store(dq, HDP);
   __syncthreads();
   write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 0), head_ld(s, 0), t, s.head_dim, dq, q0);
 }

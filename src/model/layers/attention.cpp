@@ -79,8 +79,10 @@ class Attention final : public Layer {
     const float* p = arenas().params;
     be.gemm_epilogue(false, true, rows, 3 * d, d, x.data, d, p + in_weight_, d, qkv_.get(), 3 * d,
                      Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
-    if (fused_) fused_->forward(qkv_.get(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get());
-    else math_heads(be, x.rows);
+    if (fused_)
+      fused_->forward(qkv_.get(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get());
+    else
+      math_heads(be, x.rows);
     be.gemm_epilogue(false, true, rows, d, d, merged_.get(), d, p + out_weight_, d, y.data, d,
                      Backend::GemmEpilogue::kBias, arenas().params + out_bias_);
   }
