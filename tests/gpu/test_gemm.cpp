@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -141,6 +143,37 @@ TEST(CudaGemm, Bf16ScratchGrowsAcrossShapes) {
   auto cpu = gpu_test::make_cpu();
   for (Shape s : {Shape{3, 5, 7}, Shape{512, 300, 784}, Shape{3, 5, 7}, Shape{64, 10, 1000}})
     EXPECT_TRUE(check_gemm(*gpu, *cpu, false, true, s, 1.0f, 0.0f, 1.6e-2, 7));
+}
+
+// In bf16 each operand is rounded (to nearest even) once, 8 values a
+// thread where it and its scratch are 16-byte aligned, else one: C = A · I
+// must be exactly bf16(A), for A and I at every alignment (arena offsets
+// of 0 to 3 floats) and sizes that leave a tail of 1 to 7 values.
+TEST(CudaGemm, Bf16OperandsAreRoundedOnceAtAnyAlignment) {
+  auto gpu = gpu_test::make_gpu(Precision::kBf16);
+  auto round = [](float x) {  // round to nearest even (no NaN among these)
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+  };
+  for (Shape s : {Shape{1, 1, 1}, Shape{3, 9, 9}, Shape{37, 17, 17}, Shape{64, 24, 24}})
+    for (int a_off : {0, 1, 3})
+      for (int b_off : {0, 2}) {
+        const std::size_t na = std::size_t(s.m) * s.k, nb = std::size_t(s.k) * s.n;
+        std::vector<float> a = random_vector(na + a_off, 31 + a_off, -3.0f, 3.0f);
+        std::vector<float> b(nb + b_off, 0.0f);
+        for (int i = 0; i < s.k; ++i) b[b_off + std::size_t(i) * s.n + i] = 1.0f;
+        auto da = upload(*gpu, a), db = upload(*gpu, b);
+        auto dc = upload(*gpu, std::vector<float>(std::size_t(s.m) * s.n, 0.0f));
+        gpu->gemm(false, false, s.m, s.n, s.k, 1.0f, da.get() + a_off, s.k, db.get() + b_off, s.n,
+                  0.0f, dc.get(), s.n);
+        const auto c = download(*gpu, dc);
+        for (std::size_t i = 0; i < na; ++i)
+          ASSERT_EQ(c[i], round(a[a_off + i])) << "m " << s.m << " k " << s.k << " offsets "
+                                               << a_off << "," << b_off << " at " << i;
+      }
 }
 
 TEST(CudaGemm, ZeroInnerDimensionScalesC) {

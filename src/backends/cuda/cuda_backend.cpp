@@ -384,8 +384,7 @@ class CudaBackend final : public Backend {
     const std::size_t b_elems = before * stride_b + stored_elements(trans_b ? n : k, trans_b ? k : n, ldb);
     grow(bf16_a_, a_elems * kBf16Bytes);
     grow(bf16_b_, b_elems * kBf16Bytes);
-    cuda::to_bf16(launch_, a, bf16_a_.get(), a_elems);
-    cuda::to_bf16(launch_, b, bf16_b_.get(), b_elems);
+    cuda::to_bf16_pair(launch_, a, bf16_a_.get(), a_elems, b, bf16_b_.get(), b_elems);
     in.a = bf16_a_.get();
     in.b = bf16_b_.get();
     in.type = CUDA_R_16BF;

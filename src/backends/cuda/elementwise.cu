@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/kernels.hpp"
 
@@ -39,8 +41,55 @@ __global__ void scale_matrix_kernel(float* c, int m, int n, int ldc, float beta)
   }
 }
 
-__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, std::size_t n) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = __float2bfloat16_rn(x[i]);
+// bf16 conversion: 8 values a thread where source and destination are
+// 16-byte aligned (two 16-byte loads, one 16-byte store), else one.
+struct alignas(16) Floats4 {
+  float v[4];
+};
+struct alignas(16) Bf16x8 {
+  __nv_bfloat16 v[8];
+};
+struct Bf16Segment {
+  const float* x;
+  __nv_bfloat16* y;
+  std::size_t n;
+  bool packed;        // 8 values a unit
+  std::size_t units;  // n, or ceil(n / 8) when packed
+};
+
+Bf16Segment bf16_segment(const float* x, void* y, std::size_t n) {
+  const bool packed = reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
+                      reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
+  return {x, static_cast<__nv_bfloat16*>(y), n, packed, packed ? (n + 7) / 8 : n};
+}
+
+__device__ inline void convert_unit(const Bf16Segment& s, std::size_t u) {
+  if (!s.packed) {
+    s.y[u] = __float2bfloat16_rn(s.x[u]);
+    return;
+  }
+  const std::size_t i = u * 8;
+  if (i + 8 > s.n) {
+    for (std::size_t j = i; j < s.n; ++j) s.y[j] = __float2bfloat16_rn(s.x[j]);
+    return;
+  }
+  const Floats4 lo = *reinterpret_cast<const Floats4*>(s.x + i);
+  const Floats4 hi = *reinterpret_cast<const Floats4*>(s.x + i + 4);
+  Bf16x8 out;
+  for (int k = 0; k < 4; ++k) {
+    out.v[k] = __float2bfloat16_rn(lo.v[k]);
+    out.v[k + 4] = __float2bfloat16_rn(hi.v[k]);
+  }
+  *reinterpret_cast<Bf16x8*>(s.y + i) = out;
+}
+
+// Both segments in one launch (a GEMM's two operands).
+__global__ void to_bf16_kernel(Bf16Segment a, Bf16Segment b) {
+  const std::size_t total = a.units + b.units;
+  for (std::size_t u = first_index(); u < total; u += grid_stride()) {
+    if (u < a.units) convert_unit(a, u);
+    else convert_unit(b, u - a.units);
+  }
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, std::size_t total, int cols) {
@@ -134,8 +183,14 @@ void scale_matrix(const Launch& l, float* c, int m, int n, int ldc, float beta) 
 }
 
 void to_bf16(const Launch& l, const float* x, void* y, std::size_t n) {
-  if (n == 0) return;
-  to_bf16_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(x, static_cast<__nv_bfloat16*>(y), n);
+  to_bf16_pair(l, x, y, n, x, y, 0);
+}
+
+void to_bf16_pair(const Launch& l, const float* xa, void* ya, std::size_t na, const float* xb,
+                  void* yb, std::size_t nb) {
+  const Bf16Segment a = bf16_segment(xa, ya, na), b = bf16_segment(xb, yb, nb);
+  if (a.units + b.units == 0) return;
+  to_bf16_kernel<<<grid_for(a.units + b.units, l), kThreads, 0, l.stream>>>(a, b);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

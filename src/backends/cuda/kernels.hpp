@@ -38,6 +38,10 @@ void fill(const Launch& l, float* x, float value, std::size_t n);
 void scale_matrix(const Launch& l, float* c, int m, int n, int ldc, float beta);
 // y[i] = bf16(x[i]), round to nearest even; y is __nv_bfloat16[n].
 void to_bf16(const Launch& l, const float* x, void* y, std::size_t n);
+// Both conversions in one launch (a GEMM's two operands); 8 values a
+// thread where a source and its destination are 16-byte aligned.
+void to_bf16_pair(const Launch& l, const float* xa, void* ya, std::size_t na, const float* xb,
+                  void* yb, std::size_t nb);
 void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols);
 // Deterministic column sums (fixed summation order).
 void bias_grad(const Launch& l, const float* dy, float* db, int rows, int cols);
