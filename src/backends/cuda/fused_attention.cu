@@ -46,19 +46,26 @@ constexpr int kRowWarps = 8;  // rows per block of the row-dot kernel
 // The largest padded head dimensions whose tiles fit in shared memory.
 constexpr int kBf16HeadDim = 128, kFloatHeadDim = 64;
 
+// The row stride of a staged q, k, v or do tile: HDP plus a pad that moves
+// consecutive rows to other shared-memory banks (a 16-byte step keeps
+// wmma's pointers and strides legal; fp32 lanes read k and v down a
+// column, one bank each with a stride of HDP + 1).
+template <typename E>
+constexpr int tile_pad() { return sizeof(E) == 2 ? 8 : 1; }
+
 // Shared memory of each kernel for tiles of t rows, and the tile it uses.
 template <typename E, int HDP>
 constexpr size_t forward_bytes(size_t t) {
-  return 3 * t * HDP * sizeof(E) + t * t * (sizeof(float) + sizeof(E)) + t * HDP * 4 + 12 * t +
+  return 3 * t * (HDP + tile_pad<E>()) * sizeof(E) + t * t * (sizeof(float) + sizeof(E)) + t * HDP * 4 + 12 * t +
          kTileElements * 4;
 }
 template <typename E, int HDP>
 constexpr size_t key_grad_bytes(size_t t) {
-  return 4 * t * HDP * sizeof(E) + 2 * t * t * (sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
+  return 4 * t * (HDP + tile_pad<E>()) * sizeof(E) + 2 * t * t * (sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
 }
 template <typename E, int HDP>
 constexpr size_t query_grad_bytes(size_t t) {
-  return 4 * t * HDP * sizeof(E) + t * t * (2 * sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
+  return 4 * t * (HDP + tile_pad<E>()) * sizeof(E) + t * t * (2 * sizeof(float) + sizeof(E)) + t * HDP * 4 + 8 * t;
 }
 constexpr int tile_for(size_t bytes_at_32) { return bytes_at_32 <= kSharedBytes ? 32 : 16; }
 
@@ -127,9 +134,10 @@ __global__ void __launch_bounds__(kBlockThreads)
                          float* lse) {
   constexpr int TILE = tile_for(forward_bytes<E, HDP>(32));
   static_assert(forward_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
-  alignas(32) __shared__ E q[TILE * HDP];
-  alignas(32) __shared__ E k[TILE * HDP];
-  alignas(32) __shared__ E v[TILE * HDP];
+  constexpr int LD = HDP + tile_pad<E>();
+  alignas(32) __shared__ E q[TILE * LD];
+  alignas(32) __shared__ E k[TILE * LD];
+  alignas(32) __shared__ E v[TILE * LD];
   alignas(32) __shared__ E p[TILE * TILE];
   alignas(32) __shared__ float sc[TILE * TILE];
   alignas(32) __shared__ float o[TILE * HDP];
@@ -140,7 +148,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const auto rows = [&](int part) {
     return HeadRows{qkv + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
   };
-  stage_rows<E, TILE, HDP>(q, rows(0), q0);
+  stage_rows<E, TILE, HDP, LD>(q, rows(0), q0);
   fill_row_numbers(row_numbers);
   for (int r = threadIdx.x; r < TILE; r += blockDim.x) {
     row_max[r] = -INFINITY;
@@ -153,15 +161,15 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int key_end = causal && q0 + TILE < t ? q0 + TILE : t;
   for (int k0 = 0; k0 < key_end; k0 += TILE) {
     __syncthreads();  // the last tile's readers of k, v and p are done
-    stage_rows<E, TILE, HDP>(k, rows(1), k0);
-    stage_rows<E, TILE, HDP>(v, rows(2), k0);
+    stage_rows<E, TILE, HDP, LD>(k, rows(1), k0);
+    stage_rows<E, TILE, HDP, LD>(v, rows(2), k0);
     __syncthreads();
-    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP);
+    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, LD, k, LD);
     __syncthreads();
     online_softmax<E, TILE>(sc, p, alpha, row_max, row_sum, q0, k0, t, scale, causal);
     __syncthreads();
     acc.scale_rows(alpha);
-    acc.template mma<false, false, TILE>(p, TILE, v, HDP);
+    acc.template mma<false, false, TILE>(p, TILE, v, LD);
   }
   acc.store(o, HDP);
   __syncthreads();
@@ -212,10 +220,11 @@ __global__ void __launch_bounds__(kBlockThreads)
                           float* dqkv) {
   constexpr int TILE = tile_for(key_grad_bytes<E, HDP>(32));
   static_assert(key_grad_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
-  alignas(32) __shared__ E k[TILE * HDP];
-  alignas(32) __shared__ E v[TILE * HDP];
-  alignas(32) __shared__ E q[TILE * HDP];
-  alignas(32) __shared__ E dout[TILE * HDP];
+  constexpr int LD = HDP + tile_pad<E>();
+  alignas(32) __shared__ E k[TILE * LD];
+  alignas(32) __shared__ E v[TILE * LD];
+  alignas(32) __shared__ E q[TILE * LD];
+  alignas(32) __shared__ E dout[TILE * LD];
   alignas(32) __shared__ float sc[TILE * TILE];
   alignas(32) __shared__ float dp[TILE * TILE];
   alignas(32) __shared__ E p[TILE * TILE];
@@ -227,25 +236,25 @@ __global__ void __launch_bounds__(kBlockThreads)
   const auto rows = [&](const float* base, int part) {
     return HeadRows{base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
   };
-  stage_rows<E, TILE, HDP>(k, rows(qkv, 1), k0);
-  stage_rows<E, TILE, HDP>(v, rows(qkv, 2), k0);
+  stage_rows<E, TILE, HDP, LD>(k, rows(qkv, 1), k0);
+  stage_rows<E, TILE, HDP, LD>(v, rows(qkv, 2), k0);
   Tiles<E, TILE, HDP> dk, dv;  // in registers over the query tiles
   dk.zero();
   dv.zero();
   for (int q0 = causal ? k0 : 0; q0 < t; q0 += TILE) {
     __syncthreads();
-    stage_rows<E, TILE, HDP>(q, rows(qkv, 0), q0);
-    stage_rows<E, TILE, HDP>(dout, rows(d_o, -1), q0);
+    stage_rows<E, TILE, HDP, LD>(q, rows(qkv, 0), q0);
+    stage_rows<E, TILE, HDP, LD>(dout, rows(d_o, -1), q0);
     stage_vector<TILE>(lse_r, lse + bh * t, q0, t);
     stage_vector<TILE>(dot_r, rowdot + bh * t, q0, t);
     __syncthreads();
-    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP);
-    product<E, false, true, TILE, TILE, HDP>(dp, TILE, dout, HDP, v, HDP);
+    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, LD, k, LD);
+    product<E, false, true, TILE, TILE, HDP>(dp, TILE, dout, LD, v, LD);
     __syncthreads();
     softmax_grad_tile<E, TILE>(sc, dp, lse_r, dot_r, q0, k0, t, scale, causal, p, ds);
     __syncthreads();
-    dv.template mma<true, false, TILE>(p, TILE, dout, HDP);
-    dk.template mma<true, false, TILE>(ds, TILE, q, HDP);
+    dv.template mma<true, false, TILE>(p, TILE, dout, LD);
+    dk.template mma<true, false, TILE>(ds, TILE, q, LD);
   }
   dk.store(dkv, HDP);
   __syncthreads();
@@ -264,10 +273,11 @@ __global__ void __launch_bounds__(kBlockThreads)
                             float* dqkv) {
   constexpr int TILE = tile_for(query_grad_bytes<E, HDP>(32));
   static_assert(query_grad_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
-  alignas(32) __shared__ E q[TILE * HDP];
-  alignas(32) __shared__ E dout[TILE * HDP];
-  alignas(32) __shared__ E k[TILE * HDP];
-  alignas(32) __shared__ E v[TILE * HDP];
+  constexpr int LD = HDP + tile_pad<E>();
+  alignas(32) __shared__ E q[TILE * LD];
+  alignas(32) __shared__ E dout[TILE * LD];
+  alignas(32) __shared__ E k[TILE * LD];
+  alignas(32) __shared__ E v[TILE * LD];
   alignas(32) __shared__ float sc[TILE * TILE];
   alignas(32) __shared__ float dp[TILE * TILE];
   alignas(32) __shared__ E ds[TILE * TILE];
@@ -278,8 +288,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   const auto rows = [&](const float* base, int part) {
     return HeadRows{base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
   };
-  stage_rows<E, TILE, HDP>(q, rows(qkv, 0), q0);
-  stage_rows<E, TILE, HDP>(dout, rows(d_o, -1), q0);
+  stage_rows<E, TILE, HDP, LD>(q, rows(qkv, 0), q0);
+  stage_rows<E, TILE, HDP, LD>(dout, rows(d_o, -1), q0);
   stage_vector<TILE>(lse_r, lse + bh * t, q0, t);
   stage_vector<TILE>(dot_r, rowdot + bh * t, q0, t);
   Tiles<E, TILE, HDP> acc;  // dQ, in registers over the key tiles
@@ -287,16 +297,16 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int key_end = causal && q0 + TILE < t ? q0 + TILE : t;
   for (int k0 = 0; k0 < key_end; k0 += TILE) {
     __syncthreads();
-    stage_rows<E, TILE, HDP>(k, rows(qkv, 1), k0);
-    stage_rows<E, TILE, HDP>(v, rows(qkv, 2), k0);
+    stage_rows<E, TILE, HDP, LD>(k, rows(qkv, 1), k0);
+    stage_rows<E, TILE, HDP, LD>(v, rows(qkv, 2), k0);
     __syncthreads();
-    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, HDP, k, HDP);
-    product<E, false, true, TILE, TILE, HDP>(dp, TILE, dout, HDP, v, HDP);
+    product<E, false, true, TILE, TILE, HDP>(sc, TILE, q, LD, k, LD);
+    product<E, false, true, TILE, TILE, HDP>(dp, TILE, dout, LD, v, LD);
     __syncthreads();
     softmax_grad_tile<E, TILE>(sc, dp, lse_r, dot_r, q0, k0, t, scale, causal,
                                static_cast<E*>(nullptr), ds);
     __syncthreads();
-    acc.template mma<false, false, TILE>(ds, TILE, k, HDP);
+    acc.template mma<false, false, TILE>(ds, TILE, k, LD);
   }
   acc.store(dq, HDP);
   __syncthreads();

@@ -45,14 +45,15 @@ __device__ inline std::size_t head_ld(const HeadShape& s, int part) {
   return (part < 0 ? 1 : 3) * std::size_t(s.heads) * s.head_dim;
 }
 
-// dst[ROWS × HDP] = rows t0 .. t0 + ROWS of the head, zero past its end and
-// past its width, rounded to E.
-template <typename E, int ROWS, int HDP>
+// dst[ROWS × HDP], rows LD apart = rows t0 .. t0 + ROWS of the head, zero
+// past its end and past its width, rounded to E (the LD - HDP values after
+// each row are never read).
+template <typename E, int ROWS, int HDP, int LD>
 __device__ void stage_rows(E* dst, const HeadRows& src, int t0) {
   for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
     const int r = i / HDP, c = i % HDP, t = t0 + r;
     const float x = t < src.tokens && c < src.width ? src.base[std::size_t(t) * src.ld + c] : 0.0f;
-    dst[i] = to_elem<E>(x);
+    dst[r * LD + c] = to_elem<E>(x);
   }
 }
 // dst[ROWS] = src[t0 .. t0 + ROWS], zero past `tokens`.
