@@ -81,16 +81,21 @@ void Progress::eval(std::uint64_t steps, std::uint64_t epoch, const std::string&
   metrics_.write(e);
 }
 
-void Progress::summary(std::uint64_t steps, const std::string& device) {
+void Progress::summary(std::uint64_t steps, const std::string& device, const MemoryMib& memory) {
   if (mpi_.rank() != 0) return;
   const double wall_s = train_ms_ / 1000.0;
   const double sps = wall_s > 0 ? samples_ / wall_s : 0.0;
+  const auto kib = [](double mib) { return std::round(mib * 1024.0) / 1024.0; };  // to the KiB
   metrics_.write({{"event", "summary"}, {"steps", steps}, {"samples", samples_},
                   {"wall_s", std::round(wall_s * 1000.0) / 1000.0},
-                  {"samples_per_s", std::round(sps)}, {"ranks", mpi_.size()}, {"device", device}});
-  std::printf("done: %llu steps, %llu samples in %.2f s (%.0f samples/s, %d ranks, %s)\n",
+                  {"samples_per_s", std::round(sps)}, {"ranks", mpi_.size()}, {"device", device},
+                  {"memory_mib",
+                   {{"params", kib(memory.params)}, {"optimizer", kib(memory.optimizer)},
+                    {"peak_device", kib(memory.peak_device)}, {"peak_host", kib(memory.peak_host)}}}});
+  std::printf("done: %llu steps, %llu samples in %.2f s (%.0f samples/s, %d ranks, %s); "
+              "peak memory of a rank: host %.1f MiB, device %.1f MiB\n",
               static_cast<unsigned long long>(steps), static_cast<unsigned long long>(samples_),
-              wall_s, sps, mpi_.size(), device.c_str());
+              wall_s, sps, mpi_.size(), device.c_str(), memory.peak_host, memory.peak_device);
   std::fflush(stdout);
 }
 

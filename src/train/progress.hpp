@@ -40,8 +40,15 @@ class Progress {
   // Rank 0: an evaluation's line and eval event, after `steps` steps.
   void eval(std::uint64_t steps, std::uint64_t epoch, const std::string& set, LossKind loss,
             const EvalResult& r);
+  // The summary event's memory_mib (docs/design.md section 5), each the
+  // largest over the ranks: planned parameters and optimizer state per rank,
+  // the measured high-water marks of device buffers (0 where the device is
+  // the host) and of host memory (ru_maxrss).
+  struct MemoryMib {
+    double params = 0, optimizer = 0, peak_device = 0, peak_host = 0;
+  };
   // Rank 0: the summary of the training steps of this run.
-  void summary(std::uint64_t steps, const std::string& device);
+  void summary(std::uint64_t steps, const std::string& device, const MemoryMib& memory);
 
  private:
   const MpiSession& mpi_;

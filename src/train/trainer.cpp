@@ -2,12 +2,15 @@
 // training_run.hpp): rank 0's queue -> scatter -> forward/loss/backward on
 // every rank -> all-reduce SUM of gradients scaled by 1/B_global ->
 // identical optimizer step; then whatever the loop policy says is due.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 
 #include "dptrain/common/test_hooks.hpp"
+#include "dptrain/train/rank_memory.hpp"
 #include "dptrain/train/trainer.hpp"
 #include "train/step_scope.hpp"
 #include "train/train_step.hpp"
@@ -162,7 +165,23 @@ void TrainingRun::finish(std::uint64_t end_step) {
     if (policy_->final_dir_checkpoint_due(end_step, first_step_)) saver_->to_dir(end_step);
   }
   write_timeline();
-  progress_->summary(end_step - first_step_, rt_.backend->name());
+  progress_->summary(end_step - first_step_, rt_.backend->name(), memory_figures());
+}
+
+// Collective: the summary's memory figures, each the largest over the ranks.
+Progress::MemoryMib TrainingRun::memory_figures() const {
+  const Backend& be = *rt_.backend;
+  const RankMemory planned = rank_memory(model_->num_params(), optimizer_->state_arrays(),
+                                         mpi_.size(), !sync_->state_slices().empty(),
+                                         opts_.accumulate > 1);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);  // ru_maxrss in KiB on Linux
+  constexpr double kMiB = 1024.0 * 1024.0;
+  double figures[4] = {double(planned.params) / kMiB, double(planned.state) / kMiB,
+                       be.caps().host_addressable_memory ? 0.0 : double(be.peak_buffer_bytes()) / kMiB,
+                       double(usage.ru_maxrss) / 1024.0};
+  DPT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, figures, 4, MPI_DOUBLE, MPI_MAX, mpi_.world()));
+  return {figures[0], figures[1], figures[2], figures[3]};
 }
 
 // Collective: every rank's events into one Chrome trace, written by rank 0.

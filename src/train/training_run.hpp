@@ -71,6 +71,7 @@ class TrainingRun {
   // Stops after `step` completed steps when a rank asked to: checkpoint, exit.
   bool stop_if_voted(std::uint64_t step);
   void finish(std::uint64_t end_step);
+  Progress::MemoryMib memory_figures() const;
   void write_timeline();
 
   const Options& opts_;

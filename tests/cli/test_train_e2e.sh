@@ -36,6 +36,22 @@ assert [e["epoch"] for e in evals] == [1, 2, 3, 4], evals
 assert all(e["set"] == "test" for e in evals)
 assert train[-1]["loss"] < train[0]["loss"], "loss did not go down"
 assert evals[-1]["accuracy"] > 0.8, evals[-1]
+# memory_mib, to the KiB: 804 fp32 parameters (20-32-4), Adam's two
+# moments of as many, no device of its own, a process's resident memory.
+m = s["memory_mib"]
+assert set(m) == {"params", "optimizer", "peak_device", "peak_host"}, m
+mib = 4 / 2**20
+assert abs(m["params"] - 804 * mib) <= 1 / 2048 and abs(m["optimizer"] - 2 * 804 * mib) <= 1 / 2048, m
+assert m["peak_device"] == 0 and 8 < m["peak_host"] < 65536, m
+PY
+grep -q "peak memory of a rank: host [0-9.]* MiB, device 0.0 MiB" "$OUT" || fail "no peak memory in the final line"
+# --shard-optimizer: each rank keeps its slice of the moments, 402 of 804.
+run 2 120 train --config "$WORK/job.ini" --steps 4 --shard-optimizer --metrics "$WORK/m2.jsonl" --device cpu
+expect_rc 0 "sharded training"
+"$PYTHON" - "$WORK/m2.jsonl" <<'PY'
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][0]["memory_mib"]
+assert abs(m["optimizer"] - 2 * 402 * 4 / 2**20) <= 1 / 2048, m
 PY
 
 # Block shuffling follows the file's chunks by default: 28x28 uint8 rows in

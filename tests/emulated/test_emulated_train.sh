@@ -79,6 +79,13 @@ got, ref, bound = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
 assert len(got) == len(ref) > 0, (len(got), len(ref))
 worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
 assert 1e-5 < worst <= bound, f"worst relative loss difference {worst:.3g}, expected in (1e-5, {bound}]"
+# The device holds at least the parameters, their gradients and Adam's
+# moments (4 arenas) in its buffers; the CPU reports no device of its own.
+def memory(path):
+    return [json.loads(l) for l in open(path) if '"summary"' in l][0]["memory_mib"]
+gpu, cpu = memory(sys.argv[1]), memory(sys.argv[2])
+assert cpu["peak_device"] == 0 and gpu["params"] == cpu["params"] > 0, (gpu, cpu)
+assert gpu["peak_device"] >= 4 * gpu["params"] - 1 / 1024 and gpu["peak_host"] > 0, gpu
 PY
       echo "ok: $model $p, 2 ranks, $schedule streams: losses within ${spec#*:} of fp32 cpu"
     done

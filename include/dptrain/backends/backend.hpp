@@ -187,9 +187,18 @@ class Backend {
   // Bytes of device memory held in DeviceBuffers now (what the start-up
   // summary's memory line measures); raw allocate() calls are not counted.
   std::size_t buffer_bytes() const { return buffer_bytes_.load(); }
+  // The most bytes held in DeviceBuffers at once so far (the summary
+  // event's peak_device on a backend with device memory of its own).
+  std::size_t peak_buffer_bytes() const { return peak_buffer_bytes_.load(); }
   void count_buffer(std::size_t bytes, bool allocated) noexcept {
-    if (allocated) buffer_bytes_ += bytes;
-    else buffer_bytes_ -= bytes;
+    if (!allocated) {
+      buffer_bytes_ -= bytes;
+      return;
+    }
+    const std::size_t now = buffer_bytes_ += bytes;
+    std::size_t peak = peak_buffer_bytes_.load();
+    while (now > peak && !peak_buffer_bytes_.compare_exchange_weak(peak, now)) {
+    }
   }
 
  private:
@@ -202,7 +211,7 @@ class Backend {
   [[noreturn]] void throw_missing_family(const std::string& what) const;
 
   static constexpr std::size_t kHostAlignment = 64;
-  std::atomic<std::size_t> buffer_bytes_{0};
+  std::atomic<std::size_t> buffer_bytes_{0}, peak_buffer_bytes_{0};
 };
 
 }  // namespace dptrain
