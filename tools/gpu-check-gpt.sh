@@ -134,7 +134,7 @@ gpt_throughput_rows() {
     if [[ -n $mfu ]]; then detail+="; peak $peak TFLOPS ($peak_from)"; else detail+="; $peak_from"; fi
     row speed "$gpt2_name bf16: tokens/s and MFU ($who, batch $gpt2_batch)" "${mfu:-peak unknown}" "$detail"
   fi
-  [[ -z $impl ]] && gpt_per_s=${per_s:-0}
+  if [[ -z $impl ]]; then gpt_per_s=${per_s:-0}; fi
 }
 
 # The attention rows in bf16: dptrain's core with math and with fused,
