@@ -68,12 +68,21 @@ Row attention_row(Backend& be, const GptArgs& a, const AttentionShape& shape) {
     layer->backward_input(be, {x.get(), n, s}, {y.get(), n, s}, {dy.get(), n, s}, {dx.get(), n, s});
   });
 
-  // The layer's six projection GEMMs (attention.cpp), alone.
-  float* w_in = params.get();  // in_proj_weight [3D, D], in_proj_bias, out_proj ...
-  float* b_in = w_in + 3 * std::size_t(d) * d;
-  float* w_out = b_in + 3 * d;
-  float* b_out = w_out + std::size_t(d) * d;
-  float* g = grads.get();
+  // The layer's six projection GEMMs (attention.cpp), alone, on its own
+  // parameters and gradients as its ParamInfo places them.
+  const auto offset = [&](const std::string& name) {
+    for (const ParamInfo& p : layer->params())
+      if (p.path() == layer->name() + "/" + name) return p.offset;
+    throw Error(ExitCode::kOther, "the attention layer has no " + name);
+  };
+  float* w_in = params.get() + offset("in_proj_weight");
+  float* b_in = params.get() + offset("in_proj_bias");
+  float* w_out = params.get() + offset("out_proj/weight");
+  float* b_out = params.get() + offset("out_proj/bias");
+  float* g_w_in = grads.get() + offset("in_proj_weight");
+  float* g_b_in = grads.get() + offset("in_proj_bias");
+  float* g_w_out = grads.get() + offset("out_proj/weight");
+  float* g_b_out = grads.get() + offset("out_proj/bias");
   DeviceBuffer<float> qkv(be, 3 * seq), merged(be, seq), out(be, seq);
   be.fill(qkv.get(), 0.0f, qkv.size());
   be.fill(merged.get(), 0.0f, merged.size());
@@ -81,10 +90,11 @@ Row attention_row(Backend& be, const GptArgs& a, const AttentionShape& shape) {
   const double proj_ms = median_ms(be, warmup, repeats, [&] {
     be.gemm_epilogue(false, true, rows, 3 * d, d, x.get(), d, w_in, d, qkv.get(), 3 * d, E::kBias, b_in);
     be.gemm_epilogue(false, true, rows, d, d, merged.get(), d, w_out, d, out.get(), d, E::kBias, b_out);
-    be.gemm_epilogue(true, false, d, d, rows, dy.get(), d, merged.get(), d, g, d, E::kBiasGradA, g + d * d);
+    be.gemm_epilogue(true, false, d, d, rows, dy.get(), d, merged.get(), d, g_w_out, d,
+                     E::kBiasGradA, g_b_out);
     be.gemm(false, false, rows, d, d, 1.0f, dy.get(), d, w_out, d, 0.0f, merged.get(), d);
-    be.gemm_epilogue(true, false, 3 * d, d, rows, qkv.get(), 3 * d, x.get(), d, g, d, E::kBiasGradA,
-                     g + 3 * d * d);
+    be.gemm_epilogue(true, false, 3 * d, d, rows, qkv.get(), 3 * d, x.get(), d, g_w_in, d,
+                     E::kBiasGradA, g_b_in);
     be.gemm(false, false, rows, d, 3 * d, 1.0f, qkv.get(), 3 * d, w_in, d, 0.0f, dx.get(), d);
   });
 
