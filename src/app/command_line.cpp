@@ -64,6 +64,7 @@ po::options_description model_group(Options& o) {
       ("clip-grad-norm", po::value(&o.clip_grad_norm)->default_value(o.clip_grad_norm), "0 = off; else scale the averaged gradient by min(1, X / (||g|| + 1e-6)) before the step, as torch.nn.utils.clip_grad_norm_; train events then carry grad_norm")
       ("shard-optimizer", po::bool_switch(&o.shard_optimizer), "ZeRO stage 1: each rank keeps and updates only its 1/P slice of the optimizer state (gradients reduce-scattered, parameters all-gathered); same results, optimizer memory / P; checkpoints unchanged")
       ("accumulate", po::value(&o.accumulate)->default_value(o.accumulate), "gradient accumulation: run each rank's shard as K micro-batches (activations for shard/K rows) and sum their gradients before the step's one reduction; the step is the same global-batch mean")
+      ("recompute", po::value(&o.recompute)->default_value(o.recompute), "none | blocks: keep only each top-level layer's input (and output) from forward and run the layer's forward again right before its backward; the same results bit for bit, less activation memory, about one more forward of time")
       ("beta1", po::value(&o.beta1)->default_value(o.beta1), "adam beta1")
       ("beta2", po::value(&o.beta2)->default_value(o.beta2), "adam beta2")
       ("eps", po::value(&o.eps)->default_value(o.eps), "adam epsilon")
@@ -101,6 +102,9 @@ po::options_description train_group(Options& o) {
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "progress line and train event every N steps")
       ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops), "a device's dense peak in TFLOPS for the mfu of token models' train events (0: from the GPU's name, for the --precision in use; unknown GPUs and the CPU report no mfu)")
       ("check-every", po::value(&o.check_every)->default_value(o.check_every), "compare parameter checksums across ranks every N steps (0: never)")
+      ("plan-only", po::bool_switch(&o.plan_only), "print the memory plan of one rank (parameters, gradients, optimizer state, activations with and without --recompute blocks) and exit without training")
+      ("plan-ranks", po::value(&o.plan_ranks)->default_value(o.plan_ranks), "--plan-only: plan for this many ranks (0: the ranks of this job)")
+      ("fit-gib", po::value(&o.fit_gib)->default_value(o.fit_gib), "--plan-only: also the largest batch per rank whose plan fits this many GiB (0: not shown)")
       ("skip-nonfinite", po::value(&o.skip_nonfinite)->default_value(o.skip_nonfinite), "skip up to N steps with NaN/Inf gradients before failing");
   return d;
 }
@@ -172,6 +176,11 @@ void check_train(const Options& o) {
   require_positive(o.lr_step_size, "lr-step-size");
   require_positive(o.accumulate, "accumulate");
   if (o.accumulate > 65536) usage_error("--accumulate must be at most 65536, got " + std::to_string(o.accumulate));
+  parse_recompute(o.recompute);
+  require_nonnegative(static_cast<double>(o.plan_ranks), "plan-ranks");
+  if (!(o.fit_gib >= 0.0) || !std::isfinite(o.fit_gib)) usage_error("--fit-gib must be a finite number >= 0");
+  if (!o.plan_only && (o.plan_ranks > 0 || o.fit_gib > 0))
+    usage_error("--plan-ranks and --fit-gib go with --plan-only");
   require_positive(o.log_every, "log-every");
   require_positive(o.input_cache_mb + 1, "input-cache-mb");
   require_positive(o.prefetch, "prefetch");

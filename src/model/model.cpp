@@ -25,13 +25,24 @@ Shape flat_input(int input_dim) {
 Model::Model(Backend& backend, const std::vector<LayerSpec>& specs, int input_dim, int max_rows)
     : Model(backend, specs, flat_input(input_dim), max_rows) {}
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "blocks") return Recompute::kBlocks;
+  throw Error(ExitCode::kUsage, "--recompute: '" + name + "' is not one of none, blocks");
+}
+
 Model::Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input,
-             int max_rows, int vocab)
-    : Model(backend, build_layers(specs, input, vocab), input, max_rows, vocab) {}
+             int max_rows, int vocab, Recompute recompute)
+    : Model(backend, build_layers(specs, input, vocab), input, max_rows, vocab, recompute) {}
 
 Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
-             int max_rows, int vocab)
-    : be_(backend), layers_(std::move(layers)), input_(input), max_rows_(max_rows), vocab_(vocab) {
+             int max_rows, int vocab, Recompute recompute)
+    : be_(backend),
+      layers_(std::move(layers)),
+      input_(input),
+      max_rows_(max_rows),
+      vocab_(vocab),
+      recompute_(recompute == Recompute::kBlocks) {
   DPT_REQUIRE(!layers_.empty(), ExitCode::kUsage, "the model needs at least one layer");
   DPT_REQUIRE(input_.rank() >= 1, ExitCode::kData, "the model input needs at least one dimension");
   DPT_REQUIRE(max_rows_ >= 0, ExitCode::kOther, "max_rows must not be negative");
@@ -59,27 +70,47 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     shape = l.output_shape();
   }
 
-  const auto rows = static_cast<std::size_t>(max_rows_);
   params_ = DeviceBuffer<float>(be_, num_params());
   grads_ = DeviceBuffer<float>(be_, num_params());
   buffers_ = DeviceBuffer<float>(be_, num_buffers());
   const std::size_t held_before = be_.buffer_bytes();
-  for (const auto& l : layers_) acts_.emplace_back(be_, rows * l->output_shape().size());
+  const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get(), &arena_};
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    Layer& l = *layers_[li];
+    l.bind(arenas, &step_);
+    // The last layer's output may hold the loss's gradient by the time its
+    // backward runs (output_grad), so its forward cannot run again there.
+    const bool last = li + 1 == layers_.size();
+    arena_.begin_layer(li, li >= first_trained_, !last || l.backward_reads_output());
+    l.allocate(be_, max_rows_);
+  }
+  arena_.begin_model_scope();
+  for (const auto& l : layers_)
+    acts_.push_back(model_buffer(l->output_shape().size(), Lifetime::kSaved));
   // The loss writes its gradient over the output where the last layer's
   // backward does not read the output (Layer::backward_reads_output).
   if (layers_.back()->backward_reads_output())
-    dout_ = DeviceBuffer<float>(be_, rows * output_shape().size());
-  dbuf_a_ = DeviceBuffer<float>(be_, rows * max_input);
-  dbuf_b_ = DeviceBuffer<float>(be_, rows * max_input);
-  const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get()};
-  for (const auto& l : layers_) {
-    l->bind(arenas, &step_);
-    l->allocate(be_, max_rows_);
-  }
+    dout_ = model_buffer(output_shape().size(), Lifetime::kPass);
+  dbuf_a_ = model_buffer(max_input, Lifetime::kPass);
+  dbuf_b_ = model_buffer(max_input, Lifetime::kPass);
+  // Buffers layers allocate themselves (per channel, a few floats).
+  own_layer_bytes_ = be_.buffer_bytes() - held_before;
+  arena_.allocate(be_, max_rows_, recompute_);
   activation_bytes_ = be_.buffer_bytes() - held_before;
   largest_activation_bytes_ = std::max(dout_.size(), dbuf_a_.size());
   for (const auto& a : acts_) largest_activation_bytes_ = std::max(largest_activation_bytes_, a.size());
   largest_activation_bytes_ *= sizeof(float);
+}
+
+ArenaBuffer<float> Model::model_buffer(std::size_t per_row, Lifetime life) {
+  const RowBytes bytes = [per_row](int rows) { return std::size_t(rows) * per_row * sizeof(float); };
+  return ArenaBuffer<float>(&arena_, arena_.reserve(bytes, life), bytes(max_rows_) / sizeof(float));
+}
+
+ActivationPlan Model::activation_plan(int rows, Recompute recompute) const {
+  const ActivationArena::Bytes b = arena_.bytes(rows, recompute == Recompute::kBlocks);
+  // What layers hold themselves (batch statistics) is kept from forward.
+  return {own_layer_bytes_ + b.saved, b.total - b.saved};
 }
 
 void Model::init(std::uint64_t seed) {
@@ -141,6 +172,9 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
     Layer& l = *layers_[li];
     const ConstTensorView x_in = input_of(li, x, rows);
     if (events) events->before_backward(li);
+    // --recompute blocks: what the layer saved in forward, written again.
+    if (arena_.recomputes(li, recompute_))
+      l.forward(be_, x_in, {acts_[li].get(), rows, l.output_shape()}, Mode::kRecompute);
     if (!l.params().empty()) {
       l.backward_params(be_, x_in, dy);
       // Arena order is layer order, so this layer and all later ones are done.

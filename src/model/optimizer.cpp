@@ -123,10 +123,12 @@ double Optimizer::local_sum_squares(const float* g) const {
                       : 0.0;
 }
 
-int Optimizer::state_arrays() const {
-  if (cfg_.kind != OptimizerKind::kSgd) return 2;
-  return cfg_.momentum > 0.0f ? 1 : 0;
+int state_arrays_of(const OptimizerConfig& cfg) {
+  if (cfg.kind != OptimizerKind::kSgd) return 2;
+  return cfg.momentum > 0.0f ? 1 : 0;
 }
+
+int Optimizer::state_arrays() const { return state_arrays_of(cfg_); }
 
 // torch.nn.utils.clip_grad_norm_ (1.13): the norm in float, the coefficient
 // max_norm / (norm + 1e-6) in float, clamped to 1 (a product by 1 changes

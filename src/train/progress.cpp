@@ -91,7 +91,9 @@ void Progress::summary(std::uint64_t steps, const std::string& device, const Mem
                   {"samples_per_s", std::round(sps)}, {"ranks", mpi_.size()}, {"device", device},
                   {"memory_mib",
                    {{"params", kib(memory.params)}, {"optimizer", kib(memory.optimizer)},
-                    {"peak_device", kib(memory.peak_device)}, {"peak_host", kib(memory.peak_host)}}}});
+                    {"peak_device", kib(memory.peak_device)}, {"peak_host", kib(memory.peak_host)},
+                    {"activations", kib(memory.activations)},
+                    {"peak_buffers", kib(memory.peak_buffers)}}}});
   std::printf("done: %llu steps, %llu samples in %.2f s (%.0f samples/s, %d ranks, %s); "
               "peak memory of a rank: host %.1f MiB, device %.1f MiB\n",
               static_cast<unsigned long long>(steps), static_cast<unsigned long long>(samples_),

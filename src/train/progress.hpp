@@ -46,6 +46,9 @@ class Progress {
   // the host) and of host memory (ru_maxrss).
   struct MemoryMib {
     double params = 0, optimizer = 0, peak_device = 0, peak_host = 0;
+    // The planned activations, and the measured high-water mark of the
+    // backend's buffers on any device (on the cpu, host memory).
+    double activations = 0, peak_buffers = 0;
   };
   // Rank 0: the summary of the training steps of this run.
   void summary(std::uint64_t steps, const std::string& device, const MemoryMib& memory);

@@ -41,7 +41,9 @@ std::string describe(const RankMemory& m) {
     s += " (" + human_bytes(m.state_slice) + " with --shard-optimizer)";
   if (m.activation_rows > 0)
     s += ", activations " + human_bytes(m.activations) + " for " + std::to_string(m.activation_rows) +
-         " rows (largest buffer " + human_bytes(m.largest_activation) + ")";
+         " rows (" + human_bytes(m.kept) + " kept for backward, " + human_bytes(m.kept_other) +
+         (m.recompute ? " without recomputation" : " with --recompute blocks") +
+         "; largest buffer " + human_bytes(m.largest_activation) + ")";
   return s + "; total " + human_bytes(m.total());
 }
 

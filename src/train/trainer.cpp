@@ -27,6 +27,7 @@ constexpr StepScope::Spec kDataWait{"data", "scatter (waiting for rank 0's data)
 }  // namespace
 
 ExitCode TrainingRun::run() {
+  if (opts_.plan_only) return ExitCode::kOk;
   std::uint64_t step = first_step_;
   if (timeline_.enabled()) timeline_.set_origin_collective(mpi_.world());
   if (step < total_steps_) {
@@ -177,11 +178,13 @@ Progress::MemoryMib TrainingRun::memory_figures() const {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);  // ru_maxrss in KiB on Linux
   constexpr double kMiB = 1024.0 * 1024.0;
-  double figures[4] = {double(planned.params) / kMiB, double(planned.state) / kMiB,
-                       be.caps().host_addressable_memory ? 0.0 : double(be.peak_buffer_bytes()) / kMiB,
-                       double(usage.ru_maxrss) / 1024.0};
-  DPT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, figures, 4, MPI_DOUBLE, MPI_MAX, mpi_.world()));
-  return {figures[0], figures[1], figures[2], figures[3]};
+  const double peak_buffers = double(be.peak_buffer_bytes()) / kMiB;
+  double figures[6] = {double(planned.params) / kMiB, double(planned.state) / kMiB,
+                       be.caps().host_addressable_memory ? 0.0 : peak_buffers,
+                       double(usage.ru_maxrss) / 1024.0,
+                       double(model_->activation_bytes()) / kMiB, peak_buffers};
+  DPT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, figures, 6, MPI_DOUBLE, MPI_MAX, mpi_.world()));
+  return {figures[0], figures[1], figures[2], figures[3], figures[4], figures[5]};
 }
 
 // Collective: every rank's events into one Chrome trace, written by rank 0.

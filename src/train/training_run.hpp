@@ -36,6 +36,9 @@
 
 namespace dptrain {
 
+// The optimizer's settings from the options (training_setup.cpp).
+OptimizerConfig optimizer_config(const Options& o);
+
 class TrainingRun {
  public:
   // Collective: parses, opens and validates the data, builds the model,
@@ -53,6 +56,8 @@ class TrainingRun {
   void build_model();
   void make_input_queue();
   void print_summary() const;
+  // --plan-only (memory_plan.cpp): rank 0 prints what a rank would hold.
+  void print_memory_plan();
   // Collective: token models' train events carry mfu when every rank's
   // dense peak is known (--peak-tflops, or its GPU's name); rank 0 says
   // which peak, or why there is none.

@@ -22,6 +22,8 @@ namespace {
 // about 50k steps of a small model; later ones are counted, not kept.
 constexpr std::size_t kTimelineMaxEvents = 500000;
 
+}  // namespace
+
 OptimizerConfig optimizer_config(const Options& o) {
   OptimizerConfig c;
   c.kind = parse_optimizer(o.optimizer);
@@ -35,6 +37,8 @@ OptimizerConfig optimizer_config(const Options& o) {
   c.decay_all = parse_decay_all(o.weight_decay_params);
   return c;
 }
+
+namespace {
 
 LrScheduleConfig schedule_config(const Options& o, std::uint64_t total_steps) {
   LrScheduleConfig s;
@@ -117,6 +121,11 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
       if (mpi_.rank() == 0) check_writable(opts_.timeline, "--timeline");
     });
     timeline_.enable(kTimelineMaxEvents);
+  }
+  if (opts_.plan_only) {  // run() then returns at once
+    open_data();
+    print_memory_plan();
+    return;
   }
   open_data();
   build_model();
@@ -204,7 +213,8 @@ void TrainingRun::build_model() {
   check_model_fits(mpi_, layers_, train_.info, class_labels(loss_));
   agree(mpi_.world(), [&] {
     model_ = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info),
-                                     max_rows, model_vocab(train_.info));
+                                     max_rows, model_vocab(train_.info),
+                                     parse_recompute(opts_.recompute));
     model_->init(opts_.seed);
   });
   // Rank 0's weights are the reference: every tower starts bitwise identical.
@@ -280,6 +290,10 @@ void TrainingRun::print_summary() const {
   mem.activations = model_->activation_bytes();
   mem.largest_activation = model_->largest_activation_bytes();
   mem.activation_rows = model_->max_rows();
+  mem.recompute = model_->recompute() == Recompute::kBlocks;
+  mem.kept = model_->activation_plan(model_->max_rows(), model_->recompute()).kept;
+  mem.kept_other = model_->activation_plan(
+      model_->max_rows(), mem.recompute ? Recompute::kNone : Recompute::kBlocks).kept;
   std::printf("dptrain: memory per rank: %s\n", describe(mem).c_str());
   if (const std::string impl = model_->implementations(); !impl.empty())
     std::printf("dptrain: %s\n", impl.c_str());

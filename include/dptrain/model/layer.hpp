@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dptrain/backends/backend.hpp"
+#include "dptrain/model/activation_arena.hpp"
 #include "dptrain/model/tensor.hpp"
 
 namespace dptrain {
@@ -21,8 +22,12 @@ namespace dptrain {
 inline constexpr std::uint64_t kInitPurpose = 0x696e6974;  // "init"
 
 // Training or evaluation: layers such as dropout and batch norm compute
-// differently in eval (Layer::differs_in_eval says which do).
-enum class Mode { kTrain, kEval };
+// differently in eval (Layer::differs_in_eval says which do). kRecompute is
+// a training forward run again in backward (--recompute blocks): it must
+// write what the first one wrote, bit for bit, and change no state (batch
+// norm normalizes with the statistics it kept, updates no running
+// statistics and makes no collective).
+enum class Mode { kTrain, kEval, kRecompute };
 
 // One tensor of a model's parameter or buffer arena, stored in checkpoints
 // as /model/<layer>/<name> (docs/design.md section 4).
@@ -48,10 +53,14 @@ std::string dims_string(const std::vector<std::size_t>& dims);
 // Where a layer's tensors live: the model's arenas (device memory when
 // bound for compute, host memory when handed to init). grads is laid out
 // like params.
+// activations: where the layer reserves what it keeps per row (the model's
+// activation arena); nullptr for a layer used on its own, which then owns
+// its buffers.
 struct ArenaPointers {
   float* params = nullptr;
   float* grads = nullptr;
   float* buffers = nullptr;
+  ActivationArena* activations = nullptr;
 };
 
 // The sum over every replica of the model (every rank's tower) of a few
@@ -123,8 +132,10 @@ class Layer {
   virtual bool backward_reads_output() const { return true; }
 
   // Called once by the model after construction: a layer that saves
-  // buffers for its backward (masks, statistics) allocates them here, for
-  // max_rows rows, so that no step allocates.
+  // buffers for its backward (masks, statistics) reserves them here, for
+  // max_rows rows (reserve), so that no step allocates. A layer whose
+  // forward reads nothing but its input, parameters and step may be run
+  // again in backward (Mode::kRecompute).
   virtual void allocate(Backend& /*be*/, int /*max_rows*/) {}
   // Fills this layer's slices of the host arenas (zero-filled before the
   // first layer's call) from the seed alone.
@@ -175,6 +186,25 @@ class Layer {
   void adopt_tensors(const Layer& part);
 
   const ArenaPointers& arenas() const { return arenas_; }
+
+  // A buffer of per_row values of T per row, for max_rows rows: a slot of
+  // the model's activation arena (usable once the model has allocated it,
+  // before the first forward), or memory of its own when the layer is not
+  // bound to an arena. Call from allocate().
+  template <typename T>
+  ArenaBuffer<T> reserve(Backend& be, int max_rows, std::size_t per_row, Lifetime life) const {
+    return reserve_bytes<T>(
+        be, max_rows, [per_row](int rows) { return std::size_t(rows) * per_row * sizeof(T); },
+        life);
+  }
+  // The same with the bytes any function of the rows (a kernel's workspace).
+  template <typename T>
+  ArenaBuffer<T> reserve_bytes(Backend& be, int max_rows, RowBytes bytes, Lifetime life) const {
+    const std::size_t count = bytes(max_rows) / sizeof(T);
+    if (!arenas_.activations) return ArenaBuffer<T>(be, count);
+    return ArenaBuffer<T>(arenas_.activations, arenas_.activations->reserve(std::move(bytes), life),
+                          count);
+  }
   // The step being run (never null once bound).
   const StepInfo& step() const { return *step_; }
 

@@ -24,6 +24,21 @@ namespace dptrain {
 // "relu", "tanh", "gelu", "sigmoid": the activation family's token names.
 std::string activation_name(Activation a);
 
+// --recompute: kBlocks keeps only each top-level layer's input (and what
+// the layer cannot recompute) from forward, and runs a top-level layer's
+// forward again (Mode::kRecompute) right before its backward.
+enum class Recompute { kNone, kBlocks };
+// "none" or "blocks"; anything else is Error(kUsage).
+Recompute parse_recompute(const std::string& name);
+
+// A model's activation memory for some rows: what forward keeps for
+// backward (layer outputs, saved tensors: the activations proper) and the
+// workspace of a pass (gradient buffers, per-pass scratch).
+struct ActivationPlan {
+  std::size_t kept = 0, workspace = 0;
+  std::size_t total() const { return kept + workspace; }
+};
+
 class Model {
  public:
   // max_rows: the largest number of rows forward/backward will be called
@@ -32,10 +47,10 @@ class Model {
   Model(Backend& backend, const std::vector<LayerSpec>& specs, int input_dim, int max_rows);
   // vocab > 0: samples are token ids [N, T] of that vocabulary (input {T}).
   Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input, int max_rows,
-        int vocab = 0);
+        int vocab = 0, Recompute recompute = Recompute::kNone);
   // Layers already built for `input` (build_layers, or layers a test makes).
   Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
-        int max_rows, int vocab = 0);
+        int max_rows, int vocab = 0, Recompute recompute = Recompute::kNone);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -92,6 +107,12 @@ class Model {
   // layer's output, the gradient buffers and the layers' own workspaces;
   // and the largest of the model's output and gradient buffers.
   std::size_t activation_bytes() const { return activation_bytes_; }
+  // The same for any number of rows, with or without recomputation, split
+  // into kept and workspace: the plan, from the layout this model's arena
+  // was allocated by (activation_bytes() == activation_plan(max_rows(),
+  // recompute()).total()).
+  ActivationPlan activation_plan(int rows, Recompute recompute) const;
+  Recompute recompute() const { return recompute_ ? Recompute::kBlocks : Recompute::kNone; }
   std::size_t largest_activation_bytes() const { return largest_activation_bytes_; }
   // Every tensor of the parameter (buffer) arena, in arena order.
   const std::vector<ParamInfo>& param_layout() const { return params_layout_; }
@@ -106,6 +127,8 @@ class Model {
 
  private:
   ConstTensorView input_of(std::size_t li, const float* x, int rows) const;
+  // A buffer of the model's own in the activation arena, per_row floats a row.
+  ArenaBuffer<float> model_buffer(std::size_t per_row, Lifetime life);
 
   Backend& be_;
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -114,14 +137,17 @@ class Model {
   int vocab_;
   std::vector<ParamInfo> params_layout_, buffers_layout_;
   StepInfo step_;  // layers hold a pointer to it
-  std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0;
+  bool recompute_;
+  std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0, own_layer_bytes_ = 0;
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
   DeviceBuffer<float> params_, grads_, buffers_;
-  std::vector<DeviceBuffer<float>> acts_;  // output of each layer [max_rows, its output shape]
+  // Every per-row buffer below and the layers' (activation_arena.hpp).
+  ActivationArena arena_;
+  std::vector<ArenaBuffer<float>> acts_;  // output of each layer [max_rows, its output shape]
   // The loss gradient, and two buffers that take turns holding the
   // gradient w.r.t. a layer's input; a container layer keeps its inner
   // gradients in buffers of its own, so two suffice at this level.
-  DeviceBuffer<float> dout_, dbuf_a_, dbuf_b_;
+  ArenaBuffer<float> dout_, dbuf_a_, dbuf_b_;
 };
 
 }  // namespace dptrain

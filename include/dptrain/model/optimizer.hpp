@@ -41,6 +41,10 @@ struct OptimizerConfig {
   std::vector<ArenaRange> decay_ranges;
 };
 
+// How many state arrays of the arena's size an optimizer of this config
+// keeps: 0 plain SGD, 1 SGD with momentum, 2 Adam and AdamW.
+int state_arrays_of(const OptimizerConfig& cfg);
+
 // --weight-decay-params: "all" or "matrices". Error(kUsage) on another name.
 bool parse_decay_all(const std::string& name);
 // The ranges of the tensors of rank >= 2 (dense and conv weights, embeddings,

@@ -31,6 +31,7 @@ struct Options {
   double lr_gamma = 0.1, min_lr = 0.0;
   bool shard_optimizer = false;  // ZeRO stage 1: optimizer state in 1/P slices
   std::int64_t accumulate = 1;   // micro-batches per rank and step
+  std::string recompute = "none";  // none | blocks: top-level layers run forward again in backward
   // input
   std::string shuffle = "auto";  // auto = full when the set fits the cache, else block
   std::string augment;           // "crop:4,flip"; "" = none
@@ -52,6 +53,11 @@ struct Options {
   double comm_timeout = 300.0;
   double bucket_mb = 4.0;  // gradient all-reduce bucket size (MiB)
   std::string timeline;    // Chrome trace of every rank's phases ("" = off)
+  // --plan-only: print the memory plan per rank and exit; for plan_ranks
+  // ranks (0: the job's), and the largest batch that fits fit_gib GiB.
+  bool plan_only = false;
+  std::int64_t plan_ranks = 0;
+  double fit_gib = 0.0;
   // eval / predict / inspect
   std::string checkpoint, set = "test", output, file;
   std::int64_t inspect_ranks = 0;  // inspect a checkpoint: memory per rank at this many ranks

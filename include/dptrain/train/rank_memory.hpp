@@ -22,6 +22,9 @@ struct RankMemory {
   std::uint64_t activations = 0;   // layer outputs, gradient buffers, layer workspaces
   std::uint64_t largest_activation = 0;
   int activation_rows = 0;         // the rows they are sized for (0: not known)
+  bool recompute = false;          // activations planned for --recompute blocks
+  std::uint64_t kept = 0;          // of the activations, those kept from forward for backward
+  std::uint64_t kept_other = 0;    // the same the other way (with / without recomputation)
   std::uint64_t total() const { return params + grads + accumulation + state + activations; }
 };
 

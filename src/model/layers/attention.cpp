@@ -50,19 +50,25 @@ class Attention final : public Layer {
   void allocate(Backend& be, int max_rows) override {
     be.kernels<SequenceKernels>();
     fused_ = fused_kernels(be);
-    const std::size_t rows = static_cast<std::size_t>(max_rows);
-    const std::size_t seq = rows * tokens_ * dim_, scores = rows * heads_ * tokens_ * tokens_;
-    for (DeviceBuffer<float>* b : {&qkv_, &dqkv_}) *b = DeviceBuffer<float>(be, 3 * seq);
+    // Per row (one sequence): its values, and the scores of every head.
+    const std::size_t seq = std::size_t(tokens_) * dim_, scores = std::size_t(heads_) * tokens_ * tokens_;
+    auto take = [&](ArenaBuffer<float>& b, std::size_t per_row, Lifetime life) {
+      b = reserve<float>(be, max_rows, per_row, life);
+    };
+    take(qkv_, 3 * seq, Lifetime::kSaved);
+    take(merged_, seq, Lifetime::kSaved);
+    take(dqkv_, 3 * seq, Lifetime::kPass);
+    take(d_heads_, seq, Lifetime::kPass);
     if (fused_) {
-      for (DeviceBuffer<float>* b : {&merged_, &d_heads_}) *b = DeviceBuffer<float>(be, seq);
-      const std::size_t row_stats = rows * heads_ * tokens_;
-      for (DeviceBuffer<float>* b : {&lse_, &rowdot_}) *b = DeviceBuffer<float>(be, row_stats);
+      const std::size_t row_stats = std::size_t(heads_) * tokens_;
+      take(lse_, row_stats, Lifetime::kSaved);
+      take(rowdot_, row_stats, Lifetime::kPass);
       return;
     }
-    for (DeviceBuffer<float>* b : {&q_, &k_, &v_, &heads_out_, &merged_, &dq_, &dk_, &dv_, &d_heads_})
-      *b = DeviceBuffer<float>(be, seq);
-    p_ = DeviceBuffer<float>(be, scores);
-    dp_ = DeviceBuffer<float>(be, scores);
+    for (ArenaBuffer<float>* b : {&q_, &k_, &v_}) take(*b, seq, Lifetime::kSaved);
+    take(p_, scores, Lifetime::kSaved);
+    for (ArenaBuffer<float>* b : {&heads_out_, &dq_, &dk_, &dv_}) take(*b, seq, Lifetime::kPass);
+    take(dp_, scores, Lifetime::kPass);
   }
 
   // torch's _reset_parameters: Xavier-uniform in_proj_weight, zero biases;
@@ -181,9 +187,10 @@ class Attention final : public Layer {
   // Math: qkv and its heads, p, the heads' outputs and merged (the output
   // projection's input; reused in backward for its gradient). Backward: the
   // heads' gradients, dp (then ds in place), dqkv (read by backward_input).
-  DeviceBuffer<float> qkv_, q_, k_, v_, p_, heads_out_, merged_;
-  DeviceBuffer<float> d_heads_, dp_, dq_, dk_, dv_, dqkv_;
-  DeviceBuffer<float> lse_, rowdot_;
+  // Saved from forward: qkv, merged, lse; q, k, v, p. Per pass: the rest.
+  ArenaBuffer<float> qkv_, q_, k_, v_, p_, heads_out_, merged_;
+  ArenaBuffer<float> d_heads_, dp_, dq_, dk_, dv_, dqkv_;
+  ArenaBuffer<float> lse_, rowdot_;
 };
 
 LayerSpec parse_attention(const std::string& token) {

@@ -50,7 +50,7 @@ class Dropout final : public Layer {
   void allocate(Backend& be, int max_rows) override {
     kernels_ = &be.kernels<DropoutKernels>();  // a backend without these kernels says so here, at
                                                // build time
-    keep_ = DeviceBuffer<std::uint8_t>(be, static_cast<std::size_t>(max_rows) * input_shape().size());
+    keep_ = reserve<std::uint8_t>(be, max_rows, input_shape().size(), Lifetime::kSaved);
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode mode) override {
@@ -74,7 +74,7 @@ class Dropout final : public Layer {
   std::uint64_t threshold_;  // of the draw: dropped when (bits >> 11) < threshold
   float scale_;
   DropoutKernels* kernels_ = nullptr;
-  DeviceBuffer<std::uint8_t> keep_;  // [max_rows, sample]: the last training forward's mask
+  ArenaBuffer<std::uint8_t> keep_;  // [max_rows, sample]: the last training forward's mask
 };
 
 LayerSpec parse_dropout(const std::string& token) {

@@ -25,12 +25,16 @@ class LayerNorm final : public Layer {
   std::string spec() const override { return "ln"; }
 
   void allocate(Backend& be, int max_rows) override {
-    be.kernels<SequenceKernels>();
-    const std::size_t rows = static_cast<std::size_t>(max_rows) * positions_;
-    mean_ = DeviceBuffer<float>(be, rows);
-    rstd_ = DeviceBuffer<float>(be, rows);
-    workspace_ = DeviceBuffer<float>(
-        be, be.kernels<SequenceKernels>().layer_norm_workspace(int(rows), dim_));
+    const SequenceKernels* seq = &be.kernels<SequenceKernels>();
+    mean_ = reserve<float>(be, max_rows, std::size_t(positions_), Lifetime::kSaved);
+    rstd_ = reserve<float>(be, max_rows, std::size_t(positions_), Lifetime::kSaved);
+    const int positions = positions_, dim = dim_;
+    workspace_ = reserve_bytes<float>(
+        be, max_rows,
+        [seq, positions, dim](int rows) {
+          return seq->layer_norm_workspace(rows * positions, dim) * sizeof(float);
+        },
+        Lifetime::kPass);
   }
 
   void init(std::uint64_t, bool, const ArenaPointers& host) const override {
@@ -59,8 +63,8 @@ class LayerNorm final : public Layer {
  private:
   int positions_, dim_;
   std::size_t weight_, bias_;
-  DeviceBuffer<float> mean_, rstd_;  // per row of the last forward
-  DeviceBuffer<float> workspace_;    // the parameter gradients' partial sums (CUDA)
+  ArenaBuffer<float> mean_, rstd_;  // per row of the last forward
+  ArenaBuffer<float> workspace_;    // the parameter gradients' partial sums (CUDA)
 };
 
 LayerSpec parse_layer_norm(const std::string& token) {

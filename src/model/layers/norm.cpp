@@ -65,9 +65,9 @@ class BatchNorm final : public Layer {
       mean = arenas().buffers + running_mean_;
       norm_->inverse_std(arenas().buffers + running_var_, channels_, kEps, eval_invstd_.get());
       invstd = eval_invstd_.get();
-    } else {
+    } else if (mode == Mode::kTrain) {
       batch_statistics(x.data, x.rows);
-    }
+    }  // kRecompute: the statistics the training forward kept in mean_, invstd_
     norm_->normalize(x.data, shape(x.rows), mean, invstd, arenas().params + weight_,
                      arenas().params + bias_, y.data);
   }

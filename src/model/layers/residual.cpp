@@ -60,17 +60,16 @@ class Residual final : public Layer {
   }
 
   void allocate(Backend& be, int max_rows) override {
-    const auto rows = static_cast<std::size_t>(max_rows);
     std::size_t widest = input_shape().size();
     for (auto* parts : {&body_, &shortcut_})
       for (const auto& p : *parts) {
         p->allocate(be, max_rows);
-        acts_.emplace_back(be, rows * p->output_shape().size());
+        acts_.push_back(reserve<float>(be, max_rows, p->output_shape().size(), Lifetime::kSaved));
         widest = std::max(widest, p->output_shape().size());
       }
-    grad_a_ = DeviceBuffer<float>(be, rows * widest);
-    grad_b_ = DeviceBuffer<float>(be, rows * widest);
-    dx_ = DeviceBuffer<float>(be, rows * input_shape().size());
+    grad_a_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
+    grad_b_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
+    dx_ = reserve<float>(be, max_rows, input_shape().size(), Lifetime::kPass);
   }
 
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
@@ -160,8 +159,8 @@ class Residual final : public Layer {
   }
 
   Parts body_, shortcut_;
-  std::vector<DeviceBuffer<float>> acts_;  // each part's output: body's, then the shortcut's
-  DeviceBuffer<float> grad_a_, grad_b_, dx_;
+  std::vector<ArenaBuffer<float>> acts_;  // each part's output: body's, then the shortcut's
+  ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only
 };
 
 LayerSpec parse_residual(const std::string& token) {
