@@ -39,10 +39,13 @@ assert evals[-1]["accuracy"] > 0.8, evals[-1]
 # memory_mib, to the KiB: 804 fp32 parameters (20-32-4), Adam's two
 # moments of as many, no device of its own, a process's resident memory.
 m = s["memory_mib"]
-assert set(m) == {"params", "optimizer", "peak_device", "peak_host"}, m
+# The planned activations and the measured high-water mark of the backend's
+# buffers, which hold at least parameters, gradients, moments and those.
+assert set(m) == {"params", "optimizer", "peak_device", "peak_host", "activations", "peak_buffers"}, m
 mib = 4 / 2**20
 assert abs(m["params"] - 804 * mib) <= 1 / 2048 and abs(m["optimizer"] - 2 * 804 * mib) <= 1 / 2048, m
 assert m["peak_device"] == 0 and 8 < m["peak_host"] < 65536, m
+assert m["activations"] > 0 and m["peak_buffers"] >= 2 * m["params"] + m["optimizer"] + m["activations"] - 1 / 1024, m
 PY
 grep -q "peak memory of a rank: host [0-9.]* MiB, device 0.0 MiB" "$OUT" || fail "no peak memory in the final line"
 # --shard-optimizer: each rank keeps its slice of the moments, 402 of 804.

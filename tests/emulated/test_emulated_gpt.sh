@@ -11,12 +11,14 @@
 #    a second emulated run under the other schedule of the streams
 #    (streams.hpp: lazy, eager) ends bitwise alike, weights and optimizer
 #    state: no sum depends on timing, no stream reads what another has not
-#    finished.
+#    finished. With --recompute blocks (fused and math attention) the run
+#    ends bitwise as without.
 #  PART=precision: --precision tf32 and bf16 on 2 ranks: every step's loss
 #    within the GPU check's bounds of the fp32 CPU run's (1e-2 and 3e-2 of
 #    its first loss), and more than a floor (1e-5) off it, so a precision
 #    that never reaches the GEMMs fails; and attn:H without the causal mask
-#    as the CPU run, as in PART=fp32.
+#    as the CPU run, as in PART=fp32; bf16 with --recompute blocks bitwise
+#    as without.
 #
 # The bounds. fp32 sums in another order (the emulated cuBLAS against the
 # CPU's GEMM, the statistics of ln and softmax in double in warp order) are
@@ -133,6 +135,13 @@ fp32)
   on cuda 2 cuda-math --model "$gpt" --attention math
   grep -q "attention math" "$OUT" || fail "--attention math did not report math"
   gpt_close cuda-math cpu "2 ranks, --attention math"
+  # --recompute blocks: each block's forward again in backward, the fused
+  # attention's statistics included, must give the same bits.
+  on cuda 2 cuda-recompute --model "$gpt" --recompute blocks
+  same_state "$WORK/cuda-recompute.h5" "$WORK/cuda.h5" || fail "--recompute blocks differs (fused)"
+  on cuda 2 cuda-math-recompute --model "$gpt" --attention math --recompute blocks
+  same_state "$WORK/cuda-math-recompute.h5" "$WORK/cuda-math.h5" || fail "--recompute blocks differs (math)"
+  echo "ok: --recompute blocks, bitwise alike (fused and math attention)"
   DPTRAIN_EMULATED_STREAMS=eager on cuda 2 cuda-eager --model "$gpt"
   same_state "$WORK/cuda-eager.h5" "$WORK/cuda.h5" || fail "two emulated runs differ"
   echo "ok: lazy and eager streams, bitwise alike"
@@ -149,6 +158,8 @@ precision)
     "$PYTHON" -c "import sys; g = float(sys.argv[1]); sys.exit(not ($floor < g <= float(sys.argv[2])))" \
       "$gap" "${bound[$p]}" || fail "$p: losses $gap off fp32, expected in ($floor, ${bound[$p]}]"
   done
+  on cuda 2 bf16-recompute --model "$gpt" --precision bf16 --recompute blocks
+  same_state "$WORK/bf16-recompute.h5" "$WORK/bf16.h5" || fail "--recompute blocks differs (bf16)"
   open_gpt="embed:32,pos,2*(${block/:causal/}),ln,dense:24"
   on cpu 2 cpu-open --model "$open_gpt"
   on cuda 2 cuda-open --model "$open_gpt"
