@@ -21,7 +21,10 @@
 #   backward, with math and with fused at ATTENTION_SHAPES (N,H,T,hd, '/'
 #   between them; default 8,12,1024,64/4,16,2048,64: dptrain_gpt_bench
 #   attention), beside PyTorch's scaled_dot_product_attention on the same
-#   shapes with its cuDNN and flash backends (gpu-check-torch.py attention).
+#   shapes with its cuDNN and flash backends (gpu-check-torch.py attention);
+# - the tokens/s row with --recompute blocks: its step time and device
+#   buffers against the default row's (issue: at most 1.4x the time, 0.3x
+#   the activations).
 # MFU = tokens/s x (6 N + 12 L T D) / peak: N the parameters in matrix
 # products (all but the token and position tables), 12 L T D attention's
 # two batched products, forward and backward, over the full T x T
@@ -111,15 +114,18 @@ gpt_bench_rows() {
 
 # The throughput row: dptrain's tokens/s and MFU in bf16 (gpt_per_s: the
 # default attention's, for the PyTorch rows); `gpt_throughput_rows math`:
-# the same with --attention math.
+# the same with --attention math; `gpt_throughput_rows "" blocks` with
+# --recompute blocks (its device buffers against the default row's).
 gpt_throughput_rows() {
-  local rc j mfu per_s detail result impl=${1:-} log=$work/gpt-throughput${1:+-$1}.txt
+  local rc j mfu per_s detail result impl=${1:-} recompute=${2:-}
+  local log=$work/gpt-throughput${impl:+-$impl}${recompute:+-recompute}.txt
   run_for 120 "$log" "${mpirun[@]}" -n 1 "$gpt_bench" throughput --model "$gpt2_model" \
     --tokens "$gpt2_t" --vocab "$gpt2_v" --batch "$gpt2_batch" --device cuda --precision bf16 \
-    --peak-tflops "$peak" --repeats "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup" ${impl:+--attention "$impl"}
+    --peak-tflops "$peak" --repeats "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup" ${impl:+--attention "$impl"} \
+    ${recompute:+--recompute "$recompute"}
   rc=$?
   j=$(grep '^{"gpt_throughput"' "$log" | tail -1)
-  local who="dptrain${impl:+, --attention $impl}"
+  local who="dptrain${impl:+, --attention $impl}${recompute:+, --recompute $recompute}"
   if ((rc != 0)) || [[ -z $j ]]; then
     result=$(outcome "$rc")
     [[ $result == ok ]] && result="FAILED (no gpt_throughput line)"
@@ -134,7 +140,7 @@ gpt_throughput_rows() {
     if [[ -n $mfu ]]; then detail+="; peak $peak TFLOPS ($peak_from)"; else detail+="; $peak_from"; fi
     row speed "$gpt2_name bf16: tokens/s and MFU ($who, batch $gpt2_batch)" "${mfu:-peak unknown}" "$detail"
   fi
-  if [[ -z $impl ]]; then gpt_per_s=${per_s:-0}; fi
+  if [[ -z $impl && -z $recompute ]]; then gpt_per_s=${per_s:-0}; fi
 }
 
 # The attention rows in bf16: dptrain's core with math and with fused,
@@ -225,6 +231,7 @@ gpt_section() {
   gpt_throughput_rows
   gpt_torch_rows eager 150
   gpt_throughput_rows math
+  gpt_throughput_rows "" blocks
   gpt_attention_rows
   local p gemm_batch=$(((gpt2_batch + 1) / 2))
   for p in fp32 tf32 bf16; do

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -20,6 +21,8 @@
 #include "dptrain/data/dataset.hpp"
 #include "dptrain/data/dataset_files.hpp"
 #include "dptrain/run/agree.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/model/model.hpp"
 #include "dptrain/train/rank_memory.hpp"
 
 namespace dptrain {
@@ -59,16 +62,39 @@ void print_tensors(const std::vector<ParamInfo>& layout, const char* unit, std::
   }
 }
 
+// The per-sample input shape of a file with a spec and an input shape
+// (version 2); rank 0 when it has none.
+Shape checkpoint_input(const CheckpointData& ck) {
+  if (ck.meta.model.empty() || ck.input_shape.empty() || ck.input_shape.size() > 4) return {};
+  const auto& d = ck.input_shape;
+  auto dim = [&](std::size_t i) { return static_cast<int>(d[i]); };
+  return d.size() == 1   ? Shape{dim(0)}
+         : d.size() == 2 ? Shape{dim(0), dim(1)}
+         : d.size() == 3 ? Shape{dim(0), dim(1), dim(2)}
+                         : Shape{dim(0), dim(1), dim(2), dim(3)};
+}
+
+// The value of `key` in the stored config's INI text ("batch-size = 32"),
+// or "" when it is not there.
+std::string config_value(const std::string& ini, const std::string& key) {
+  std::istringstream lines(ini);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    auto trim = [](std::string t) {
+      const auto a = t.find_first_not_of(" \t"), b = t.find_last_not_of(" \t\r");
+      return a == std::string::npos ? std::string() : t.substr(a, b - a + 1);
+    };
+    if (trim(line.substr(0, eq)) == key) return trim(line.substr(eq + 1));
+  }
+  return "";
+}
+
 // The model's layers, each with its output shape and parameter count, when
 // the file has a spec and an input shape (version 2).
 void print_layer_shapes(const CheckpointData& ck, std::ostream& out) {
-  if (ck.meta.model.empty() || ck.input_shape.empty() || ck.input_shape.size() > 4) return;
-  const auto& d = ck.input_shape;
-  auto dim = [&](std::size_t i) { return static_cast<int>(d[i]); };
-  const Shape input = d.size() == 1   ? Shape{dim(0)}
-                      : d.size() == 2 ? Shape{dim(0), dim(1)}
-                      : d.size() == 3 ? Shape{dim(0), dim(1), dim(2)}
-                                      : Shape{dim(0), dim(1), dim(2), dim(3)};
+  const Shape input = checkpoint_input(ck);
+  if (input.rank() == 0) return;
   out << "  input:           " << input.to_string()
       << (ck.vocab_size > 0 ? " token ids of a vocabulary of " + std::to_string(ck.vocab_size) : "")
       << " per sample\n  layer outputs:\n";
@@ -81,6 +107,43 @@ void print_layer_shapes(const CheckpointData& ck, std::ostream& out) {
   }
 }
 
+// --ranks P, for a file with a spec, an input shape and its run's batch:
+// the activations of one rank's micro-batch, as the cpu backend plans them
+// (Model::activation_plan, the code that sizes a run), without and with
+// --recompute blocks.
+void print_rank_activations(const CheckpointData& ck, int ranks, std::ostream& out) {
+  const Shape input = checkpoint_input(ck);
+  const std::string batch_text = config_value(ck.meta.config, "batch-size");
+  if (input.rank() == 0 || batch_text.empty()) return;
+  // A config that does not hold plain positive numbers shows no plan.
+  auto number = [](const std::string& text) {
+    char* end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    return end && *end == '\0' && v > 0 && v < (1LL << 40) ? v : 0LL;
+  };
+  const std::string accumulate_text = config_value(ck.meta.config, "accumulate");
+  const long long batch = number(batch_text);
+  const long long micro = accumulate_text.empty() ? 1 : number(accumulate_text);
+  if (batch == 0 || micro == 0) return;
+  const long long shard = (batch + ranks - 1) / ranks;
+  const long long rows_per_rank = (shard + micro - 1) / micro;
+  if (rows_per_rank > (1LL << 30)) return;
+  const int rows = static_cast<int>(rows_per_rank);
+  const auto be = make_backend("cpu", BackendOptions{});
+  const Model model(*be, parse_model_spec(ck.meta.model), input, 1,
+                    static_cast<int>(ck.vocab_size));
+  const ActivationPlan plain = model.activation_plan(rows, Recompute::kNone);
+  const ActivationPlan recomputed = model.activation_plan(rows, Recompute::kBlocks);
+  out << "  activations:     " << human_bytes(plain.total()) << " for " << rows
+      << " rows a rank (batch " << batch << (micro > 1 ? ", --accumulate " + std::to_string(micro) : "")
+      << "): " << human_bytes(plain.kept) << " kept for backward, " << human_bytes(plain.workspace)
+      << " workspace\n"
+      << "  recomputed:      " << human_bytes(recomputed.total()) << " with --recompute blocks: "
+      << human_bytes(recomputed.kept) << " kept, " << human_bytes(recomputed.workspace)
+      << " workspace\n"
+      << "                   (as the cpu backend plans them: attention as math)\n";
+}
+
 // --ranks P: what each of P ranks would hold to train this checkpoint on,
 // with the optimizer state it stores, with and without --shard-optimizer.
 void print_rank_memory(const CheckpointData& ck, int ranks, std::ostream& out) {
@@ -90,8 +153,9 @@ void print_rank_memory(const CheckpointData& ck, int ranks, std::ostream& out) {
     out << (sliced ? "  sharded:         " : "  on " + std::to_string(ranks) + " rank(s):    ")
         << describe(m) << "\n";
   }
-  out << "                   (per rank, before activations, which depend on the batch; "
-         "--accumulate K > 1 adds one gradient arena)\n";
+  out << "                   (per rank, before activations; --accumulate K > 1 adds one "
+         "gradient arena)\n";
+  print_rank_activations(ck, ranks, out);
 }
 
 void inspect_checkpoint(const std::string& path, bool has_format, int ranks, std::ostream& out) {

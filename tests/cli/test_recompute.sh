@@ -14,7 +14,8 @@
 # - --plan-only for jobs/text_gpt.ini's model at batch 32 plans activations
 #   with --recompute blocks at most 0.3x of those without (the issue's
 #   target), trains nothing, and --fit-gib finds over 2.5x the rows with
-#   recomputation (the unit tests check the plan against allocated models).
+#   recomputation (the unit tests check the plan against allocated models);
+#   inspect --ranks P of a checkpoint plans what --plan-only plans.
 source "$(dirname "$0")/lib.sh"
 
 synthetic "$WORK/d.h5" --n 250 --val-n 40 --shape 6 --classes 3 --dtype float32 --seed 9
@@ -101,6 +102,20 @@ fit=$(sed -n 's/.*largest micro-batch per rank in 0.5 GiB with --recompute block
 plain_fit=$(sed -n 's/.*largest micro-batch per rank in 0.5 GiB: \([0-9]*\) rows.*/\1/p' "$OUT")
 [[ -n $fit && -n $plain_fit && $fit -gt $((5 * plain_fit / 2)) ]] ||
   fail "recomputation should fit over 2.5x the rows in 0.5 GiB (got '$plain_fit' and '$fit')"
+
+# inspect --ranks 2 of the GPT job's checkpoint plans the activations that
+# --plan-only --plan-ranks 2 plans for the job (both: 7 rows a rank).
+run 1 60 train "${GPT[@]}" "${ADAMW[@]}" "${COMMON[@]}" --steps 1 --save "$WORK/g1.h5"
+expect_rc 0 "one step to inspect"
+run 1 60 inspect "$WORK/g1.h5" --ranks 2
+expect_rc 0 "inspect --ranks 2"
+inspected=$(sed -n 's/^  activations: .* for 7 rows a rank (batch 14): \(.*\) kept for backward.*/\1/p' "$OUT")
+inspected_rc=$(sed -n 's/^  recomputed: .* with --recompute blocks: \(.*\) kept,.*/\1/p' "$OUT")
+run 1 60 train "${GPT[@]}" "${ADAMW[@]}" "${COMMON[@]}" --plan-only --plan-ranks 2
+expect_rc 0 "--plan-only --plan-ranks 2"
+planned=$(sed -n 's/.*activations for 7 rows: kept for backward \(.*\), with --recompute blocks \(.*\) (.*x); workspace.*/\1|\2/p' "$OUT")
+[[ -n $inspected && "$inspected|$inspected_rc" == "$planned" ]] ||
+  fail "inspect plans '$inspected|$inspected_rc', --plan-only '$planned'"
 
 # Bad input: an unknown mode, and the plan's options without --plan-only.
 run 1 30 train "${MLP[@]}" "${COMMON[@]}" --recompute layers

@@ -149,6 +149,8 @@ grep -qE "^\| speed \| .* \| $number \| [0-9]+ tokens/s, .* peak 1 TFLOPS \(PEAK
   fail "no GPT tokens/s and MFU row with an MFU: ${mfu:-none}"
 grep -F "${gpt2}tokens/s and MFU (dptrain, --attention math, batch 2) |" "$table" |
   grep -qE "\| $number \| [0-9]+ tokens/s, " || fail "no GPT tokens/s row with --attention math"
+grep -F "${gpt2}tokens/s and MFU (dptrain, --recompute blocks, batch 2) |" "$table" |
+  grep -qE "\| $number \| [0-9]+ tokens/s, .*device buffers" || fail "no GPT tokens/s row with --recompute blocks"
 # The attention rows: dptrain's core with math and fused on each shape, and
 # PyTorch SDPA's beside them where torch is installed.
 for impl in math fused; do

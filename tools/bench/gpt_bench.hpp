@@ -44,7 +44,7 @@ struct AttentionShape {
 
 struct GptArgs {
   std::vector<std::string> what;  // gemm, layers, throughput, attention (all: gemm and layers)
-  std::string model, device = "cpu", precision = "fp32", attention = "auto";
+  std::string model, device = "cpu", precision = "fp32", attention = "auto", recompute = "none";
   std::vector<AttentionShape> attention_shapes;  // of the attention rows
   int tokens = 64, vocab = 256, batch = 32, threads = 1, repeats = 0, warmup = 3;
   float lr = 3e-3f, beta2 = 0.95f, weight_decay = 0.1f, clip = 1.0f;
@@ -270,7 +270,9 @@ inline OptimizerConfig adamw(const GptArgs& a, const Model& m) {
 // A model with what train_step needs, as the trainer has it on one rank.
 struct Gpt {
   Gpt(Backend& be, const GptArgs& a, std::uint32_t seed)
-      : be(be), args(a), model(be, parse_model_spec(a.model), Shape{a.tokens}, a.batch, a.vocab),
+      : be(be), args(a),
+        model(be, parse_model_spec(a.model), Shape{a.tokens}, a.batch, a.vocab,
+              parse_recompute(a.recompute)),
         opt(be, (model.init(1), adamw(a, model)), model.num_params()), data(be, a, seed),
         stats(be, 2), comm(make_mpi_communicator(MPI_COMM_SELF)) {}
   // One step queued (train_step reads the NaN count back halfway, so the
