@@ -131,7 +131,7 @@ void print_rank_activations(const CheckpointData& ck, int ranks, std::ostream& o
   const int rows = static_cast<int>(rows_per_rank);
   const auto be = make_backend("cpu", BackendOptions{});
   const Model model(*be, parse_model_spec(ck.meta.model), input, 1,
-                    static_cast<int>(ck.vocab_size));
+                    static_cast<int>(ck.vocab_size), Recompute::kNone, ModelStorage::kPlanOnly);
   const ActivationPlan plain = model.activation_plan(rows, Recompute::kNone);
   const ActivationPlan recomputed = model.activation_plan(rows, Recompute::kBlocks);
   out << "  activations:     " << human_bytes(plain.total()) << " for " << rows

@@ -32,17 +32,19 @@ Recompute parse_recompute(const std::string& name) {
 }
 
 Model::Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input,
-             int max_rows, int vocab, Recompute recompute)
-    : Model(backend, build_layers(specs, input, vocab), input, max_rows, vocab, recompute) {}
+             int max_rows, int vocab, Recompute recompute, ModelStorage storage)
+    : Model(backend, build_layers(specs, input, vocab), input, max_rows, vocab, recompute,
+            storage) {}
 
 Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
-             int max_rows, int vocab, Recompute recompute)
+             int max_rows, int vocab, Recompute recompute, ModelStorage storage)
     : be_(backend),
       layers_(std::move(layers)),
       input_(input),
       max_rows_(max_rows),
       vocab_(vocab),
-      recompute_(recompute == Recompute::kBlocks) {
+      recompute_(recompute == Recompute::kBlocks),
+      plan_only_(storage == ModelStorage::kPlanOnly) {
   DPT_REQUIRE(!layers_.empty(), ExitCode::kUsage, "the model needs at least one layer");
   DPT_REQUIRE(input_.rank() >= 1, ExitCode::kData, "the model input needs at least one dimension");
   DPT_REQUIRE(max_rows_ >= 0, ExitCode::kOther, "max_rows must not be negative");
@@ -70,9 +72,11 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     shape = l.output_shape();
   }
 
-  params_ = DeviceBuffer<float>(be_, num_params());
-  grads_ = DeviceBuffer<float>(be_, num_params());
-  buffers_ = DeviceBuffer<float>(be_, num_buffers());
+  if (!plan_only_) {
+    params_ = DeviceBuffer<float>(be_, num_params());
+    grads_ = DeviceBuffer<float>(be_, num_params());
+    buffers_ = DeviceBuffer<float>(be_, num_buffers());
+  }
   const std::size_t held_before = be_.buffer_bytes();
   const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get(), &arena_};
   for (std::size_t li = 0; li < layers_.size(); ++li) {
@@ -95,8 +99,12 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
   dbuf_b_ = model_buffer(max_input, Lifetime::kPass);
   // Buffers layers allocate themselves (per channel, a few floats).
   own_layer_bytes_ = be_.buffer_bytes() - held_before;
-  arena_.allocate(be_, max_rows_, recompute_);
-  activation_bytes_ = be_.buffer_bytes() - held_before;
+  if (plan_only_) {
+    activation_bytes_ = activation_plan(max_rows_, this->recompute()).total();
+  } else {
+    arena_.allocate(be_, max_rows_, recompute_);
+    activation_bytes_ = be_.buffer_bytes() - held_before;
+  }
   largest_activation_bytes_ = std::max(dout_.size(), dbuf_a_.size());
   for (const auto& a : acts_) largest_activation_bytes_ = std::max(largest_activation_bytes_, a.size());
   largest_activation_bytes_ *= sizeof(float);
@@ -114,6 +122,7 @@ ActivationPlan Model::activation_plan(int rows, Recompute recompute) const {
 }
 
 void Model::init(std::uint64_t seed) {
+  require_storage("init");
   std::vector<float> params(num_params(), 0.0f), buffers(num_buffers(), 0.0f);
   const ArenaPointers host{params.data(), nullptr, buffers.data()};
   for (std::size_t li = 0; li < layers_.size(); ++li) {
@@ -131,7 +140,12 @@ ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const 
   return {acts_[li - 1].get(), rows, layers_[li - 1]->output_shape()};
 }
 
+void Model::require_storage(const char* what) const {
+  DPT_REQUIRE(!plan_only_, ExitCode::kOther, std::string("Model::") + what + " on a model built to plan only");
+}
+
 const float* Model::forward(const float* x, int rows, LayerListener* events, Mode mode) {
+  require_storage("forward");
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
               "forward with " + std::to_string(rows) + " rows, more than max_rows " +
                   std::to_string(max_rows_));
@@ -152,6 +166,7 @@ const float* Model::forward(const float* x, int rows, LayerListener* events, Mod
 }
 
 void Model::backward(const float* x, const float* dout, int rows, LayerListener* events) {
+  require_storage("backward");
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
               "backward with " + std::to_string(rows) + " rows, more than max_rows " +
                   std::to_string(max_rows_));

@@ -4,7 +4,8 @@
 // --fit-gib G, the largest micro-batch per rank whose plan fits G GiB. The
 // activations come from the model's own arena layout (Model::
 // activation_plan(rows, recompute)), the same code that sizes a run, for a
-// model built here for one row: nothing of the batch's size is allocated.
+// model built here to plan only: neither its parameters nor anything of the
+// batch's size is allocated, so a model larger than this machine is planned.
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -48,7 +49,8 @@ void TrainingRun::print_memory_plan() {
   std::unique_ptr<Model> model;
   agree(mpi_.world(), [&] {
     model = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info), 1,
-                                    model_vocab(train_.info));
+                                    model_vocab(train_.info), Recompute::kNone,
+                                    ModelStorage::kPlanOnly);
   });
   if (mpi_.rank() != 0) return;
   RankMemory mem = rank_memory(model->num_params(), state_arrays_of(optimizer_config(opts_)),

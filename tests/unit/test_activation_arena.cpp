@@ -98,6 +98,13 @@ void expect_plan_is_allocation(const char* spec, const Shape& input, int vocab, 
   auto be = make_cpu_backend(BackendOptions{});
   const auto specs = parse_model_spec(spec);
   Model one(*be, specs, input, 1, vocab);
+  // A model that only plans allocates neither arenas nor activations (only
+  // what layers hold per channel), plans alike, and runs nothing.
+  const std::size_t held = be->buffer_bytes();
+  Model plan(*be, specs, input, 1, vocab, Recompute::kNone, ModelStorage::kPlanOnly);
+  EXPECT_LE(be->buffer_bytes() - held, 1024u) << spec;
+  EXPECT_THROW(plan.init(1), Error);
+  EXPECT_THROW(plan.forward(nullptr, 1), Error);
   for (const Recompute how : {Recompute::kNone, Recompute::kBlocks})
     for (const int rows : {1, 3, 17}) {
       const std::size_t before = be->buffer_bytes();
@@ -107,6 +114,7 @@ void expect_plan_is_allocation(const char* spec, const Shape& input, int vocab, 
           << spec << " rows " << rows;
       EXPECT_EQ(one.activation_plan(rows, how).total(), m.activation_bytes())
           << spec << " rows " << rows << " recompute " << (how == Recompute::kBlocks);
+      EXPECT_EQ(plan.activation_plan(rows, how).total(), m.activation_bytes()) << spec;
     }
   const std::size_t recomputed = one.activation_plan(8, Recompute::kBlocks).kept;
   const std::size_t kept = one.activation_plan(8, Recompute::kNone).kept;

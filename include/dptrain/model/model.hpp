@@ -31,6 +31,13 @@ enum class Recompute { kNone, kBlocks };
 // "none" or "blocks"; anything else is Error(kUsage).
 Recompute parse_recompute(const std::string& name);
 
+// kPlanOnly: a model that only plans (train --plan-only, inspect): its
+// layers reserve as usual, but neither the parameter, gradient and buffer
+// arenas nor the activation arena are allocated, so a model far larger than
+// this machine can be planned; activation_plan works, init, forward and
+// backward refuse.
+enum class ModelStorage { kAllocated, kPlanOnly };
+
 // A model's activation memory for some rows: what forward keeps for
 // backward (layer outputs, saved tensors: the activations proper) and the
 // workspace of a pass (gradient buffers, per-pass scratch).
@@ -47,10 +54,12 @@ class Model {
   Model(Backend& backend, const std::vector<LayerSpec>& specs, int input_dim, int max_rows);
   // vocab > 0: samples are token ids [N, T] of that vocabulary (input {T}).
   Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input, int max_rows,
-        int vocab = 0, Recompute recompute = Recompute::kNone);
+        int vocab = 0, Recompute recompute = Recompute::kNone,
+        ModelStorage storage = ModelStorage::kAllocated);
   // Layers already built for `input` (build_layers, or layers a test makes).
   Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
-        int max_rows, int vocab = 0, Recompute recompute = Recompute::kNone);
+        int max_rows, int vocab = 0, Recompute recompute = Recompute::kNone,
+        ModelStorage storage = ModelStorage::kAllocated);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -129,6 +138,8 @@ class Model {
   ConstTensorView input_of(std::size_t li, const float* x, int rows) const;
   // A buffer of the model's own in the activation arena, per_row floats a row.
   ArenaBuffer<float> model_buffer(std::size_t per_row, Lifetime life);
+  // Error(kOther) naming `what` on a model built with kPlanOnly.
+  void require_storage(const char* what) const;
 
   Backend& be_;
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -137,7 +148,7 @@ class Model {
   int vocab_;
   std::vector<ParamInfo> params_layout_, buffers_layout_;
   StepInfo step_;  // layers hold a pointer to it
-  bool recompute_;
+  bool recompute_, plan_only_;
   std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0, own_layer_bytes_ = 0;
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
   DeviceBuffer<float> params_, grads_, buffers_;
