@@ -63,6 +63,7 @@ po::options_description model_group(Options& o) {
       ("weight-decay-params", po::value(&o.weight_decay_params)->default_value(o.weight_decay_params), "all | matrices (decay only tensors of rank >= 2: weights and embeddings, not biases or norm scales)")
       ("clip-grad-norm", po::value(&o.clip_grad_norm)->default_value(o.clip_grad_norm), "0 = off; else scale the averaged gradient by min(1, X / (||g|| + 1e-6)) before the step, as torch.nn.utils.clip_grad_norm_; train events then carry grad_norm")
       ("shard-optimizer", po::bool_switch(&o.shard_optimizer), "ZeRO stage 1: each rank keeps and updates only its 1/P slice of the optimizer state (gradients reduce-scattered, parameters all-gathered); same results, optimizer memory / P; checkpoints unchanged")
+      ("shard-params", po::bool_switch(&o.shard_params), "ZeRO stage 3 / FSDP: each rank keeps only its 1/P slice of the parameters, gradients and optimizer state; each top-level layer's parameters are all-gathered before its forward and its backward, its gradient reduce-scattered after; the results of --shard-optimizer; checkpoints unchanged")
       ("accumulate", po::value(&o.accumulate)->default_value(o.accumulate), "gradient accumulation: run each rank's shard as K micro-batches (activations for shard/K rows) and sum their gradients before the step's one reduction; the step is the same global-batch mean")
       ("recompute", po::value(&o.recompute)->default_value(o.recompute), "none | blocks: keep only each top-level layer's input (and output) from forward and run the layer's forward again right before its backward; the same results bit for bit, less activation memory, about one more forward of time")
       ("beta1", po::value(&o.beta1)->default_value(o.beta1), "adam beta1")
@@ -177,6 +178,9 @@ void check_train(const Options& o) {
   require_positive(o.accumulate, "accumulate");
   if (o.accumulate > 65536) usage_error("--accumulate must be at most 65536, got " + std::to_string(o.accumulate));
   parse_recompute(o.recompute);
+  if (o.shard_params && o.accumulate > 1)
+    usage_error("--shard-params with --accumulate is not supported yet (each backward pass is "
+                "reduce-scattered as it runs)");
   require_nonnegative(static_cast<double>(o.plan_ranks), "plan-ranks");
   if (!(o.fit_gib >= 0.0) || !std::isfinite(o.fit_gib)) usage_error("--fit-gib must be a finite number >= 0");
   if (!o.plan_only && (o.plan_ranks > 0 || o.fit_gib > 0))

@@ -153,6 +153,16 @@ void print_rank_memory(const CheckpointData& ck, int ranks, std::ostream& out) {
     out << (sliced ? "  sharded:         " : "  on " + std::to_string(ranks) + " rank(s):    ")
         << describe(m) << "\n";
   }
+  // --shard-params needs the units: the top-level layers of the spec.
+  const Shape input = checkpoint_input(ck);
+  if (input.rank() > 0) {
+    const auto be = make_backend("cpu", BackendOptions{});
+    const Model plan(*be, parse_model_spec(ck.meta.model), input, 1, static_cast<int>(ck.vocab_size),
+                     Recompute::kNone, ModelStorage::kPlanOnly);
+    const RankMemory m = rank_memory(ck.params.size(), arrays, ranks, true, false, true,
+                                     plan.largest_layer_params());
+    out << "  --shard-params:  " << describe(m) << "\n";
+  }
   out << "                   (per rank, before activations; --accumulate K > 1 adds one "
          "gradient arena)\n";
   print_rank_activations(ck, ranks, out);

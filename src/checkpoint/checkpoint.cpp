@@ -93,10 +93,12 @@ void check_arena(const std::vector<ParamInfo>& layout, std::size_t values, const
 void check_data(const CheckpointData& data, const std::string& path) {
   if (data.param_layout.empty()) fail(path, "cannot write checkpoint: the model has no parameters");
   std::set<std::string> names;
-  check_arena(data.param_layout, data.params.size(), "parameters", names, path);
+  check_arena(data.param_layout, data.params_fetch ? arena_size(data.param_layout) : data.params.size(),
+              "parameters", names, path);
   check_arena(data.buffer_layout, data.buffers.size(), "buffer values", names, path);
   for (const auto& s : data.optimizer_state)
-    if ((s.fetch ? !s.values.empty() : s.values.size() != data.params.size()) || bad_name(s.name))
+    if ((s.fetch ? !s.values.empty() : s.values.size() != arena_size(data.param_layout)) ||
+        bad_name(s.name))
       fail(path, "cannot write checkpoint: optimizer state '" + s.name + "' is misshaped");
 }
 
@@ -133,7 +135,8 @@ void write_contents(hid_t f, const CheckpointData& data) {
                           std::vector<std::int64_t>(data.input_shape.begin(), data.input_shape.end()),
                           kCode);
   if (data.vocab_size > 0) h5::write_attr(f, kVocabAttr, data.vocab_size, kCode);
-  write_arena(f, "/model", data.param_layout, data.params);
+  if (data.params_fetch) write_arena(f, "/model", data.param_layout, data.params_fetch);
+  else write_arena(f, "/model", data.param_layout, data.params);
   write_buffers(f, data);
 
   h5::Group opt = h5::create_group(f, "/optimizer", kCode);

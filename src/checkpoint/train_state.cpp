@@ -1,6 +1,7 @@
 // Implements: restore_state, save_state, check_towers (see train_state.hpp).
 #include "dptrain/checkpoint/train_state.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -38,6 +39,9 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
   // Sliced (--shard-optimizer): rank 0 keeps the arrays it read, then sends
   // each rank its slice. A file of either kind resumes either way.
   std::vector<std::vector<float>> whole_state;
+  // --shard-params: rank 0 keeps the parameters it read to send each rank its slice.
+  const bool sliced_params = model.param_slice() != nullptr;
+  std::vector<std::vector<float>> whole_params;
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
     std::string path;
@@ -88,7 +92,8 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
       header.step = ck.meta.step;
       header.optimizer_step = ck.meta.optimizer_step;
     }
-    be.copy_to_device(model.params(), ck.params.data(), ck.params.size() * sizeof(float));
+    if (sliced_params) whole_params.push_back(std::move(ck.params));
+    else be.copy_to_device(model.params(), ck.params.data(), ck.params.size() * sizeof(float));
     if (!ck.buffers.empty())
       be.copy_to_device(model.buffers(), ck.buffers.data(), ck.buffers.size() * sizeof(float));
     header.have_weights = 1;
@@ -100,7 +105,10 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
   static_assert(sizeof(RestoreHeader) == 4 * sizeof(std::int64_t));
   DPT_MPI_CHECK(MPI_Bcast(&header, 4, MPI_INT64_T, 0, mpi.world()));
   if (header.have_weights) {
-    rt.comm->broadcast(model.params(), model.num_params() * sizeof(float), 0);
+    if (sliced_params)
+      scatter_state_slices(mpi.world(), be, state_slices, whole_params, {model.param_slice()});
+    else
+      rt.comm->broadcast(model.params(), model.num_params() * sizeof(float), 0);
     if (model.num_buffers())
       rt.comm->broadcast(model.buffers(), model.num_buffers() * sizeof(float), 0);
   }
@@ -122,9 +130,11 @@ void write_state(const std::string& path, bool in_checkpoint_dir, const Options&
                  const MpiSession& mpi, Backend& be, Model& model, Optimizer& opt, LossKind loss,
                  const BatchPlan& plan, std::uint64_t step, StateSliceGather* gather) {
   // Refuse to persist a broken state: a resumed run must never start from it.
-  DPT_REQUIRE(be.count_nonfinite(model.params(), model.num_params()) == 0, ExitCode::kNumeric,
-              "refusing to write checkpoint " + path + ": parameters hold NaN/Inf at step " +
-                  std::to_string(step));
+  const std::string broken = "refusing to write checkpoint " + path +
+                             ": parameters hold NaN/Inf at step " + std::to_string(step);
+  const bool sliced_params = model.param_slice() != nullptr;
+  DPT_REQUIRE(sliced_params || be.count_nonfinite(model.params(), model.num_params()) == 0,
+              ExitCode::kNumeric, broken);
   CheckpointData ck;
   const BatchSlot slot = plan.slot(step);
   ck.meta.model = model.spec();
@@ -141,8 +151,17 @@ void write_state(const std::string& path, bool in_checkpoint_dir, const Options&
     ck.input_shape.push_back(static_cast<std::size_t>(model.input_shape()[i]));
   ck.vocab_size = model.vocab();
   ck.param_layout = model.param_layout();
-  ck.params.resize(model.num_params());
-  be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));
+  if (sliced_params) {
+    // Gathered array 0 of the slices (save_state), tensor by tensor.
+    ck.params_fetch = [gather, broken](const ParamInfo& p, float* out) {
+      gather->fetch(0, p, out);
+      for (std::size_t i = 0; i < p.count; ++i)
+        DPT_REQUIRE(std::isfinite(out[i]), ExitCode::kNumeric, broken);
+    };
+  } else {
+    ck.params.resize(model.num_params());
+    be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));
+  }
   ck.buffer_layout = model.buffer_layout();
   ck.buffers.resize(model.num_buffers());
   if (!ck.buffers.empty())
@@ -151,7 +170,8 @@ void write_state(const std::string& path, bool in_checkpoint_dir, const Options&
   for (std::size_t i = 0; i < states.size(); ++i) {
     CheckpointData::State st{states[i].name, {}, {}};
     if (gather) {
-      st.fetch = [gather, i](const ParamInfo& p, float* out) { gather->fetch(i, p, out); };
+      const std::size_t s = i + (sliced_params ? 1 : 0);  // the parameters come first
+      st.fetch = [gather, s](const ParamInfo& p, float* out) { gather->fetch(s, p, out); };
     } else {
       st.values.resize(opt.size());
       be.copy_to_host(st.values.data(), states[i].data, opt.size() * sizeof(float));
@@ -175,8 +195,11 @@ void save_state(const std::string& path, bool in_checkpoint_dir, const Options& 
   Backend& be = *rt.backend;
   // Sliced: rank 0 gathers the state tensor by tensor as it writes them.
   std::optional<StateSliceGather> gather;
-  if (!state_slices.empty())
-    gather.emplace(mpi.world(), be, model.param_layout(), state_slices, state_arrays(opt));
+  if (!state_slices.empty()) {
+    std::vector<float*> arrays = state_arrays(opt);
+    if (model.param_slice()) arrays.insert(arrays.begin(), model.param_slice());
+    gather.emplace(mpi.world(), be, model.param_layout(), state_slices, std::move(arrays));
+  }
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) {
       if (gather) gather->serve();

@@ -44,7 +44,8 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
       max_rows_(max_rows),
       vocab_(vocab),
       recompute_(recompute == Recompute::kBlocks),
-      plan_only_(storage == ModelStorage::kPlanOnly) {
+      plan_only_(storage == ModelStorage::kPlanOnly),
+      storage_(storage) {
   DPT_REQUIRE(!layers_.empty(), ExitCode::kUsage, "the model needs at least one layer");
   DPT_REQUIRE(input_.rank() >= 1, ExitCode::kData, "the model input needs at least one dimension");
   DPT_REQUIRE(max_rows_ >= 0, ExitCode::kOther, "max_rows must not be negative");
@@ -72,11 +73,11 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     shape = l.output_shape();
   }
 
-  if (!plan_only_) {
+  if (storage_ == ModelStorage::kAllocated) {
     params_ = DeviceBuffer<float>(be_, num_params());
     grads_ = DeviceBuffer<float>(be_, num_params());
-    buffers_ = DeviceBuffer<float>(be_, num_buffers());
   }
+  if (!plan_only_) buffers_ = DeviceBuffer<float>(be_, num_buffers());
   const std::size_t held_before = be_.buffer_bytes();
   const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get(), &arena_};
   for (std::size_t li = 0; li < layers_.size(); ++li) {
@@ -123,16 +124,62 @@ ActivationPlan Model::activation_plan(int rows, Recompute recompute) const {
 
 void Model::init(std::uint64_t seed) {
   require_storage("init");
+  if (!params_.get()) {  // kShardedParams: the buffers only, a layer at a time
+    std::vector<float> host, buffers(num_buffers(), 0.0f);
+    for (std::size_t li = 0; li < layers_.size(); ++li) {
+      const ArenaRange mine = layer_params(li);
+      host.assign(mine.count, 0.0f);
+      const bool next_rectifies = li + 1 < layers_.size() && layers_[li + 1]->rectifies();
+      layers_[li]->init(seed, next_rectifies,
+                        {arena_base(host.data(), mine.offset), nullptr, buffers.data()});
+    }
+    if (!buffers.empty())
+      be_.copy_to_device(buffers_.get(), buffers.data(), buffers.size() * sizeof(float));
+    return;
+  }
   std::vector<float> params(num_params(), 0.0f), buffers(num_buffers(), 0.0f);
   const ArenaPointers host{params.data(), nullptr, buffers.data()};
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const bool next_rectifies = li + 1 < layers_.size() && layers_[li + 1]->rectifies();
     layers_[li]->init(seed, next_rectifies, host);
   }
-  if (!params.empty())
+  if (!params.empty() && params_.get())
     be_.copy_to_device(params_.get(), params.data(), params.size() * sizeof(float));
   if (!buffers.empty())
     be_.copy_to_device(buffers_.get(), buffers.data(), buffers.size() * sizeof(float));
+}
+
+void Model::init_params(std::uint64_t seed, ArenaRange range, float* dst) const {
+  std::vector<float> host, buffers(num_buffers(), 0.0f);
+  const std::size_t end = range.offset + range.count;
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const ArenaRange mine = layer_params(li);
+    const std::size_t from = std::max(mine.offset, range.offset);
+    const std::size_t to = std::min(mine.offset + mine.count, end);
+    if (from >= to) continue;
+    host.assign(mine.count, 0.0f);  // zero-filled, as init hands them over
+    const bool next_rectifies = li + 1 < layers_.size() && layers_[li + 1]->rectifies();
+    const ArenaPointers at{arena_base(host.data(), mine.offset), nullptr, buffers.data()};
+    layers_[li]->init(seed, next_rectifies, at);
+    be_.copy_to_device(dst + (from - range.offset), host.data() + (from - mine.offset),
+                       (to - from) * sizeof(float));
+  }
+}
+
+ArenaRange Model::layer_params(std::size_t li) const {
+  const auto& p = layers_[li]->params();
+  if (p.empty()) return {0, 0};
+  return {p.front().offset, p.back().offset + p.back().count - p.front().offset};
+}
+
+std::size_t Model::largest_layer_params() const {
+  std::size_t most = 0;
+  for (std::size_t li = 0; li < layers_.size(); ++li) most = std::max(most, layer_params(li).count);
+  return most;
+}
+
+void Model::bind_layer(std::size_t li, float* params_base, float* grads_base) {
+  layers_[li]->bind({params_base, grads_base, buffers_.get(), &arena_}, &step_);
 }
 
 ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const {
@@ -172,7 +219,7 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
                   std::to_string(max_rows_));
   if (rows == 0 || first_trained_ == layers_.size()) {
     // An empty shard still takes part in the all-reduce: it adds exact zeros.
-    if (num_params()) be_.fill(grads_.get(), 0.0f, num_params());
+    if (num_params() && grads_.get()) be_.fill(grads_.get(), 0.0f, num_params());
     for (std::size_t li = layers_.size(); li-- > 0;) {  // the peers' order, last layer first
       if (events && !layers_[li]->params().empty()) events->before_backward(li);
       if (rows == 0 && layers_[li]->communicates()) layers_[li]->backward_empty(be_);

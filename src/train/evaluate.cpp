@@ -13,7 +13,8 @@
 namespace dptrain {
 
 void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& model, LossKind loss,
-                  std::uint64_t batch_size, std::size_t cache_bytes, const BatchOutputs& on_batch) {
+                  std::uint64_t batch_size, std::size_t cache_bytes, const BatchOutputs& on_batch,
+                  LayerListener* events) {
   const BatchPlan plan(set.info.rows, batch_size);
   const FeatureType wire = feature_wire(set.info);
   std::unique_ptr<InputQueue> queue;
@@ -34,19 +35,24 @@ void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& mod
   for (std::uint64_t s = 0; s < plan.steps_per_epoch(); ++s) {
     const BatchSlot slot = plan.slot(s);
     const Shard& dev = next_shard(queue.get(), scatter, slot.rows, shard);
-    const float* out = dev.rows > 0 ? model.forward(dev.features, dev.rows, nullptr, Mode::kEval) : nullptr;
+    const float* out = dev.rows > 0 || events
+                           ? model.forward(dev.features, dev.rows, events, Mode::kEval)
+                           : nullptr;
+    if (dev.rows == 0) out = nullptr;
     on_batch(slot, dev, out);
   }
 }
 
 EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, SharedSet& set,
-                    Model& model, LossKind loss, std::uint64_t batch_size, std::size_t cache_bytes) {
+                    Model& model, LossKind loss, std::uint64_t batch_size, std::size_t cache_bytes,
+                    LayerListener* events) {
   DeviceBuffer<float> stats(be, 2);
   forward_pass(mpi, be, set, model, loss, batch_size, cache_bytes,
                [&](const BatchSlot&, const Shard& shard, const float* out) {
                  apply_loss(be, loss, out, shard, model.output_shape(), 0.0f, nullptr,
                             stats.get());
-               });
+               },
+               events);
   comm.allreduce_sum(stats.get(), 2);
   float host[2] = {0, 0};
   be.copy_to_host(host, stats.get(), sizeof host);

@@ -6,17 +6,23 @@
 namespace dptrain {
 
 RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool state_sliced,
-                       bool accumulates) {
+                       bool accumulates, bool params_sliced, std::uint64_t largest_unit) {
   RankMemory m;
   m.ranks = ranks;
+  state_sliced = state_sliced || params_sliced;
   m.state_sliced = state_sliced;
+  m.params_sliced = params_sliced;
   const std::uint64_t floats = sizeof(float);
-  m.params = m.grads = num_params * floats;
+  m.params = m.grads = m.params_whole = num_params * floats;
   if (accumulates) m.accumulation = num_params * floats;
   m.state_whole = static_cast<std::uint64_t>(state_arrays) * num_params * floats;
   const auto p = static_cast<std::uint64_t>(ranks > 0 ? ranks : 1);
   m.state_slice = static_cast<std::uint64_t>(state_arrays) * ((num_params + p - 1) / p) * floats;
   m.state = state_sliced ? m.state_slice : m.state_whole;
+  if (params_sliced) {
+    m.params = m.grads = ((num_params + p - 1) / p) * floats;  // rank 0's, the largest
+    m.unit_buffers = 3 * largest_unit * floats;
+  }
   return m;
 }
 
@@ -33,6 +39,9 @@ std::string human_bytes(std::uint64_t bytes) {
 
 std::string describe(const RankMemory& m) {
   std::string s = "parameters " + human_bytes(m.params) + ", gradients " + human_bytes(m.grads);
+  if (m.params_sliced)
+    s += " (slices 1/" + std::to_string(m.ranks) + " of " + human_bytes(m.params_whole) +
+         "; unit buffers " + human_bytes(m.unit_buffers) + ")";
   if (m.accumulation) s += " (+" + human_bytes(m.accumulation) + " accumulation)";
   s += ", optimizer state " + human_bytes(m.state);
   if (m.state_sliced && m.ranks > 1)

@@ -77,7 +77,8 @@ void TrainingRun::train_one(std::uint64_t step) {
       timeline_.add(name, timeline_category::kComm, kTimelineCommThread, started, done,
                     static_cast<std::int64_t>(step));
     });
-  if (test_hooks::perturb_tower_at(mpi_.rank(), step)) poke(be, model_->params(), 1234.5f);
+  if (test_hooks::perturb_tower_at(mpi_.rank(), step) && model_->params())
+    poke(be, model_->params(), 1234.5f);
   if (finite) lr_ = step_lr;
   else skip_nonfinite_step(step);
   progress_->add_step(
@@ -128,8 +129,10 @@ void TrainingRun::after_step(std::uint64_t step) {
   if (policy_->eval_due(step, epoch_end)) {
     StepScope scope(watchdog_, timeline_, step,
                     {"evaluation", "evaluation", "evaluation", timeline_category::kEval});
+    // --shard-params: every rank takes part in the gathers of every batch.
+    LayerListener* gathers = opts_.shard_params ? sync_.get() : nullptr;
     const EvalResult r = evaluate(mpi_, *rt_.backend, *rt_.comm, *val_, *model_, loss_, eval_batch_,
-                                  cache_bytes_);
+                                  cache_bytes_, gathers);
     progress_->eval(step + 1, epoch_end ? slot.epoch + 1 : slot.epoch, opts_.val_set, loss_, r);
   }
 }
@@ -174,7 +177,8 @@ Progress::MemoryMib TrainingRun::memory_figures() const {
   const Backend& be = *rt_.backend;
   const RankMemory planned = rank_memory(model_->num_params(), optimizer_->state_arrays(),
                                          mpi_.size(), !sync_->state_slices().empty(),
-                                         opts_.accumulate > 1);
+                                         opts_.accumulate > 1, opts_.shard_params,
+                                         model_->largest_layer_params());
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);  // ru_maxrss in KiB on Linux
   constexpr double kMiB = 1024.0 * 1024.0;

@@ -95,7 +95,8 @@ LoopPolicy loop_policy(const Options& o, std::uint64_t total_steps) {
   LoopPolicy p;
   p.total_steps = total_steps;
   p.log_every = static_cast<std::uint64_t>(std::max<std::int64_t>(1, o.log_every));
-  p.check_every = static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.check_every));
+  // --shard-params: each rank holds another slice, there are no towers to compare.
+  p.check_every = o.shard_params ? 0 : static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.check_every));
   p.checkpoint_every = static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.checkpoint_every));
   p.has_val_set = !o.val_set.empty();
   p.has_checkpoint_dir = !o.checkpoint_dir.empty();
@@ -212,17 +213,23 @@ void TrainingRun::build_model() {
   const int max_rows = std::max(micro_rows, max_shard_rows(eval_batch_, mpi_.size()));
   check_model_fits(mpi_, layers_, train_.info, class_labels(loss_));
   agree(mpi_.world(), [&] {
-    model_ = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info),
-                                     max_rows, model_vocab(train_.info),
-                                     parse_recompute(opts_.recompute));
+    model_ = std::make_unique<Model>(
+        *rt_.backend, layers_, sample_shape(train_.info), max_rows, model_vocab(train_.info),
+        parse_recompute(opts_.recompute),
+        opts_.shard_params ? ModelStorage::kShardedParams : ModelStorage::kAllocated);
     model_->init(opts_.seed);
   });
   // Rank 0's weights are the reference: every tower starts bitwise identical.
-  rt_.comm->broadcast(model_->params(), model_->num_params() * sizeof(float), 0);
+  // (--shard-params: each rank initializes its own slice from the seed.)
+  if (model_->params())
+    rt_.comm->broadcast(model_->params(), model_->num_params() * sizeof(float), 0);
   OptimizerConfig oc = optimizer_config(opts_);
   if (!oc.decay_all) oc.decay_ranges = matrices_decay_ranges(model_->param_layout());
-  sync_ = make_sync_strategy(
-      opts_, {*rt_.backend, *rt_.comm, *model_, static_cast<std::size_t>(opts_.bucket_mb * 1048576.0)});
+  agree(mpi_.world(), [&] {
+    sync_ = make_sync_strategy(opts_, {*rt_.backend, *rt_.comm, *model_,
+                                       static_cast<std::size_t>(opts_.bucket_mb * 1048576.0),
+                                       opts_.seed});
+  });
   optimizer_ = std::make_unique<Optimizer>(*rt_.backend, oc, model_->num_params(), sync_->owned());
   schedule_ = schedule_config(opts_, total_steps_);
   start_ = restore_state(opts_, mpi_, rt_, *model_, *optimizer_, loss_, *plan_,
@@ -286,7 +293,8 @@ void TrainingRun::print_summary() const {
                 (shards.front() + static_cast<int>(opts_.accumulate) - 1) /
                     static_cast<int>(opts_.accumulate));
   RankMemory mem = rank_memory(model_->num_params(), optimizer_->state_arrays(), mpi_.size(),
-                               !sync_->state_slices().empty(), opts_.accumulate > 1);
+                               !sync_->state_slices().empty(), opts_.accumulate > 1,
+                               opts_.shard_params, model_->largest_layer_params());
   mem.activations = model_->activation_bytes();
   mem.largest_activation = model_->largest_activation_bytes();
   mem.activation_rows = model_->max_rows();

@@ -38,6 +38,10 @@ struct CheckpointData {
   std::int64_t vocab_size = 0;
   std::vector<ParamInfo> param_layout;   // every parameter tensor, in arena order
   std::vector<float> params;             // arena_size(param_layout) values
+  // Writing only, when params is empty: fills one parameter tensor, called
+  // once per tensor in arena order before any optimizer state's fetch
+  // (parameters kept in slices, --shard-params).
+  std::function<void(const ParamInfo&, float*)> params_fetch;
   std::vector<ParamInfo> buffer_layout;  // non-trained tensors (running statistics)
   std::vector<float> buffers;            // arena_size(buffer_layout) values
   struct State {

@@ -42,6 +42,20 @@ struct ParamInfo {
   friend bool operator==(const ParamInfo&, const ParamInfo&) = default;
 };
 
+// A stretch of the parameter arena: [offset, offset + count) floats.
+struct ArenaRange {
+  std::size_t offset = 0, count = 0;
+};
+
+// A base such that base + offset == at: how a slice or a gathered unit of an
+// arena stands in for the whole arena (layers and the optimizer address
+// parameters by arena offset). Computed through an integer, since base
+// itself may lie outside any buffer; only base + offsets within the
+// buffer's range are ever used.
+inline float* arena_base(float* at, std::size_t offset) {
+  return reinterpret_cast<float*>(reinterpret_cast<std::uintptr_t>(at) - offset * sizeof(float));
+}
+
 // Floats in an arena laid out as `tensors` (end of the last one).
 std::size_t arena_size(const std::vector<ParamInfo>& tensors);
 // Arena offset where each layer's tensors begin, in arena (= layer) order;

@@ -36,7 +36,13 @@ Recompute parse_recompute(const std::string& name);
 // arenas nor the activation arena are allocated, so a model far larger than
 // this machine can be planned; activation_plan works, init, forward and
 // backward refuse.
-enum class ModelStorage { kAllocated, kPlanOnly };
+//
+// kShardedParams (--shard-params): the strategy keeps the parameters and
+// their gradients in slices; the model allocates neither arena (params()
+// and grads() are null) and its buffers and activations as usual. Before a
+// top-level layer runs, the strategy points it at that layer's gathered
+// parameters and a gradient buffer (bind_layer); init_params fills a slice.
+enum class ModelStorage { kAllocated, kPlanOnly, kShardedParams };
 
 // A model's activation memory for some rows: what forward keeps for
 // backward (layer outputs, saved tensors: the activations proper) and the
@@ -64,8 +70,25 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   // Every layer initializes its own tensors from the seed alone (dense: He-
-  // uniform before relu/gelu, else Glorot-uniform; zero biases).
+  // uniform before relu/gelu, else Glorot-uniform; zero biases). Under
+  // kShardedParams only the buffer arena.
   void init(std::uint64_t seed);
+  // The parameters [range.offset, + count) as init(seed) makes them, into
+  // dst (device), one layer's worth of host memory at a time.
+  void init_params(std::uint64_t seed, ArenaRange range, float* dst) const;
+  // The arena range of top-level layer li's parameters (count 0: none).
+  ArenaRange layer_params(std::size_t li) const;
+  // The most parameters a top-level layer has (a unit of --shard-params).
+  std::size_t largest_layer_params() const;
+  // kShardedParams: layer li reads its parameters at params_base + offset
+  // and writes its gradients at grads_base + offset from now on (arena_base
+  // makes such bases from a unit's buffers).
+  void bind_layer(std::size_t li, float* params_base, float* grads_base);
+  // kShardedParams: this rank's slice of the parameters (device), as the
+  // strategy keeps it ([state slice r] of the arena), for checkpoints.
+  void set_param_slice(float* slice) { param_slice_ = slice; }
+  float* param_slice() const { return param_slice_; }
+  ModelStorage storage() const { return storage_; }
 
   // Forward over x[rows, input] (device); returns the output [rows, output].
   // Keeps each layer's output, which backward reads. `events` (a listener,
@@ -149,6 +172,8 @@ class Model {
   std::vector<ParamInfo> params_layout_, buffers_layout_;
   StepInfo step_;  // layers hold a pointer to it
   bool recompute_, plan_only_;
+  ModelStorage storage_;
+  float* param_slice_ = nullptr;
   std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0, own_layer_bytes_ = 0;
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
   DeviceBuffer<float> params_, grads_, buffers_;

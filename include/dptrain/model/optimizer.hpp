@@ -21,10 +21,6 @@ OptimizerKind parse_optimizer(const std::string& name);     // Error(kUsage) on 
 const char* optimizer_name(OptimizerKind kind);             // as --optimizer spells it
 LrScheduleKind parse_lr_schedule(const std::string& name);  // Error(kUsage) on bad name
 
-// A stretch of the parameter arena: [offset, offset + count) floats.
-struct ArenaRange {
-  std::size_t offset = 0, count = 0;
-};
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdam;

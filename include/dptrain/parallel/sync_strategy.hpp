@@ -75,6 +75,7 @@ struct SyncSetup {
   Communicator& comm;
   Model& model;
   std::size_t bucket_bytes = 0;
+  std::uint64_t seed = 0;  // --shard-params: the strategy initializes its slice
 };
 
 // The strategy the options ask for (--shard-optimizer: sliced optimizer

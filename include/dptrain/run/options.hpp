@@ -30,6 +30,7 @@ struct Options {
   std::int64_t warmup_steps = 0, lr_step_size = 1000;
   double lr_gamma = 0.1, min_lr = 0.0;
   bool shard_optimizer = false;  // ZeRO stage 1: optimizer state in 1/P slices
+  bool shard_params = false;     // ZeRO stage 3: parameters, gradients and state in 1/P slices
   std::int64_t accumulate = 1;   // micro-batches per rank and step
   std::string recompute = "none";  // none | blocks: top-level layers run forward again in backward
   // input

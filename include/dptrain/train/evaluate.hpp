@@ -24,9 +24,13 @@ using BatchOutputs = std::function<void(const BatchSlot& slot, const Shard& shar
 
 // Collective: the model's forward pass (eval mode) over every sample of the
 // set, in file order, in global batches of batch_size split across the ranks
-// as in training. Rank 0 reads; the set must be open (open_set).
+// as in training. Rank 0 reads; the set must be open (open_set). events:
+// the model's listener (--shard-params gathers each layer's parameters
+// through it); with one, every rank runs forward on every batch, also on a
+// shard of no rows.
 void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& model, LossKind loss,
-                  std::uint64_t batch_size, std::size_t cache_bytes, const BatchOutputs& on_batch);
+                  std::uint64_t batch_size, std::size_t cache_bytes, const BatchOutputs& on_batch,
+                  LayerListener* events = nullptr);
 
 struct EvalResult {
   double loss = 0.0;
@@ -37,6 +41,7 @@ struct EvalResult {
 // Collective: the mean loss (and accuracy) of the model over the whole set;
 // sums are all-reduced, so every rank returns the same.
 EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, SharedSet& set,
-                    Model& model, LossKind loss, std::uint64_t batch_size, std::size_t cache_bytes);
+                    Model& model, LossKind loss, std::uint64_t batch_size, std::size_t cache_bytes,
+                    LayerListener* events = nullptr);
 
 }  // namespace dptrain

@@ -13,6 +13,9 @@ namespace dptrain {
 struct RankMemory {
   int ranks = 1;
   bool state_sliced = false;     // --shard-optimizer: the state kept in 1/P slices
+  bool params_sliced = false;    // --shard-params: parameters and gradients in 1/P slices too
+  std::uint64_t params_whole = 0;  // the whole parameter arena
+  std::uint64_t unit_buffers = 0;  // --shard-params: two gathered units and one unit's gradient
   std::uint64_t params = 0;        // fp32 parameters, every rank all of them
   std::uint64_t grads = 0;         // fp32 gradient arena
   std::uint64_t accumulation = 0;  // --accumulate K > 1: the earlier micro-batches' sum
@@ -25,15 +28,20 @@ struct RankMemory {
   bool recompute = false;          // activations planned for --recompute blocks
   std::uint64_t kept = 0;          // of the activations, those kept from forward for backward
   std::uint64_t kept_other = 0;    // the same the other way (with / without recomputation)
-  std::uint64_t total() const { return params + grads + accumulation + state + activations; }
+  std::uint64_t total() const {
+    return params + grads + accumulation + state + unit_buffers + activations;
+  }
 };
 
 // The bytes of a model of num_params floats whose optimizer keeps
 // state_arrays arrays of the arena's size (0 plain SGD, 1 momentum, 2 Adam),
 // trained by `ranks` ranks, the state sliced or not: rank 0 holds the largest slice
 // (slice_bounds). Activations are left 0 for the caller to fill in.
+// params_sliced (--shard-params, which slices the state too): parameters and
+// gradients kept in slices, plus three buffers of largest_unit floats.
 RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool state_sliced,
-                       bool accumulates);
+                       bool accumulates, bool params_sliced = false,
+                       std::uint64_t largest_unit = 0);
 
 // "1.5 MiB": three significant digits in B, KiB, MiB, GiB or TiB.
 std::string human_bytes(std::uint64_t bytes);

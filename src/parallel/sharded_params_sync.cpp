@@ -1,0 +1,120 @@
+// Implements: the sharded-parameters strategy (see
+// src/parallel/sharded_params_sync.hpp).
+#include "parallel/sharded_params_sync.hpp"
+
+#include <algorithm>
+
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/common/error.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
+#include "dptrain/telemetry/metrics.hpp"
+
+namespace dptrain {
+
+ShardedParamsSync::ShardedParamsSync(Backend& be, Communicator& comm, Model& model,
+                                     std::uint64_t seed)
+    : be_(be), comm_(comm), model_(model), slices_(slice_bounds(model.num_params(), comm.size())) {
+  DPT_REQUIRE(model.storage() == ModelStorage::kShardedParams, ExitCode::kOther,
+              "--shard-params needs a model built with sharded parameters");
+  largest_ = model.largest_layer_params();
+  const ArenaRange mine = owned();
+  params_ = DeviceBuffer<float>(be, mine.count);
+  grads_ = DeviceBuffer<float>(be, mine.count);
+  for (auto& b : unit_params_) b = DeviceBuffer<float>(be, largest_);
+  unit_grads_ = DeviceBuffer<float>(be, largest_);
+  model.init_params(seed, mine, params_.get());
+  model.set_param_slice(params_.get());
+}
+
+ArenaRange ShardedParamsSync::owned() const {
+  const auto r = static_cast<std::size_t>(comm_.rank());
+  return {slices_[r], slices_[r + 1] - slices_[r]};
+}
+
+std::vector<std::size_t> ShardedParamsSync::pieces(std::size_t layer) const {
+  const ArenaRange unit = model_.layer_params(layer);
+  std::vector<std::size_t> b(slices_.size());
+  for (std::size_t r = 0; r < slices_.size(); ++r)
+    b[r] = std::clamp(slices_[r], unit.offset, unit.offset + unit.count) - unit.offset;
+  return b;
+}
+
+float* ShardedParamsSync::gathered(std::size_t layer) {
+  for (std::size_t i = 0; i < 2; ++i)
+    if (holds_[i] == layer) {
+      last_used_ = i;
+      return unit_params_[i].get();
+    }
+  // The other buffer than the one bound last: that layer may still run.
+  const std::size_t i = 1 - last_used_;
+  float* buf = unit_params_[i].get();
+  const ArenaRange unit = model_.layer_params(layer);
+  const std::vector<std::size_t> b = pieces(layer);
+  const auto me = static_cast<std::size_t>(comm_.rank());
+  if (b[me + 1] > b[me])
+    be_.copy_device(buf + b[me], params_.get() + (unit.offset + b[me] - slices_[me]),
+                    (b[me + 1] - b[me]) * sizeof(float));
+  comm_.allgather(buf, b.data());
+  holds_[i] = layer;
+  last_used_ = i;
+  return buf;
+}
+
+void ShardedParamsSync::before_forward(std::size_t layer) {
+  const ArenaRange unit = model_.layer_params(layer);
+  if (unit.count == 0) return;
+  model_.bind_layer(layer, arena_base(gathered(layer), unit.offset),
+                    arena_base(unit_grads_.get(), unit.offset));
+}
+
+void ShardedParamsSync::before_backward(std::size_t layer) {
+  const ArenaRange unit = model_.layer_params(layer);
+  if (unit.count == 0) return;
+  reduce_pending();
+  float* params = gathered(layer);
+  // A rank with an empty shard runs no backward here: it adds zeros.
+  be_.fill(unit_grads_.get(), 0.0f, unit.count);
+  model_.bind_layer(layer, arena_base(params, unit.offset), arena_base(unit_grads_.get(), unit.offset));
+  pending_ = layer;
+}
+
+void ShardedParamsSync::reduce_pending() {
+  if (pending_ == kNone) return;
+  const ArenaRange unit = model_.layer_params(pending_);
+  const std::vector<std::size_t> b = pieces(pending_);
+  comm_.start_reduce_scatter_sum(unit_grads_.get(), b.data());
+  comm_.wait_all();
+  const auto me = static_cast<std::size_t>(comm_.rank());
+  if (b[me + 1] > b[me])
+    be_.copy_device(grads_.get() + (unit.offset + b[me] - slices_[me]), unit_grads_.get() + b[me],
+                    (b[me + 1] - b[me]) * sizeof(float));
+  pending_ = kNone;
+}
+
+void ShardedParamsSync::begin_backward(bool reduce, const float* earlier) {
+  DPT_REQUIRE(reduce && !earlier, ExitCode::kUsage,
+              "--shard-params reduces every backward pass: --accumulate is not supported with it yet");
+  pending_ = kNone;
+}
+
+void ShardedParamsSync::finish_backward() { reduce_pending(); }
+
+// As SlicedOptimizerSync::update, on the slices themselves; the next
+// forward gathers the new values.
+bool ShardedParamsSync::update(Optimizer& opt, float lr, PhaseTimer* timer) {
+  const ArenaRange mine = opt.owned();
+  const Backend::GradientCheck check = be_.check_gradients(grads_.get(), mine.count, opt.clips());
+  double totals[2] = {static_cast<double>(check.nonfinite), check.sum_squares};
+  comm_.allreduce_host_sum(totals, 2);
+  if (timer) timer->lap(Phase::kComm);
+  if (totals[0] != 0.0) return false;
+  opt.step(arena_base(params_.get(), mine.offset), arena_base(grads_.get(), mine.offset), lr,
+           &totals[1]);
+  holds_ = {kNone, kNone};
+  if (timer) timer->lap(Phase::kOptimizer);
+  return true;
+}
+
+}  // namespace dptrain

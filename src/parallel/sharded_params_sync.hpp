@@ -1,0 +1,72 @@
+// Implements: the sharded-parameters strategy, --shard-params (ZeRO stage 3
+// / FSDP; docs/design.md section 1), internal to parallel/. The arena is cut
+// into the P slices of --shard-optimizer (slice_bounds); rank r keeps slice
+// r of the parameters, of the reduced gradients and of the optimizer state,
+// and nothing else of them. A unit is a top-level layer with parameters
+// (a res block with all its parts). Before a unit's forward its parameters
+// are all-gathered from the slices into one of two unit buffers and the
+// layer is pointed at them (Model::bind_layer); before its backward they
+// are gathered again (unless still in a buffer) and a unit gradient buffer
+// is zeroed; when the next unit's backward begins (or backward ends) the
+// unit's gradient is reduce-scattered, each rank keeping the sum of its own
+// piece, in the same rank order as --shard-optimizer's buckets, so the
+// results are its results bit for bit on the CPU. The update is that of
+// --shard-optimizer on the slice; the next forward gathers the new values.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/parallel/sync_strategy.hpp"
+
+namespace dptrain {
+
+class ShardedParamsSync final : public SyncStrategy {
+ public:
+  // Over a model built with ModelStorage::kShardedParams; fills this rank's
+  // slice as Model::init(seed) would fill the whole arena.
+  ShardedParamsSync(Backend& be, Communicator& comm, Model& model, std::uint64_t seed);
+
+  std::string name() const override { return "sharded parameters"; }
+  ArenaRange owned() const override;
+  const std::vector<std::size_t>& state_slices() const override { return slices_; }
+  void begin_backward(bool reduce, const float* earlier) override;
+  void finish_backward() override;
+  bool update(Optimizer& opt, float lr, PhaseTimer* timer) override;
+  void visit_collectives(const CollectiveVisitor&) const override {}
+
+  void before_forward(std::size_t layer) override;
+  void before_backward(std::size_t layer) override;
+
+  // Floats of the largest unit: each of the three unit buffers holds one.
+  std::size_t largest_unit() const { return largest_; }
+
+ private:
+  static constexpr std::size_t kNone = ~std::size_t(0);
+  // The unit's pieces: P + 1 bounds within the unit, rank r's piece its
+  // slice's part of the unit.
+  std::vector<std::size_t> pieces(std::size_t layer) const;
+  // Layer's parameters in a unit buffer (gathered unless there already);
+  // returns the buffer.
+  float* gathered(std::size_t layer);
+  // The pending unit's gradient summed into this rank's slice of it.
+  void reduce_pending();
+
+  Backend& be_;
+  Communicator& comm_;
+  Model& model_;
+  std::vector<std::size_t> slices_;
+  std::size_t largest_ = 0;
+  DeviceBuffer<float> params_, grads_;  // this rank's slices
+  std::array<DeviceBuffer<float>, 2> unit_params_;
+  std::array<std::size_t, 2> holds_{kNone, kNone};  // the layer each unit buffer holds
+  std::size_t last_used_ = 1;                       // the unit buffer bound last
+  DeviceBuffer<float> unit_grads_;
+  std::size_t pending_ = kNone;  // the layer whose gradient awaits its reduce-scatter
+};
+
+}  // namespace dptrain
