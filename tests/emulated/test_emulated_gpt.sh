@@ -12,7 +12,8 @@
 #    (streams.hpp: lazy, eager) ends bitwise alike, weights and optimizer
 #    state: no sum depends on timing, no stream reads what another has not
 #    finished. With --recompute blocks (fused and math attention) the run
-#    ends bitwise as without.
+#    ends bitwise as without; with --shard-params (ZeRO stage 3 over the
+#    emulated NCCL) within the same bounds of the CPU run.
 #  PART=precision: --precision tf32 and bf16 on 2 ranks: every step's loss
 #    within the GPU check's bounds of the fp32 CPU run's (1e-2 and 3e-2 of
 #    its first loss), and more than a floor (1e-5) off it, so a precision
@@ -142,6 +143,10 @@ fp32)
   on cuda 2 cuda-math-recompute --model "$gpt" --attention math --recompute blocks
   same_state "$WORK/cuda-math-recompute.h5" "$WORK/cuda-math.h5" || fail "--recompute blocks differs (math)"
   echo "ok: --recompute blocks, bitwise alike (fused and math attention)"
+  # --shard-params: each layer's parameters gathered from 1/2 slices over
+  # NCCL (emulated), its gradient reduce-scattered: the CPU run's results.
+  on cuda 2 cuda-sharded --model "$gpt" --shard-params
+  gpt_close cuda-sharded cpu "2 ranks, --shard-params"
   DPTRAIN_EMULATED_STREAMS=eager on cuda 2 cuda-eager --model "$gpt"
   same_state "$WORK/cuda-eager.h5" "$WORK/cuda.h5" || fail "two emulated runs differ"
   echo "ok: lazy and eager streams, bitwise alike"
