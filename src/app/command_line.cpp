@@ -178,9 +178,6 @@ void check_train(const Options& o) {
   require_positive(o.accumulate, "accumulate");
   if (o.accumulate > 65536) usage_error("--accumulate must be at most 65536, got " + std::to_string(o.accumulate));
   parse_recompute(o.recompute);
-  if (o.shard_params && o.accumulate > 1)
-    usage_error("--shard-params with --accumulate is not supported yet (each backward pass is "
-                "reduce-scattered as it runs)");
   require_nonnegative(static_cast<double>(o.plan_ranks), "plan-ranks");
   if (!(o.fit_gib >= 0.0) || !std::isfinite(o.fit_gib)) usage_error("--fit-gib must be a finite number >= 0");
   if (!o.plan_only && (o.plan_ranks > 0 || o.fit_gib > 0))

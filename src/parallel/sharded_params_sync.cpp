@@ -14,7 +14,7 @@
 namespace dptrain {
 
 ShardedParamsSync::ShardedParamsSync(Backend& be, Communicator& comm, Model& model,
-                                     std::uint64_t seed)
+                                     std::uint64_t seed, bool accumulates)
     : be_(be), comm_(comm), model_(model), slices_(slice_bounds(model.num_params(), comm.size())) {
   DPT_REQUIRE(model.storage() == ModelStorage::kShardedParams, ExitCode::kOther,
               "--shard-params needs a model built with sharded parameters");
@@ -24,6 +24,7 @@ ShardedParamsSync::ShardedParamsSync(Backend& be, Communicator& comm, Model& mod
   grads_ = DeviceBuffer<float>(be, mine.count);
   for (auto& b : unit_params_) b = DeviceBuffer<float>(be, largest_);
   unit_grads_ = DeviceBuffer<float>(be, largest_);
+  if (accumulates) accumulated_ = DeviceBuffer<float>(be, model.num_params());
   model.init_params(seed, mine, params_.get());
   model.set_param_slice(params_.get());
 }
@@ -72,7 +73,7 @@ void ShardedParamsSync::before_forward(std::size_t layer) {
 void ShardedParamsSync::before_backward(std::size_t layer) {
   const ArenaRange unit = model_.layer_params(layer);
   if (unit.count == 0) return;
-  reduce_pending();
+  flush_pending();
   float* params = gathered(layer);
   // A rank with an empty shard runs no backward here: it adds zeros.
   be_.fill(unit_grads_.get(), 0.0f, unit.count);
@@ -80,9 +81,23 @@ void ShardedParamsSync::before_backward(std::size_t layer) {
   pending_ = layer;
 }
 
-void ShardedParamsSync::reduce_pending() {
+// The first layer with parameters starts the arena: its gradient is the
+// pass's last (with rows, or every layer's at once on an empty shard).
+void ShardedParamsSync::grads_ready(std::size_t begin) {
+  if (begin == 0) flush_pending();
+}
+
+void ShardedParamsSync::flush_pending() {
   if (pending_ == kNone) return;
   const ArenaRange unit = model_.layer_params(pending_);
+  float* sum = accumulated_.get() ? accumulated_.get() + unit.offset : nullptr;
+  if (!reduce_) {  // a micro-batch before the last: sum, as train_step sums an arena
+    if (earlier_passes_ == 1) be_.copy_device(sum, unit_grads_.get(), unit.count * sizeof(float));
+    else be_.add(unit_grads_.get(), sum, unit.count);
+    pending_ = kNone;
+    return;
+  }
+  if (earlier_passes_ > 0) be_.add(sum, unit_grads_.get(), unit.count);
   const std::vector<std::size_t> b = pieces(pending_);
   comm_.start_reduce_scatter_sum(unit_grads_.get(), b.data());
   comm_.wait_all();
@@ -93,13 +108,20 @@ void ShardedParamsSync::reduce_pending() {
   pending_ = kNone;
 }
 
-void ShardedParamsSync::begin_backward(bool reduce, const float* earlier) {
-  DPT_REQUIRE(reduce && !earlier, ExitCode::kUsage,
-              "--shard-params reduces every backward pass: --accumulate is not supported with it yet");
+// `earlier` is the trainer's arena, which a model without a gradient arena
+// never fills: this strategy sums the micro-batches itself.
+void ShardedParamsSync::begin_backward(bool reduce, const float*) {
+  DPT_REQUIRE(reduce || accumulated_.get(), ExitCode::kOther,
+              "--shard-params: a micro-batch without an accumulation arena");
+  reduce_ = reduce;
+  if (!reduce) ++earlier_passes_;
   pending_ = kNone;
 }
 
-void ShardedParamsSync::finish_backward() { reduce_pending(); }
+void ShardedParamsSync::finish_backward() {
+  flush_pending();
+  earlier_passes_ = 0;
+}
 
 // As SlicedOptimizerSync::update, on the slices themselves; the next
 // forward gathers the new values.

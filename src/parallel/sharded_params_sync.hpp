@@ -28,8 +28,12 @@ namespace dptrain {
 class ShardedParamsSync final : public SyncStrategy {
  public:
   // Over a model built with ModelStorage::kShardedParams; fills this rank's
-  // slice as Model::init(seed) would fill the whole arena.
-  ShardedParamsSync(Backend& be, Communicator& comm, Model& model, std::uint64_t seed);
+  // slice as Model::init(seed) would fill the whole arena. accumulates
+  // (--accumulate K > 1): the gradients of a step's earlier micro-batches are
+  // summed, unit by unit, into an arena of the whole model's size, and
+  // added to the last micro-batch's before its one reduce-scatter.
+  ShardedParamsSync(Backend& be, Communicator& comm, Model& model, std::uint64_t seed,
+                    bool accumulates);
 
   std::string name() const override { return "sharded parameters"; }
   ArenaRange owned() const override;
@@ -41,6 +45,7 @@ class ShardedParamsSync final : public SyncStrategy {
 
   void before_forward(std::size_t layer) override;
   void before_backward(std::size_t layer) override;
+  void grads_ready(std::size_t begin) override;
 
   // Floats of the largest unit: each of the three unit buffers holds one.
   std::size_t largest_unit() const { return largest_; }
@@ -53,8 +58,9 @@ class ShardedParamsSync final : public SyncStrategy {
   // Layer's parameters in a unit buffer (gathered unless there already);
   // returns the buffer.
   float* gathered(std::size_t layer);
-  // The pending unit's gradient summed into this rank's slice of it.
-  void reduce_pending();
+  // The pending unit's gradient: summed into this rank's slice of it, or
+  // (a micro-batch before the last) into the accumulation arena.
+  void flush_pending();
 
   Backend& be_;
   Communicator& comm_;
@@ -67,6 +73,9 @@ class ShardedParamsSync final : public SyncStrategy {
   std::size_t last_used_ = 1;                       // the unit buffer bound last
   DeviceBuffer<float> unit_grads_;
   std::size_t pending_ = kNone;  // the layer whose gradient awaits its reduce-scatter
+  DeviceBuffer<float> accumulated_;  // --accumulate: the earlier micro-batches' sum
+  bool reduce_ = true;               // the running backward pass is the step's last
+  int earlier_passes_ = 0;           // micro-batches of this step summed so far
 };
 
 }  // namespace dptrain

@@ -56,7 +56,9 @@ void forward_backward(Backend& be, Model& model, LossKind loss, const Shard& sha
 void accumulate_and_reduce(Backend& be, Communicator& comm, Model& model, LossKind loss,
                            const Shard& shard, std::uint64_t global_rows, float scale,
                            float* stats, const StepOptions& o) {
-  DPT_REQUIRE(o.accumulated, ExitCode::kOther, "train_step: --accumulate needs an arena");
+  // A model without a gradient arena (--shard-params): the strategy sums.
+  float* grads = model.grads();
+  DPT_REQUIRE(o.accumulated || !grads, ExitCode::kOther, "train_step: --accumulate needs an arena");
   const StepInfo base = model.step();
   const int k_last = o.micro_batches - 1;
   for (int k = 0; k <= k_last; ++k) {
@@ -68,10 +70,11 @@ void accumulate_and_reduce(Backend& be, Communicator& comm, Model& model, LossKi
     model.set_step(info);
     forward_backward(be, model, loss, rows_of(shard, model, r), scale, stats, o, k == k_last,
                      o.accumulated);
+    if (!grads) continue;
     if (k == 0 && k < k_last)
-      be.copy_device(o.accumulated, model.grads(), model.num_params() * sizeof(float));
+      be.copy_device(o.accumulated, grads, model.num_params() * sizeof(float));
     else if (k < k_last)
-      be.add(model.grads(), o.accumulated, model.num_params());
+      be.add(grads, o.accumulated, model.num_params());
   }
   model.set_step(base);
 }

@@ -148,7 +148,9 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
                                            feature_wire(train_.info), readers_.shards());
   layer_events_ = LayerEvents{sync_.get(), input_.get()};
   replica_sum_ = std::make_unique<CommReplicaSum>(*rt_.comm);
-  if (opts_.accumulate > 1) accumulated_ = DeviceBuffer<float>(be, model_->num_params());
+  // (--shard-params sums the micro-batches in the strategy.)
+  if (opts_.accumulate > 1 && model_->grads())
+    accumulated_ = DeviceBuffer<float>(be, model_->num_params());
   step_options_.sync = sync_.get();
   step_options_.events = &layer_events_;
   step_options_.timer = &timer_;
@@ -228,7 +230,7 @@ void TrainingRun::build_model() {
   agree(mpi_.world(), [&] {
     sync_ = make_sync_strategy(opts_, {*rt_.backend, *rt_.comm, *model_,
                                        static_cast<std::size_t>(opts_.bucket_mb * 1048576.0),
-                                       opts_.seed});
+                                       opts_.seed, static_cast<int>(opts_.accumulate)});
   });
   optimizer_ = std::make_unique<Optimizer>(*rt_.backend, oc, model_->num_params(), sync_->owned());
   schedule_ = schedule_config(opts_, total_steps_);

@@ -76,6 +76,7 @@ struct SyncSetup {
   Model& model;
   std::size_t bucket_bytes = 0;
   std::uint64_t seed = 0;  // --shard-params: the strategy initializes its slice
+  int micro_batches = 1;   // --accumulate K
 };
 
 // The strategy the options ask for (--shard-optimizer: sliced optimizer
