@@ -7,7 +7,7 @@
 #   tools/bench/run.sh [bench.py options...]     e.g. --repeats 3
 #   tools/bench/run.sh --gpt                     the GPT rows alone (no OpenBLAS
 #                                                build, no Fashion-MNIST)
-#   tools/bench/run.sh --shard                   the sharded-optimizer rows alone
+#   tools/bench/run.sh --shard                   the sharded-optimizer and sharded-parameter rows alone
 #                                                (tools/bench/shard_rows.py: dptrain
 #                                                only, its own synthetic set); a
 #                                                full run ends with them unless
@@ -62,7 +62,9 @@ if ((shard_only)); then
   # The sharded-optimizer rows alone: dptrain on synthetic data, no baselines.
   cmake --build "$build" -j "${JOBS:-2}" --target dptrain >/dev/null
   "$py" tools/bench/shard_rows.py --build-dir "$build" --out "$out" "${bench_args[@]}" "${shard_args[@]}"
-  echo "bench: results in $out/shard.md, $out/shard.json"
+  "$py" tools/bench/shard_rows.py --build-dir "$build" --out "$out" "${bench_args[@]}" "${shard_args[@]}" \
+    --shard-flag=--shard-params
+  echo "bench: results in $out/shard.md, $out/shard.json, $out/shard_params.md, $out/shard_params.json"
   exit 0
 fi
 # The fortunes token set of the GPT and recomputation rows, as tools/demo_text.sh
@@ -120,7 +122,9 @@ if [[ -n "$data" ]]; then data_args=(--data "$data"); fi
 if ((!skip_shard)); then
   # The sharded-optimizer rows (about 3 minutes at --repeats 5 on 2 cores).
   "$py" tools/bench/shard_rows.py --build-dir "$build" --out "$out" "${bench_args[@]}" "${shard_args[@]}"
-  echo "bench: results in $out/shard.md, $out/shard.json"
+  "$py" tools/bench/shard_rows.py --build-dir "$build" --out "$out" "${bench_args[@]}" "${shard_args[@]}" \
+    --shard-flag=--shard-params
+  echo "bench: results in $out/shard.md, $out/shard.json, $out/shard_params.md, $out/shard_params.json"
 fi
 if ((!skip_recompute)); then
   # The recomputation rows (about 2 minutes at --repeats 3 on 2 cores).
