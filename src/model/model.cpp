@@ -78,6 +78,7 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     grads_ = DeviceBuffer<float>(be_, num_params());
   }
   if (!plan_only_) buffers_ = DeviceBuffer<float>(be_, num_buffers());
+  bound_grads_.assign(layers_.size(), nullptr);
   const std::size_t held_before = be_.buffer_bytes();
   const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get(), &arena_};
   for (std::size_t li = 0; li < layers_.size(); ++li) {
@@ -179,6 +180,7 @@ std::size_t Model::largest_layer_params() const {
 }
 
 void Model::bind_layer(std::size_t li, float* params_base, float* grads_base) {
+  bound_grads_[li] = grads_base;
   layers_[li]->bind({params_base, grads_base, buffers_.get(), &arena_}, &step_);
 }
 
@@ -222,6 +224,11 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
     if (num_params() && grads_.get()) be_.fill(grads_.get(), 0.0f, num_params());
     for (std::size_t li = layers_.size(); li-- > 0;) {  // the peers' order, last layer first
       if (events && !layers_[li]->params().empty()) events->before_backward(li);
+      // kShardedParams: the strategy's gradient buffer for this layer.
+      if (!grads_.get() && bound_grads_[li]) {
+        const ArenaRange r = layer_params(li);
+        be_.fill(bound_grads_[li] + r.offset, 0.0f, r.count);
+      }
       if (rows == 0 && layers_[li]->communicates()) layers_[li]->backward_empty(be_);
     }
     if (events) events->grads_ready(0);

@@ -23,7 +23,7 @@ ShardedParamsSync::ShardedParamsSync(Backend& be, Communicator& comm, Model& mod
   params_ = DeviceBuffer<float>(be, mine.count);
   grads_ = DeviceBuffer<float>(be, mine.count);
   for (auto& b : unit_params_) b = DeviceBuffer<float>(be, largest_);
-  unit_grads_ = DeviceBuffer<float>(be, largest_);
+  for (auto& b : unit_grads_) b = DeviceBuffer<float>(be, largest_);
   if (accumulates) accumulated_ = DeviceBuffer<float>(be, model.num_params());
   model.init_params(seed, mine, params_.get());
   model.set_param_slice(params_.get());
@@ -67,7 +67,7 @@ void ShardedParamsSync::before_forward(std::size_t layer) {
   const ArenaRange unit = model_.layer_params(layer);
   if (unit.count == 0) return;
   model_.bind_layer(layer, arena_base(gathered(layer), unit.offset),
-                    arena_base(unit_grads_.get(), unit.offset));
+                    arena_base(unit_grads_[pending_buf_].get(), unit.offset));
 }
 
 void ShardedParamsSync::before_backward(std::size_t layer) {
@@ -75,9 +75,10 @@ void ShardedParamsSync::before_backward(std::size_t layer) {
   if (unit.count == 0) return;
   flush_pending();
   float* params = gathered(layer);
-  // A rank with an empty shard runs no backward here: it adds zeros.
-  be_.fill(unit_grads_.get(), 0.0f, unit.count);
-  model_.bind_layer(layer, arena_base(params, unit.offset), arena_base(unit_grads_.get(), unit.offset));
+  // The buffer not in flight (a rank with an empty shard: the model zeroes it).
+  pending_buf_ = in_flight_ == kNone ? 0 : 1 - in_flight_buf_;
+  model_.bind_layer(layer, arena_base(params, unit.offset),
+                    arena_base(unit_grads_[pending_buf_].get(), unit.offset));
   pending_ = layer;
 }
 
@@ -90,22 +91,33 @@ void ShardedParamsSync::grads_ready(std::size_t begin) {
 void ShardedParamsSync::flush_pending() {
   if (pending_ == kNone) return;
   const ArenaRange unit = model_.layer_params(pending_);
+  float* grads = unit_grads_[pending_buf_].get();
   float* sum = accumulated_.get() ? accumulated_.get() + unit.offset : nullptr;
   if (!reduce_) {  // a micro-batch before the last: sum, as train_step sums an arena
-    if (earlier_passes_ == 1) be_.copy_device(sum, unit_grads_.get(), unit.count * sizeof(float));
-    else be_.add(unit_grads_.get(), sum, unit.count);
+    if (earlier_passes_ == 1) be_.copy_device(sum, grads, unit.count * sizeof(float));
+    else be_.add(grads, sum, unit.count);
     pending_ = kNone;
     return;
   }
-  if (earlier_passes_ > 0) be_.add(sum, unit_grads_.get(), unit.count);
+  if (earlier_passes_ > 0) be_.add(sum, grads, unit.count);
+  complete_in_flight();  // at most one in flight: its buffer is the next unit's
   const std::vector<std::size_t> b = pieces(pending_);
-  comm_.start_reduce_scatter_sum(unit_grads_.get(), b.data());
+  comm_.start_reduce_scatter_sum(grads, b.data());
+  in_flight_ = pending_;
+  in_flight_buf_ = pending_buf_;
+  pending_ = kNone;
+}
+
+void ShardedParamsSync::complete_in_flight() {
+  if (in_flight_ == kNone) return;
   comm_.wait_all();
+  const ArenaRange unit = model_.layer_params(in_flight_);
+  const std::vector<std::size_t> b = pieces(in_flight_);
   const auto me = static_cast<std::size_t>(comm_.rank());
   if (b[me + 1] > b[me])
-    be_.copy_device(grads_.get() + (unit.offset + b[me] - slices_[me]), unit_grads_.get() + b[me],
-                    (b[me + 1] - b[me]) * sizeof(float));
-  pending_ = kNone;
+    be_.copy_device(grads_.get() + (unit.offset + b[me] - slices_[me]),
+                    unit_grads_[in_flight_buf_].get() + b[me], (b[me + 1] - b[me]) * sizeof(float));
+  in_flight_ = kNone;
 }
 
 // `earlier` is the trainer's arena, which a model without a gradient arena
@@ -115,11 +127,12 @@ void ShardedParamsSync::begin_backward(bool reduce, const float*) {
               "--shard-params: a micro-batch without an accumulation arena");
   reduce_ = reduce;
   if (!reduce) ++earlier_passes_;
-  pending_ = kNone;
+  pending_ = in_flight_ = kNone;
 }
 
 void ShardedParamsSync::finish_backward() {
   flush_pending();
+  complete_in_flight();
   earlier_passes_ = 0;
 }
 

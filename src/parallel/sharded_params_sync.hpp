@@ -47,7 +47,7 @@ class ShardedParamsSync final : public SyncStrategy {
   void before_backward(std::size_t layer) override;
   void grads_ready(std::size_t begin) override;
 
-  // Floats of the largest unit: each of the three unit buffers holds one.
+  // Floats of the largest unit: each of the four unit buffers holds one.
   std::size_t largest_unit() const { return largest_; }
 
  private:
@@ -58,9 +58,13 @@ class ShardedParamsSync final : public SyncStrategy {
   // Layer's parameters in a unit buffer (gathered unless there already);
   // returns the buffer.
   float* gathered(std::size_t layer);
-  // The pending unit's gradient: summed into this rank's slice of it, or
-  // (a micro-batch before the last) into the accumulation arena.
+  // The pending unit's gradient: its reduce-scatter started (completed by
+  // the next flush or finish_backward, so it runs while the next unit
+  // computes), or (a micro-batch before the last) summed into the
+  // accumulation arena.
   void flush_pending();
+  // Waits for the reduce-scatter in flight and keeps this rank's piece.
+  void complete_in_flight();
 
   Backend& be_;
   Communicator& comm_;
@@ -71,8 +75,12 @@ class ShardedParamsSync final : public SyncStrategy {
   std::array<DeviceBuffer<float>, 2> unit_params_;
   std::array<std::size_t, 2> holds_{kNone, kNone};  // the layer each unit buffer holds
   std::size_t last_used_ = 1;                       // the unit buffer bound last
-  DeviceBuffer<float> unit_grads_;
-  std::size_t pending_ = kNone;  // the layer whose gradient awaits its reduce-scatter
+  // Two unit gradient buffers: one being reduce-scattered, one written.
+  std::array<DeviceBuffer<float>, 2> unit_grads_;
+  std::size_t pending_ = kNone;    // the layer whose gradient awaits its reduce-scatter
+  std::size_t pending_buf_ = 0;    // and its buffer
+  std::size_t in_flight_ = kNone;  // the layer whose reduce-scatter runs
+  std::size_t in_flight_buf_ = 0;
   DeviceBuffer<float> accumulated_;  // --accumulate: the earlier micro-batches' sum
   bool reduce_ = true;               // the running backward pass is the step's last
   int earlier_passes_ = 0;           // micro-batches of this step summed so far

@@ -21,7 +21,7 @@ RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bo
   m.state = state_sliced ? m.state_slice : m.state_whole;
   if (params_sliced) {
     m.params = m.grads = ((num_params + p - 1) / p) * floats;  // rank 0's, the largest
-    m.unit_buffers = 3 * largest_unit * floats;
+    m.unit_buffers = 4 * largest_unit * floats;
   }
   return m;
 }

@@ -20,7 +20,7 @@
 # - memory: the start-up line shows the slices, and the summary's measured
 #   peak of the backend's buffers on 4 ranks is at most 0.45x the plain
 #   run's (parameters, gradients and AdamW's moments are 16 bytes a
-#   parameter replicated, 4 sharded, plus three unit buffers).
+#   parameter replicated, 4 sharded, plus four unit buffers).
 source "$(dirname "$0")/lib.sh"
 
 synthetic "$WORK/d.h5" --n 250 --val-n 40 --shape 6 --classes 3 --dtype float32 --seed 9

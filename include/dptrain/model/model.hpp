@@ -174,6 +174,7 @@ class Model {
   bool recompute_, plan_only_;
   ModelStorage storage_;
   float* param_slice_ = nullptr;
+  std::vector<float*> bound_grads_;  // kShardedParams: each layer's gradient base (bind_layer)
   std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0, own_layer_bytes_ = 0;
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
   DeviceBuffer<float> params_, grads_, buffers_;

@@ -15,7 +15,7 @@ struct RankMemory {
   bool state_sliced = false;     // --shard-optimizer: the state kept in 1/P slices
   bool params_sliced = false;    // --shard-params: parameters and gradients in 1/P slices too
   std::uint64_t params_whole = 0;  // the whole parameter arena
-  std::uint64_t unit_buffers = 0;  // --shard-params: two gathered units and one unit's gradient
+  std::uint64_t unit_buffers = 0;  // --shard-params: two gathered units, two units' gradients
   std::uint64_t params = 0;        // fp32 parameters, every rank all of them
   std::uint64_t grads = 0;         // fp32 gradient arena
   std::uint64_t accumulation = 0;  // --accumulate K > 1: the earlier micro-batches' sum
@@ -38,7 +38,7 @@ struct RankMemory {
 // trained by `ranks` ranks, the state sliced or not: rank 0 holds the largest slice
 // (slice_bounds). Activations are left 0 for the caller to fill in.
 // params_sliced (--shard-params, which slices the state too): parameters and
-// gradients kept in slices, plus three buffers of largest_unit floats.
+// gradients kept in slices, plus four buffers of largest_unit floats.
 RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool state_sliced,
                        bool accumulates, bool params_sliced = false,
                        std::uint64_t largest_unit = 0);
