@@ -113,7 +113,31 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // MPI_Iallgatherv on the gather communicator, a window at a time.
+  void start_allgather(float* buf, const std::size_t* bounds) override {
+    finish_allgather();
+    const std::size_t n = bounds[size_];
+    if (size_ == 1 || n == 0) return;
+    for (std::size_t off = 0; off < n; off += kMaxCount) {
+      if (gathers_used_ == gathers_.size()) gathers_.emplace_back();  // first steps only
+      Op& op = gathers_[gathers_used_++];
+      plan_pieces(op, buf, bounds, off, std::min(n, off + kMaxCount));
+      DPT_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op.buf, op.counts.data(),
+                                    op.displs.data(), MPI_FLOAT, gather_comm_, &op.gather));
+    }
+  }
+
+  void finish_allgather() override {
+    for (std::size_t i = 0; i < gathers_used_; ++i)
+      DPT_MPI_CHECK(MPI_Wait(&gathers_[i].gather, MPI_STATUS_IGNORE));
+    gathers_used_ = 0;
+  }
+
   void progress() override {
+    for (std::size_t i = 0; i < gathers_used_; ++i) {
+      int flag = 0;
+      DPT_MPI_CHECK(MPI_Test(&gathers_[i].gather, &flag, MPI_STATUS_IGNORE));
+    }
     for (std::size_t i = ops_done_; i < ops_used_; ++i) {
       Op& op = ops_[i];
       int flag = 0;
@@ -280,6 +304,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL, gather_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   Op blocking_;                        // allreduce_sum's plan, reused
+  std::vector<Op> gathers_;            // start_allgather's windows (kept)
+  std::size_t gathers_used_ = 0;       // outstanding ones
   std::vector<Op> ops_;                // started sums, in start order (kept)
   std::size_t ops_used_ = 0, ops_done_ = 0;
   std::vector<std::size_t> ticket_end_;  // per ticket: one past its last op

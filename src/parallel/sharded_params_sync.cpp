@@ -42,13 +42,15 @@ std::vector<std::size_t> ShardedParamsSync::pieces(std::size_t layer) const {
   return b;
 }
 
-float* ShardedParamsSync::gathered(std::size_t layer) {
-  for (std::size_t i = 0; i < 2; ++i)
-    if (holds_[i] == layer) {
-      last_used_ = i;
-      return unit_params_[i].get();
-    }
-  // The other buffer than the one bound last: that layer may still run.
+std::size_t ShardedParamsSync::neighbour(std::size_t layer, int step) const {
+  for (std::size_t li = layer + step; li < model_.num_layers(); li += step)
+    if (model_.layer_params(li).count) return li;
+  return kNone;
+}
+
+void ShardedParamsSync::prefetch(std::size_t layer) {
+  if (layer == kNone || holds_[0] == layer || holds_[1] == layer) return;
+  // The other buffer than the one bound last: its layer has run.
   const std::size_t i = 1 - last_used_;
   float* buf = unit_params_[i].get();
   const ArenaRange unit = model_.layer_params(layer);
@@ -57,10 +59,25 @@ float* ShardedParamsSync::gathered(std::size_t layer) {
   if (b[me + 1] > b[me])
     be_.copy_device(buf + b[me], params_.get() + (unit.offset + b[me] - slices_[me]),
                     (b[me + 1] - b[me]) * sizeof(float));
-  comm_.allgather(buf, b.data());
-  holds_[i] = layer;
-  last_used_ = i;
-  return buf;
+  comm_.start_allgather(buf, b.data());
+  holds_[i] = kNone;
+  prefetched_ = layer;
+  prefetch_buf_ = i;
+}
+
+float* ShardedParamsSync::gathered(std::size_t layer) {
+  if (prefetched_ != kNone) {  // complete it: its buffer is about to be used
+    comm_.finish_allgather();
+    holds_[prefetch_buf_] = prefetched_;
+    prefetched_ = kNone;
+  }
+  for (std::size_t i = 0; i < 2; ++i)
+    if (holds_[i] == layer) {
+      last_used_ = i;
+      return unit_params_[i].get();
+    }
+  prefetch(layer);  // not on its way (the first unit, or out of order): now
+  return gathered(layer);
 }
 
 void ShardedParamsSync::before_forward(std::size_t layer) {
@@ -68,6 +85,7 @@ void ShardedParamsSync::before_forward(std::size_t layer) {
   if (unit.count == 0) return;
   model_.bind_layer(layer, arena_base(gathered(layer), unit.offset),
                     arena_base(unit_grads_[pending_buf_].get(), unit.offset));
+  prefetch(neighbour(layer, 1));
 }
 
 void ShardedParamsSync::before_backward(std::size_t layer) {
@@ -80,6 +98,7 @@ void ShardedParamsSync::before_backward(std::size_t layer) {
   model_.bind_layer(layer, arena_base(params, unit.offset),
                     arena_base(unit_grads_[pending_buf_].get(), unit.offset));
   pending_ = layer;
+  prefetch(neighbour(layer, -1));
 }
 
 // The first layer with parameters starts the arena: its gradient is the
@@ -145,6 +164,8 @@ bool ShardedParamsSync::update(Optimizer& opt, float lr, PhaseTimer* timer) {
   comm_.allreduce_host_sum(totals, 2);
   if (timer) timer->lap(Phase::kComm);
   if (totals[0] != 0.0) return false;
+  if (prefetched_ != kNone) comm_.finish_allgather();  // none is left by a pass; to be sure
+  prefetched_ = kNone;
   opt.step(arena_base(params_.get(), mine.offset), arena_base(grads_.get(), mine.offset), lr,
            &totals[1]);
   holds_ = {kNone, kNone};

@@ -5,10 +5,12 @@
 // and nothing else of them. A unit is a top-level layer with parameters
 // (a res block with all its parts). Before a unit's forward its parameters
 // are all-gathered from the slices into one of two unit buffers and the
-// layer is pointed at them (Model::bind_layer); before its backward they
-// are gathered again (unless still in a buffer) and a unit gradient buffer
-// is zeroed; when the next unit's backward begins (or backward ends) the
-// unit's gradient is reduce-scattered, each rank keeping the sum of its own
+// layer is pointed at them (Model::bind_layer), and the next unit's gather
+// starts into the other buffer while this one computes; before its
+// backward they are gathered again (unless still in a buffer), the
+// previous unit's gather started likewise; when the next unit's backward
+// begins (or backward ends) the unit's gradient is reduce-scattered, behind
+// the next unit's backward, each rank keeping the sum of its own
 // piece, in the same rank order as --shard-optimizer's buckets, so the
 // results are its results bit for bit on the CPU. The update is that of
 // --shard-optimizer on the slice; the next forward gathers the new values.
@@ -55,9 +57,14 @@ class ShardedParamsSync final : public SyncStrategy {
   // The unit's pieces: P + 1 bounds within the unit, rank r's piece its
   // slice's part of the unit.
   std::vector<std::size_t> pieces(std::size_t layer) const;
-  // Layer's parameters in a unit buffer (gathered unless there already);
-  // returns the buffer.
+  // Layer's parameters in a unit buffer (gathered unless there already or
+  // on their way); returns the buffer.
   float* gathered(std::size_t layer);
+  // Starts gathering layer's parameters (kNone: none) into the buffer not
+  // bound last, to run while the bound layer computes.
+  void prefetch(std::size_t layer);
+  // The next (step -1: previous) top-level layer with parameters, or kNone.
+  std::size_t neighbour(std::size_t layer, int step) const;
   // The pending unit's gradient: its reduce-scatter started (completed by
   // the next flush or finish_backward, so it runs while the next unit
   // computes), or (a micro-batch before the last) summed into the
@@ -75,6 +82,8 @@ class ShardedParamsSync final : public SyncStrategy {
   std::array<DeviceBuffer<float>, 2> unit_params_;
   std::array<std::size_t, 2> holds_{kNone, kNone};  // the layer each unit buffer holds
   std::size_t last_used_ = 1;                       // the unit buffer bound last
+  std::size_t prefetched_ = kNone;                  // the layer on its way (start_allgather)
+  std::size_t prefetch_buf_ = 0;                    // into this buffer
   // Two unit gradient buffers: one being reduce-scattered, one written.
   std::array<DeviceBuffer<float>, 2> unit_grads_;
   std::size_t pending_ = kNone;    // the layer whose gradient awaits its reduce-scatter

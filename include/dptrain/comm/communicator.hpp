@@ -67,6 +67,13 @@ class Communicator {
         broadcast(buf + bounds[r], (bounds[r + 1] - bounds[r]) * sizeof(float), r);
   }
 
+  // The same gather started, to run while the caller computes:
+  // finish_allgather() completes it (at most one is outstanding; a second
+  // start finishes the first). The buffer must not be read or written in
+  // between. The default gathers at once.
+  virtual void start_allgather(float* buf, const std::size_t* bounds) { allgather(buf, bounds); }
+  virtual void finish_allgather() {}
+
   // Broadcast bytes from root, in place.
   virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;

@@ -143,6 +143,24 @@ class NcclCommunicator final : public Communicator {
     before_compute();
   }
 
+  // As allgather, but the compute stream waits for it only in
+  // finish_allgather: the gather runs on the communication stream meanwhile.
+  void start_allgather(float* buf, const std::size_t* bounds) override {
+    finish_allgather();
+    if (bounds[size_] == 0) return;
+    const ncclComm_t c = live();
+    after_compute();
+    grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
+      DPT_NCCL_CHECK(ncclBroadcast(buf + at, buf + at, n * sizeof(float), ncclChar, root, c,
+                                   stream_.get()));
+    });
+    gathering_ = true;
+  }
+  void finish_allgather() override {
+    if (gathering_) before_compute();
+    gathering_ = false;
+  }
+
   void broadcast(void* buf, std::size_t bytes, int root) override {
     if (bytes == 0) return;
     after_compute();
@@ -253,6 +271,7 @@ class NcclCommunicator final : public Communicator {
   std::atomic<bool> aborted_{false};
   int started_ = 0;       // bucket tickets since the last wait_all()
   bool pending_ = false;  // a started sum the compute stream has not waited on
+  bool gathering_ = false;  // a started gather the compute stream has not waited on
 };
 
 }  // namespace
