@@ -133,14 +133,8 @@ class NcclCommunicator final : public Communicator {
 
   // Each owner broadcasts its piece, all in one group; ordered as broadcast.
   void allgather(float* buf, const std::size_t* bounds) override {
-    if (bounds[size_] == 0) return;
-    const ncclComm_t c = live();
-    after_compute();
-    grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
-      DPT_NCCL_CHECK(ncclBroadcast(buf + at, buf + at, n * sizeof(float), ncclChar, root, c,
-                                   stream_.get()));
-    });
-    before_compute();
+    start_allgather(buf, bounds);
+    finish_allgather();
   }
 
   // As allgather, but the compute stream waits for it only in
