@@ -44,7 +44,6 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
       max_rows_(max_rows),
       vocab_(vocab),
       recompute_(recompute == Recompute::kBlocks),
-      plan_only_(storage == ModelStorage::kPlanOnly),
       storage_(storage) {
   DPT_REQUIRE(!layers_.empty(), ExitCode::kUsage, "the model needs at least one layer");
   DPT_REQUIRE(input_.rank() >= 1, ExitCode::kData, "the model input needs at least one dimension");
@@ -77,7 +76,7 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     params_ = DeviceBuffer<float>(be_, num_params());
     grads_ = DeviceBuffer<float>(be_, num_params());
   }
-  if (!plan_only_) buffers_ = DeviceBuffer<float>(be_, num_buffers());
+  if (storage_ != ModelStorage::kPlanOnly) buffers_ = DeviceBuffer<float>(be_, num_buffers());
   bound_grads_.assign(layers_.size(), nullptr);
   const std::size_t held_before = be_.buffer_bytes();
   const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get(), &arena_};
@@ -101,7 +100,7 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
   dbuf_b_ = model_buffer(max_input, Lifetime::kPass);
   // Buffers layers allocate themselves (per channel, a few floats).
   own_layer_bytes_ = be_.buffer_bytes() - held_before;
-  if (plan_only_) {
+  if (storage_ == ModelStorage::kPlanOnly) {
     activation_bytes_ = activation_plan(max_rows_, this->recompute()).total();
   } else {
     arena_.allocate(be_, max_rows_, recompute_);
@@ -127,13 +126,7 @@ void Model::init(std::uint64_t seed) {
   require_storage("init");
   if (!params_.get()) {  // kShardedParams: the buffers only, a layer at a time
     std::vector<float> host, buffers(num_buffers(), 0.0f);
-    for (std::size_t li = 0; li < layers_.size(); ++li) {
-      const ArenaRange mine = layer_params(li);
-      host.assign(mine.count, 0.0f);
-      const bool next_rectifies = li + 1 < layers_.size() && layers_[li + 1]->rectifies();
-      layers_[li]->init(seed, next_rectifies,
-                        {arena_base(host.data(), mine.offset), nullptr, buffers.data()});
-    }
+    for (std::size_t li = 0; li < layers_.size(); ++li) init_layer(seed, li, host, buffers);
     if (!buffers.empty())
       be_.copy_to_device(buffers_.get(), buffers.data(), buffers.size() * sizeof(float));
     return;
@@ -158,13 +151,19 @@ void Model::init_params(std::uint64_t seed, ArenaRange range, float* dst) const 
     const std::size_t from = std::max(mine.offset, range.offset);
     const std::size_t to = std::min(mine.offset + mine.count, end);
     if (from >= to) continue;
-    host.assign(mine.count, 0.0f);  // zero-filled, as init hands them over
-    const bool next_rectifies = li + 1 < layers_.size() && layers_[li + 1]->rectifies();
-    const ArenaPointers at{arena_base(host.data(), mine.offset), nullptr, buffers.data()};
-    layers_[li]->init(seed, next_rectifies, at);
+    init_layer(seed, li, host, buffers);
     be_.copy_to_device(dst + (from - range.offset), host.data() + (from - mine.offset),
                        (to - from) * sizeof(float));
   }
+}
+
+void Model::init_layer(std::uint64_t seed, std::size_t li, std::vector<float>& host,
+                       std::vector<float>& buffers) const {
+  const ArenaRange mine = layer_params(li);
+  host.assign(mine.count, 0.0f);  // zero-filled, as init hands them over
+  const bool next_rectifies = li + 1 < layers_.size() && layers_[li + 1]->rectifies();
+  layers_[li]->init(seed, next_rectifies,
+                    {arena_base(host.data(), mine.offset), nullptr, buffers.data()});
 }
 
 ArenaRange Model::layer_params(std::size_t li) const {
@@ -190,7 +189,7 @@ ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const 
 }
 
 void Model::require_storage(const char* what) const {
-  DPT_REQUIRE(!plan_only_, ExitCode::kOther, std::string("Model::") + what + " on a model built to plan only");
+  DPT_REQUIRE(storage_ != ModelStorage::kPlanOnly, ExitCode::kOther, std::string("Model::") + what + " on a model built to plan only");
 }
 
 const float* Model::forward(const float* x, int rows, LayerListener* events, Mode mode) {

@@ -19,6 +19,12 @@ ShardedParamsSync::ShardedParamsSync(Backend& be, Communicator& comm, Model& mod
   DPT_REQUIRE(model.storage() == ModelStorage::kShardedParams, ExitCode::kOther,
               "--shard-params needs a model built with sharded parameters");
   largest_ = model.largest_layer_params();
+  for (std::size_t li = 0; li < model.num_layers(); ++li) {
+    const ArenaRange unit = model.layer_params(li);
+    std::vector<std::size_t>& b = pieces_.emplace_back(slices_.size());
+    for (std::size_t r = 0; r < slices_.size(); ++r)
+      b[r] = std::clamp(slices_[r], unit.offset, unit.offset + unit.count) - unit.offset;
+  }
   const ArenaRange mine = owned();
   params_ = DeviceBuffer<float>(be, mine.count);
   grads_ = DeviceBuffer<float>(be, mine.count);
@@ -34,14 +40,6 @@ ArenaRange ShardedParamsSync::owned() const {
   return {slices_[r], slices_[r + 1] - slices_[r]};
 }
 
-std::vector<std::size_t> ShardedParamsSync::pieces(std::size_t layer) const {
-  const ArenaRange unit = model_.layer_params(layer);
-  std::vector<std::size_t> b(slices_.size());
-  for (std::size_t r = 0; r < slices_.size(); ++r)
-    b[r] = std::clamp(slices_[r], unit.offset, unit.offset + unit.count) - unit.offset;
-  return b;
-}
-
 std::size_t ShardedParamsSync::neighbour(std::size_t layer, int step) const {
   for (std::size_t li = layer + step; li < model_.num_layers(); li += step)
     if (model_.layer_params(li).count) return li;
@@ -54,7 +52,7 @@ void ShardedParamsSync::prefetch(std::size_t layer) {
   const std::size_t i = 1 - last_used_;
   float* buf = unit_params_[i].get();
   const ArenaRange unit = model_.layer_params(layer);
-  const std::vector<std::size_t> b = pieces(layer);
+  const std::vector<std::size_t>& b = pieces(layer);
   const auto me = static_cast<std::size_t>(comm_.rank());
   if (b[me + 1] > b[me])
     be_.copy_device(buf + b[me], params_.get() + (unit.offset + b[me] - slices_[me]),
@@ -120,7 +118,7 @@ void ShardedParamsSync::flush_pending() {
   }
   if (earlier_passes_ > 0) be_.add(sum, grads, unit.count);
   complete_in_flight();  // at most one in flight: its buffer is the next unit's
-  const std::vector<std::size_t> b = pieces(pending_);
+  const std::vector<std::size_t>& b = pieces(pending_);
   comm_.start_reduce_scatter_sum(grads, b.data());
   in_flight_ = pending_;
   in_flight_buf_ = pending_buf_;
@@ -131,7 +129,7 @@ void ShardedParamsSync::complete_in_flight() {
   if (in_flight_ == kNone) return;
   comm_.wait_all();
   const ArenaRange unit = model_.layer_params(in_flight_);
-  const std::vector<std::size_t> b = pieces(in_flight_);
+  const std::vector<std::size_t>& b = pieces(in_flight_);
   const auto me = static_cast<std::size_t>(comm_.rank());
   if (b[me + 1] > b[me])
     be_.copy_device(grads_.get() + (unit.offset + b[me] - slices_[me]),

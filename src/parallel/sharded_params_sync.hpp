@@ -55,8 +55,8 @@ class ShardedParamsSync final : public SyncStrategy {
  private:
   static constexpr std::size_t kNone = ~std::size_t(0);
   // The unit's pieces: P + 1 bounds within the unit, rank r's piece its
-  // slice's part of the unit.
-  std::vector<std::size_t> pieces(std::size_t layer) const;
+  // slice's part of the unit (made once, in the constructor).
+  const std::vector<std::size_t>& pieces(std::size_t layer) const { return pieces_[layer]; }
   // Layer's parameters in a unit buffer (gathered unless there already or
   // on their way); returns the buffer.
   float* gathered(std::size_t layer);
@@ -77,6 +77,7 @@ class ShardedParamsSync final : public SyncStrategy {
   Communicator& comm_;
   Model& model_;
   std::vector<std::size_t> slices_;
+  std::vector<std::vector<std::size_t>> pieces_;  // per top-level layer
   std::size_t largest_ = 0;
   DeviceBuffer<float> params_, grads_;  // this rank's slices
   std::array<DeviceBuffer<float>, 2> unit_params_;

@@ -161,6 +161,11 @@ class Model {
   ConstTensorView input_of(std::size_t li, const float* x, int rows) const;
   // A buffer of the model's own in the activation arena, per_row floats a row.
   ArenaBuffer<float> model_buffer(std::size_t per_row, Lifetime life);
+  // Layer li's parameters as init makes them, into host (resized to the
+  // layer's count, addressed from its first offset); its buffers into the
+  // whole buffer arena `buffers`.
+  void init_layer(std::uint64_t seed, std::size_t li, std::vector<float>& host,
+                  std::vector<float>& buffers) const;
   // Error(kOther) naming `what` on a model built with kPlanOnly.
   void require_storage(const char* what) const;
 
@@ -171,7 +176,7 @@ class Model {
   int vocab_;
   std::vector<ParamInfo> params_layout_, buffers_layout_;
   StepInfo step_;  // layers hold a pointer to it
-  bool recompute_, plan_only_;
+  bool recompute_;
   ModelStorage storage_;
   float* param_slice_ = nullptr;
   std::vector<float*> bound_grads_;  // kShardedParams: each layer's gradient base (bind_layer)

@@ -3,8 +3,9 @@
 // convolution with f's total stride and f's output channels, then bn (the
 // projection shortcut of ResNet), named res<j>/proj and res<j>/proj_bn.
 // The parts are built by the model's LayerBuilder, so they are named and
-// laid out in spec order among the model's layers; the block keeps their
-// activations and gradients in buffers of its own.
+// laid out in spec order among the model's layers; the block reserves
+// their activations (saved) and its gradient buffers (per pass) in the
+// model's activation arena.
 #include <algorithm>
 #include <string>
 
