@@ -59,7 +59,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 std::string find_resume_checkpoint(const std::string& dir) {
   for (const auto& p : list_checkpoints(dir)) {
     try {
-      read_checkpoint(p, false);
+      verify_checkpoint(p);
       return p;
     } catch (const Error& e) {
       std::fprintf(stderr, "dptrain: warning: skipping checkpoint %s: %s\n", p.c_str(), e.what());

@@ -162,6 +162,18 @@ struct Reader {
   // One arena from <base>/<layer>/<name> for each tensor of layout, whose
   // shapes (read from /model) every array must have.
   std::vector<float> arena(const std::string& base, const std::vector<ParamInfo>& layout) const {
+    check_arena(base, layout);
+    std::vector<float> v(arena_size(layout));
+    for (const ParamInfo& t : layout) read_tensor(base, t, v.data() + t.offset);
+    return v;
+  }
+
+  void read_tensor(const std::string& base, const ParamInfo& t, float* dst) const {
+    read_floats(base + "/" + t.path(), dst, t.count, t.count / t.shape.front());
+  }
+
+  // Every tensor of layout exists under base with the layout's shape.
+  void check_arena(const std::string& base, const std::vector<ParamInfo>& layout) const {
     for (std::size_t i = 0; i < layout.size(); ++i) {
       const ParamInfo& t = layout[i];
       const std::string g = base + "/" + t.layer;
@@ -171,10 +183,6 @@ struct Reader {
         bad(g + "/" + t.name + ": shape " + h5::shape_string(s) + " does not match " +
             dims_string(t.shape) + ", the shape " + layout_source + " gives");
     }
-    std::vector<float> v(arena_size(layout));
-    for (const ParamInfo& t : layout)
-      read_floats(base + "/" + t.path(), v.data() + t.offset, t.count, t.count / t.shape.front());
-    return v;
   }
 
   // required: a dptrain checkpoint read for resuming needs every attribute.
@@ -269,7 +277,8 @@ struct Reader {
     if (!same) bad("model attribute '" + spec + "' does not match the /model layer shapes");
   }
 
-  std::vector<CheckpointData::State> optimizer(const CheckpointData& d) const {
+  // deferred: the arrays' shapes are checked, their values left unread.
+  std::vector<CheckpointData::State> optimizer(const CheckpointData& d, bool deferred) const {
     std::vector<CheckpointData::State> out;
     if (d.meta.optimizer.empty() && !h5::exists(file, "/optimizer")) return out;
     if (h5::exists(file, "/optimizer")) probe("/optimizer");
@@ -289,7 +298,12 @@ struct Reader {
     for (const auto& n : names) {
       if (n.empty() || n.find('/') != std::string::npos) bad("/optimizer: bad state name '" + n + "'");
       if (h5::exists(file, "/optimizer/" + n)) probe("/optimizer/" + n);
-      out.push_back({n, arena("/optimizer/" + n, d.param_layout), {}});
+      if (deferred) {
+        check_arena("/optimizer/" + n, d.param_layout);
+        out.push_back({n, {}, {}});
+      } else {
+        out.push_back({n, arena("/optimizer/" + n, d.param_layout), {}});
+      }
     }
     return out;
   }
@@ -304,8 +318,9 @@ struct Reader {
   }
 };
 
-CheckpointData read_impl(const std::string& path, bool model_only, const ModelLayout* expect) {
-  h5::File f = h5::open_read(path, kCode);
+// deferred: the parameter and optimizer arrays are shape-checked only.
+CheckpointData read_impl(const h5::File& f, const std::string& path, bool model_only,
+                         const ModelLayout* expect, bool deferred) {
   Reader r{f.get(), path};
   r.probe("/");
   if (h5::exists(f.get(), "/model")) r.probe("/model");
@@ -352,25 +367,75 @@ CheckpointData read_impl(const std::string& path, bool model_only, const ModelLa
     if (!d.meta.model.empty()) r.check_spec(d.meta.model, d);
     d.input_shape = {d.param_layout.front().shape.back()};
   }
-  d.params = r.arena("/model", d.param_layout);
+  if (deferred) r.check_arena("/model", d.param_layout);
+  else d.params = r.arena("/model", d.param_layout);
   d.buffers = r.arena("/model", d.buffer_layout);
   if (full) {
-    d.optimizer_state = r.optimizer(d);
+    d.optimizer_state = r.optimizer(d, deferred);
     r.rng(d.meta);
     d.has_training_state = true;
   }
   return d;
 }
 
-}  // namespace
-
-CheckpointData read_checkpoint(const std::string& path, bool model_only, const ModelLayout* expect) {
+// Runs a read, reporting any error as Error(kCheckpoint) naming path.
+template <typename Read>
+auto naming_path(const std::string& path, Read read) -> decltype(read()) {
   try {
-    return read_impl(path, model_only, expect);
+    return read();
   } catch (const Error& e) {
     if (e.code() == kCode && e.where() == path) throw;
     fail(path, strip_prefix(e.what(), path));
   }
+}
+
+// The file stays open; a tensor is read and checked when asked for.
+class OpenTensors final : public CheckpointTensors {
+ public:
+  OpenTensors(h5::File file, std::string path, std::vector<std::string> arrays)
+      : file_(std::move(file)), path_(std::move(path)), arrays_(std::move(arrays)) {}
+  void read(std::size_t array, const ParamInfo& p, float* out) override {
+    DPT_REQUIRE(array < arrays_.size(), ExitCode::kOther, "checkpoint array out of range");
+    naming_path(path_, [&] {
+      const Reader r{file_.get(), path_};
+      r.read_tensor(arrays_[array], p, out);
+    });
+  }
+
+ private:
+  h5::File file_;
+  std::string path_;
+  std::vector<std::string> arrays_;  // "/model", "/optimizer/<name>", ...
+};
+
+}  // namespace
+
+CheckpointData read_checkpoint(const std::string& path, bool model_only, const ModelLayout* expect) {
+  return naming_path(path, [&] {
+    h5::File f = h5::open_read(path, kCode);
+    return read_impl(f, path, model_only, expect, false);
+  });
+}
+
+OpenedCheckpoint open_checkpoint(const std::string& path, bool model_only,
+                                 const ModelLayout* expect) {
+  return naming_path(path, [&] {
+    h5::File f = h5::open_read(path, kCode);
+    OpenedCheckpoint out{read_impl(f, path, model_only, expect, true), nullptr};
+    std::vector<std::string> arrays{"/model"};
+    for (const auto& st : out.data.optimizer_state) arrays.push_back("/optimizer/" + st.name);
+    out.tensors = std::make_unique<OpenTensors>(std::move(f), path, std::move(arrays));
+    return out;
+  });
+}
+
+void verify_checkpoint(const std::string& path) {
+  OpenedCheckpoint ck = open_checkpoint(path);
+  std::size_t largest = 0;
+  for (const ParamInfo& p : ck.data.param_layout) largest = std::max(largest, p.count);
+  std::vector<float> scratch(largest);
+  for (std::size_t a = 0; a <= ck.data.optimizer_state.size(); ++a)
+    for (const ParamInfo& p : ck.data.param_layout) ck.tensors->read(a, p, scratch.data());
 }
 
 }  // namespace dptrain

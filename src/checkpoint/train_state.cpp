@@ -28,6 +28,45 @@ std::vector<float*> state_arrays(Optimizer& opt) {
   return out;
 }
 
+// A checkpoint read for resuming must be this run's: model, loss, batch
+// boundary, optimizer and its state arrays.
+void check_resumable(const CheckpointData& ck, const std::string& path, const Options& opts,
+                     const Model& model, Optimizer& opt, LossKind loss, const BatchPlan& plan) {
+  DPT_REQUIRE(ck.has_training_state, ExitCode::kCheckpoint,
+              path + ": holds only /model; use --init-from to start from its weights");
+  DPT_REQUIRE(ck.meta.model == model.spec() && ck.meta.loss == loss_name(loss),
+              ExitCode::kCheckpoint,
+              path + ": written for --model " + ck.meta.model + " --loss " + ck.meta.loss +
+                  ", this run has --model " + model.spec() + " --loss " + loss_name(loss));
+  const BatchSlot slot = plan.slot(static_cast<std::uint64_t>(ck.meta.step));
+  DPT_REQUIRE(slot.epoch == static_cast<std::uint64_t>(ck.meta.epoch) &&
+                  slot.position == static_cast<std::uint64_t>(ck.meta.epoch_position),
+              ExitCode::kCheckpoint,
+              path + ": its cursor (epoch " + std::to_string(ck.meta.epoch) + ", sample " +
+                  std::to_string(ck.meta.epoch_position) +
+                  ") is not a batch boundary of this run; resume with the same --batch-size "
+                  "and data");
+  const auto state = opt.state();
+  DPT_REQUIRE(ck.meta.optimizer == opts.optimizer && ck.optimizer_state.size() == state.size(),
+              ExitCode::kCheckpoint,
+              path + ": optimizer state is for '" + ck.meta.optimizer + "', this run uses '" +
+                  opts.optimizer + "'");
+  // Each array's tensors were checked against the /model layout, which
+  // check_layout held against the model's: only the names are left.
+  for (std::size_t i = 0; i < state.size(); ++i)
+    DPT_REQUIRE(ck.optimizer_state[i].name == state[i].name, ExitCode::kCheckpoint,
+                path + ": optimizer state '" + state[i].name + "' missing");
+}
+
+// Array `array` of the file, whole, into dst (device), through one host
+// copy of the arena: what a rank that keeps the whole array needs anyway.
+void read_array(CheckpointTensors& tensors, std::size_t array, const std::vector<ParamInfo>& layout,
+                Backend& be, float* dst) {
+  std::vector<float> host(arena_size(layout));
+  for (const ParamInfo& p : layout) tensors.read(array, p, host.data() + p.offset);
+  be.copy_to_device(dst, host.data(), host.size() * sizeof(float));
+}
+
 }  // namespace
 
 StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt, Model& model,
@@ -36,12 +75,13 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
   Backend& be = *rt.backend;
   StartPoint sp;
   RestoreHeader header;
-  // Sliced (--shard-optimizer): rank 0 keeps the arrays it read, then sends
-  // each rank its slice. A file of either kind resumes either way.
-  std::vector<std::vector<float>> whole_state;
-  // --shard-params: rank 0 keeps the parameters it read to send each rank its slice.
+  // Sliced (--shard-optimizer, --shard-params): rank 0 keeps the file open
+  // and reads what lives in slices tensor by tensor as it sends each rank its
+  // part, so it never holds a whole array. A file of either kind resumes
+  // either way.
+  const bool sliced = !state_slices.empty();
   const bool sliced_params = model.param_slice() != nullptr;
-  std::vector<std::vector<float>> whole_params;
+  std::unique_ptr<CheckpointTensors> tensors;
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
     std::string path;
@@ -56,48 +96,24 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
     if (path.empty()) return;
     // A /model-only file (PyTorch via h5py) is read in this model's layout.
     const ModelLayout expect{model.param_layout(), model.buffer_layout(), model.output_shape()};
-    CheckpointData ck = read_checkpoint(path, !resuming, &expect);
+    OpenedCheckpoint opened = open_checkpoint(path, !resuming, &expect);
+    const CheckpointData& ck = opened.data;
     check_layout(ck, model.param_layout(), model.buffer_layout(), path);
     if (resuming) {
-      DPT_REQUIRE(ck.has_training_state, ExitCode::kCheckpoint,
-                  path + ": holds only /model; use --init-from to start from its weights");
-      DPT_REQUIRE(ck.meta.model == model.spec() && ck.meta.loss == loss_name(loss),
-                  ExitCode::kCheckpoint,
-                  path + ": written for --model " + ck.meta.model + " --loss " + ck.meta.loss +
-                      ", this run has --model " + model.spec() + " --loss " + loss_name(loss));
-      const BatchSlot slot = plan.slot(static_cast<std::uint64_t>(ck.meta.step));
-      DPT_REQUIRE(slot.epoch == static_cast<std::uint64_t>(ck.meta.epoch) &&
-                      slot.position == static_cast<std::uint64_t>(ck.meta.epoch_position),
-                  ExitCode::kCheckpoint,
-                  path + ": its cursor (epoch " + std::to_string(ck.meta.epoch) + ", sample " +
-                      std::to_string(ck.meta.epoch_position) +
-                      ") is not a batch boundary of this run; resume with the same --batch-size "
-                      "and data");
-      const auto state = opt.state();
-      DPT_REQUIRE(ck.meta.optimizer == opts.optimizer && ck.optimizer_state.size() == state.size(),
-                  ExitCode::kCheckpoint,
-                  path + ": optimizer state is for '" + ck.meta.optimizer + "', this run uses '" +
-                      opts.optimizer + "'");
-      for (std::size_t i = 0; i < state.size(); ++i) {
-        DPT_REQUIRE(ck.optimizer_state[i].name == state[i].name &&
-                        ck.optimizer_state[i].values.size() == opt.arena_size(),
-                    ExitCode::kCheckpoint, path + ": optimizer state '" + state[i].name + "' missing or misshaped");
-        if (!state_slices.empty())
-          whole_state.push_back(std::move(ck.optimizer_state[i].values));
-        else
-          be.copy_to_device(state[i].data, ck.optimizer_state[i].values.data(),
-                            opt.size() * sizeof(float));
-      }
+      check_resumable(ck, path, opts, model, opt, loss, plan);
+      if (!sliced)
+        for (std::size_t i = 0; i < opt.state().size(); ++i)
+          read_array(*opened.tensors, 1 + i, model.param_layout(), be, opt.state()[i].data);
       header.resumed = 1;
       header.step = ck.meta.step;
       header.optimizer_step = ck.meta.optimizer_step;
     }
-    if (sliced_params) whole_params.push_back(std::move(ck.params));
-    else be.copy_to_device(model.params(), ck.params.data(), ck.params.size() * sizeof(float));
+    if (!sliced_params) read_array(*opened.tensors, 0, model.param_layout(), be, model.params());
     if (!ck.buffers.empty())
       be.copy_to_device(model.buffers(), ck.buffers.data(), ck.buffers.size() * sizeof(float));
     header.have_weights = 1;
     sp.from = path;
+    if (sliced) tensors = std::move(opened.tensors);
     std::printf("dptrain: %s %s (step %lld)\n", resuming ? "resuming from" : "initialising from",
                 path.c_str(), static_cast<long long>(ck.meta.step));
     std::fflush(stdout);
@@ -105,18 +121,31 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
   static_assert(sizeof(RestoreHeader) == 4 * sizeof(std::int64_t));
   DPT_MPI_CHECK(MPI_Bcast(&header, 4, MPI_INT64_T, 0, mpi.world()));
   if (header.have_weights) {
-    if (sliced_params)
-      scatter_state_slices(mpi.world(), be, state_slices, whole_params, {model.param_slice()});
-    else
-      rt.comm->broadcast(model.params(), model.num_params() * sizeof(float), 0);
+    if (!sliced_params) rt.comm->broadcast(model.params(), model.num_params() * sizeof(float), 0);
     if (model.num_buffers())
       rt.comm->broadcast(model.buffers(), model.num_buffers() * sizeof(float), 0);
   }
+  if (header.resumed && !sliced)
+    for (auto& s : opt.state()) rt.comm->broadcast(s.data, opt.size() * sizeof(float), 0);
+  // What lives in slices, each array with its index among the file's arrays.
+  std::vector<float*> slices;
+  std::vector<std::size_t> file_array;
+  if (header.have_weights && sliced_params) {
+    slices.push_back(model.param_slice());
+    file_array.push_back(0);
+  }
+  for (std::size_t i = 0; header.resumed && sliced && i < opt.state().size(); ++i) {
+    slices.push_back(opt.state()[i].data);
+    file_array.push_back(1 + i);
+  }
+  if (!slices.empty())
+    agree(mpi.world(), [&] {
+      scatter_state_slices(mpi.world(), be, model.param_layout(), state_slices, slices,
+                           [&](std::size_t s, const ParamInfo& p, float* out) {
+                             tensors->read(file_array[s], p, out);
+                           });
+    });
   if (header.resumed) {
-    if (!state_slices.empty())
-      scatter_state_slices(mpi.world(), be, state_slices, whole_state, state_arrays(opt));
-    else
-      for (auto& s : opt.state()) rt.comm->broadcast(s.data, opt.size() * sizeof(float), 0);
     opt.set_step_count(header.optimizer_step);
     sp.resumed = true;
     sp.step = static_cast<std::uint64_t>(header.step);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <exception>
+#include <utility>
 
 #include "dptrain/common/error.hpp"
 
@@ -27,6 +29,15 @@ void receive_floats(float* p, std::size_t n, int from, int tag, MPI_Comm world) 
                            from, tag, world, MPI_STATUS_IGNORE));
 }
 
+// The part of tensor p in slice r of bounds, as arena offsets [lo, hi).
+std::pair<std::size_t, std::size_t> tensor_part(const ParamInfo& p,
+                                                const std::vector<std::size_t>& bounds,
+                                                std::size_t r) {
+  const std::size_t lo = std::max(p.offset, bounds[r]);
+  const std::size_t hi = std::min(p.offset + p.count, bounds[r + 1]);
+  return {lo, std::max(lo, hi)};
+}
+
 }  // namespace
 
 StateSliceGather::StateSliceGather(MPI_Comm world, Backend& be,
@@ -39,9 +50,7 @@ StateSliceGather::StateSliceGather(MPI_Comm world, Backend& be,
 
 std::pair<std::size_t, std::size_t> StateSliceGather::part(const ParamInfo& p,
                                                              std::size_t r) const {
-  const std::size_t lo = std::max(p.offset, bounds_[r]);
-  const std::size_t hi = std::min(p.offset + p.count, bounds_[r + 1]);
-  return {lo, std::max(lo, hi)};
+  return tensor_part(p, bounds_, r);
 }
 
 void StateSliceGather::receive(std::size_t s, const ParamInfo& p, float* out) {
@@ -87,26 +96,47 @@ void StateSliceGather::serve() {
   }
 }
 
-void scatter_state_slices(MPI_Comm world, Backend& be, const std::vector<std::size_t>& bounds,
-                           const std::vector<std::vector<float>>& whole,
-                           const std::vector<float*>& states) {
+void scatter_state_slices(MPI_Comm world, Backend& be, const std::vector<ParamInfo>& layout,
+                          const std::vector<std::size_t>& bounds,
+                          const std::vector<float*>& states, const StateTensorRead& read) {
   int rank = 0, size = 1;
   DPT_MPI_CHECK(MPI_Comm_rank(world, &rank));
   DPT_MPI_CHECK(MPI_Comm_size(world, &size));
   const auto me = static_cast<std::size_t>(rank);
-  std::vector<float> staging;
-  if (rank != 0) staging.resize(bounds[me + 1] - bounds[me]);
+  auto part = [&](const ParamInfo& p, std::size_t r) { return tensor_part(p, bounds, r); };
+  std::vector<float> tensor;  // rank 0: the whole tensor; elsewhere: this rank's part of it
+  std::exception_ptr failed;  // rank 0: the first read that threw
   for (std::size_t s = 0; s < states.size(); ++s) {
-    if (rank == 0) {
-      for (std::size_t r = 1; r < static_cast<std::size_t>(size); ++r)
-        send_floats(whole[s].data() + bounds[r], bounds[r + 1] - bounds[r], static_cast<int>(r),
-                    kScatterTag, world);
-      if (bounds[1] > 0) be.copy_to_device(states[s], whole[s].data(), bounds[1] * sizeof(float));
-    } else if (!staging.empty()) {
-      receive_floats(staging.data(), staging.size(), 0, kScatterTag, world);
-      be.copy_to_device(states[s], staging.data(), staging.size() * sizeof(float));
+    for (const ParamInfo& p : layout) {
+      if (rank != 0) {
+        const auto [lo, hi] = part(p, me);
+        if (lo == hi) continue;
+        tensor.resize(hi - lo);
+        receive_floats(tensor.data(), hi - lo, 0, kScatterTag, world);
+        be.copy_to_device(states[s] + (lo - bounds[me]), tensor.data(), (hi - lo) * sizeof(float));
+        continue;
+      }
+      tensor.resize(p.count);
+      if (!failed) {
+        try {
+          read(s, p, tensor.data());
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      }
+      if (failed) std::fill(tensor.begin(), tensor.end(), 0.0f);
+      for (std::size_t r = 0; r < static_cast<std::size_t>(size); ++r) {
+        const auto [lo, hi] = part(p, r);
+        if (lo == hi) continue;
+        const float* from = tensor.data() + (lo - p.offset);
+        if (r == 0)
+          be.copy_to_device(states[s] + (lo - bounds[0]), from, (hi - lo) * sizeof(float));
+        else
+          send_floats(from, hi - lo, static_cast<int>(r), kScatterTag, world);
+      }
     }
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace dptrain

@@ -66,6 +66,22 @@ torch_python() {
   fi
 }
 
+# random_tokens OUT VOCAB WIDTH TRAIN_ROWS TEST_ROWS SEED: a token set of
+# uniformly drawn ids (uint16 rows of WIDTH, the vocab_size attribute), the
+# train rows drawn first; TEST_ROWS 0: no test split.
+random_tokens() {
+  "$PYTHON" - "$@" <<'PY'
+import sys, h5py, numpy as np
+out, (vocab, width, n_train, n_test, seed) = sys.argv[1], map(int, sys.argv[2:])
+rng = np.random.default_rng(seed)
+with h5py.File(out, "w") as f:
+    for name, n in (("train", n_train), ("test", n_test)):
+        if n:
+            rows = rng.integers(0, vocab, (n, width)).astype("uint16")
+            f.create_dataset(name + "/tokens", data=rows).attrs["vocab_size"] = vocab
+PY
+}
+
 synthetic() {  # synthetic OUT [make_synthetic.py options]
   local out=$1
   shift

@@ -9,13 +9,7 @@
 # - a negative or non-finite --peak-tflops is exit 2 on every rank.
 source "$(dirname "$0")/lib.sh"
 
-"$PYTHON" - "$WORK" <<'PY'
-import sys, h5py, numpy as np
-rng = np.random.default_rng(3)
-rows = rng.integers(0, 64, size=(48, 9))
-with h5py.File(f"{sys.argv[1]}/tok.h5", "w") as f:
-    f.create_dataset("train/tokens", data=rows.astype("uint16")).attrs["vocab_size"] = 64
-PY
+random_tokens "$WORK/tok.h5" 64 9 48 0 3
 gpt="embed:16,pos,2*(res(ln,attn:2:causal),res(ln,dense:32,gelu:tanh,dense:16)),ln,dense:64"
 common=(train --data "$WORK/tok.h5" --model "$gpt" --batch-size 8 --steps 6 --log-every 2
         --val-set "" --optimizer adamw --device cpu --threads 1 --seed 2)

@@ -20,16 +20,8 @@ source "$(dirname "$0")/lib.sh"
 
 synthetic "$WORK/d.h5" --n 250 --val-n 40 --shape 6 --classes 3 --dtype float32 --seed 9
 synthetic "$WORK/img.h5" --n 120 --val-n 20 --shape 2,8,8 --classes 3 --dtype float32 --seed 5
-"$PYTHON" - "$WORK/tok.h5" "$WORK/text.h5" <<'PY'
-import sys, h5py, numpy as np
-rng = np.random.default_rng(3)
-for path, vocab, t, sizes in ((sys.argv[1], 40, 9, (("train", 90), ("test", 14))),
-                              (sys.argv[2], 256, 65, (("train", 64), ("test", 8)))):
-    with h5py.File(path, "w") as f:
-        for name, n in sizes:
-            d = f.create_dataset(name + "/tokens", data=rng.integers(0, vocab, (n, t)).astype("uint16"))
-            d.attrs["vocab_size"] = vocab
-PY
+random_tokens "$WORK/tok.h5" 40 9 90 14 3
+random_tokens "$WORK/text.h5" 256 65 64 8 4
 MLP=(--data "$WORK/d.h5" --model dense:17,tanh,dropout:0.3,dense:3 --batch-size 26)
 CNN=(--data "$WORK/img.h5" --batch-size 22
      --model "conv:4:3:1:1,bn,relu,res(conv:4:3:1:1,bn,relu,dropout:0.2,conv:4:3:1:1,bn),res(conv:6:3:2:1,bn,relu),avgpool:4,flatten,dense:3")

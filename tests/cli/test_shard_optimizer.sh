@@ -21,14 +21,7 @@ source "$(dirname "$0")/lib.sh"
 
 synthetic "$WORK/d.h5" --n 250 --val-n 40 --shape 6 --classes 3 --dtype float32 --seed 9
 synthetic "$WORK/img.h5" --n 120 --val-n 20 --shape 1,8,8 --classes 3 --dtype float32 --seed 5
-"$PYTHON" - "$WORK/tok.h5" <<'PY'
-import sys, h5py, numpy as np
-rng = np.random.default_rng(3)
-with h5py.File(sys.argv[1], "w") as f:
-    for name, n in (("train", 90), ("test", 14)):
-        d = f.create_dataset(name + "/tokens", data=rng.integers(0, 40, (n, 9)).astype("uint16"))
-        d.attrs["vocab_size"] = 40
-PY
+random_tokens "$WORK/tok.h5" 40 9 90 14 3
 MLP=(--data "$WORK/d.h5" --model dense:17,tanh,dense:3 --batch-size 26)
 CNN=(--data "$WORK/img.h5" --model "conv:4:3,relu,maxpool:2,dense:3" --batch-size 22)
 GPT=(--data "$WORK/tok.h5" --model "embed:12,pos,res(ln,attn:2:causal),res(ln,dense:24,gelu:tanh,dense:12),ln,dense:40" --batch-size 14)

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,31 @@ void write_checkpoint(const std::string& path, const CheckpointData& data);
 // Error(kCheckpoint) naming the path and what is wrong.
 CheckpointData read_checkpoint(const std::string& path, bool model_only = false,
                                const ModelLayout* expect = nullptr);
+
+// The parameter and optimizer-state arrays of a checkpoint opened by
+// open_checkpoint, read on demand one tensor at a time, so that a run whose
+// state is kept in slices never holds a whole array (it keeps the file open).
+class CheckpointTensors {
+ public:
+  virtual ~CheckpointTensors() = default;
+  // Tensor p of array `array` (0: the /model parameters, 1 + i: optimizer
+  // state i) into out (p.count floats), checked as read_checkpoint checks it
+  // (finite values, checksummed data); Error(kCheckpoint) naming the path.
+  virtual void read(std::size_t array, const ParamInfo& p, float* out) = 0;
+};
+
+struct OpenedCheckpoint {
+  // As read_checkpoint returns it, except that params and every optimizer
+  // state's values are empty: only their shapes have been checked.
+  CheckpointData data;
+  std::unique_ptr<CheckpointTensors> tensors;
+};
+OpenedCheckpoint open_checkpoint(const std::string& path, bool model_only = false,
+                                 const ModelLayout* expect = nullptr);
+
+// Every check of read_checkpoint, reading the arrays one tensor at a time
+// (the memory of the largest tensor, not of the model).
+void verify_checkpoint(const std::string& path);
 
 // Checks a checkpoint's /model layout against a model's parameter and
 // buffer layouts; Error(kCheckpoint) naming the first mismatching tensor.

@@ -4,10 +4,11 @@
 // code to do. Writing gathers it tensor by tensor, so that rank 0 never
 // holds more of it than its own slice and one tensor; the file has the
 // layout of a run whose every rank keeps the whole state. Restoring sends
-// each rank its slice of the state rank 0 read.
+// each rank its slice of the state rank 0 reads, tensor by tensor too.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include <mpi.h>
@@ -49,11 +50,19 @@ class StateSliceGather {
   std::size_t next_ = 0;  // fetch order: state array * tensors + tensor
 };
 
-// After rank 0 read a checkpoint: each rank's slice of every state array
-// from rank 0's whole arrays (`whole`, rank 0 only) into its own slices
-// (`states`, device). Collective over world.
-void scatter_state_slices(MPI_Comm world, Backend& be, const std::vector<std::size_t>& bounds,
-                           const std::vector<std::vector<float>>& whole,
-                           const std::vector<float*>& states);
+// Rank 0's source of whole tensors when restoring: tensor p of state array
+// s into out (p.count floats), e.g. read from a checkpoint on demand.
+using StateTensorRead = std::function<void(std::size_t s, const ParamInfo& p, float* out)>;
+
+// Restoring: each rank's slice of every state array into its own slices
+// (`states`, device), tensor by tensor from rank 0's `read` (rank 0 only),
+// so that no rank ever holds more than its slices and one tensor. A read
+// that throws on rank 0 leaves nobody waiting: the owners get zeros for
+// that tensor and every later one, and rank 0 throws the first error at
+// the end. Collective over world; run it inside agree() so that every rank
+// then exits with that error's code.
+void scatter_state_slices(MPI_Comm world, Backend& be, const std::vector<ParamInfo>& layout,
+                          const std::vector<std::size_t>& bounds,
+                          const std::vector<float*>& states, const StateTensorRead& read);
 
 }  // namespace dptrain
