@@ -24,7 +24,10 @@
 #   shapes with its cuDNN and flash backends (gpu-check-torch.py attention);
 # - the tokens/s row with --recompute blocks: its step time and device
 #   buffers against the default row's (issue: at most 1.4x the time, 0.3x
-#   the activations).
+#   the activations);
+# - the tokens/s row with --shard-params on the one GPU: its step time
+#   against the default row's (issue: at most 1.1x; the gathers and
+#   reduce-scatters run from the GPU to itself).
 # MFU = tokens/s x (6 N + 12 L T D) / peak: N the parameters in matrix
 # products (all but the token and position tables), 12 L T D attention's
 # two batched products, forward and backward, over the full T x T
@@ -115,17 +118,20 @@ gpt_bench_rows() {
 # The throughput row: dptrain's tokens/s and MFU in bf16 (gpt_per_s: the
 # default attention's, for the PyTorch rows); `gpt_throughput_rows math`:
 # the same with --attention math; `gpt_throughput_rows "" blocks` with
-# --recompute blocks (its device buffers against the default row's).
+# --recompute blocks (its device buffers against the default row's);
+# `gpt_throughput_rows "" "" shard` with --shard-params on the one GPU (its
+# gathers and reduce-scatters from itself: the step against the default
+# row's, issue target at most 1.1x).
 gpt_throughput_rows() {
-  local rc j mfu per_s detail result impl=${1:-} recompute=${2:-}
-  local log=$work/gpt-throughput${impl:+-$impl}${recompute:+-recompute}.txt
+  local rc j mfu per_s detail result impl=${1:-} recompute=${2:-} shard=${3:-}
+  local log=$work/gpt-throughput${impl:+-$impl}${recompute:+-recompute}${shard:+-shard}.txt
   run_for 120 "$log" "${mpirun[@]}" -n 1 "$gpt_bench" throughput --model "$gpt2_model" \
     --tokens "$gpt2_t" --vocab "$gpt2_v" --batch "$gpt2_batch" --device cuda --precision bf16 \
     --peak-tflops "$peak" --repeats "${SPEED_REPEATS:-10}" --warmup "$gpt_warmup" ${impl:+--attention "$impl"} \
-    ${recompute:+--recompute "$recompute"}
+    ${recompute:+--recompute "$recompute"} ${shard:+--shard-params}
   rc=$?
   j=$(grep '^{"gpt_throughput"' "$log" | tail -1)
-  local who="dptrain${impl:+, --attention $impl}${recompute:+, --recompute $recompute}"
+  local who="dptrain${impl:+, --attention $impl}${recompute:+, --recompute $recompute}${shard:+, --shard-params}"
   if ((rc != 0)) || [[ -z $j ]]; then
     result=$(outcome "$rc")
     [[ $result == ok ]] && result="FAILED (no gpt_throughput line)"
@@ -138,9 +144,12 @@ gpt_throughput_rows() {
       -v n="$(field matmul_params <<<"$j")" -v a="$(field achieved_tflops <<<"$j")" -v g="$(field buffer_mib <<<"$j")" \
       'BEGIN {printf "%.0f tokens/s, %.4g ms a step; %.4g MFLOP per token (6 N + 12 L T D, N = %.4g M); %.3g TFLOPS achieved; device buffers %.3g GiB", t, ms, f / 1e6, n / 1e6, a, g / 1024}')
     if [[ -n $mfu ]]; then detail+="; peak $peak TFLOPS ($peak_from)"; else detail+="; $peak_from"; fi
+    if [[ -n $shard && ${gpt_per_s:-0} != 0 ]]; then
+      detail+=$(awk -v a="$gpt_per_s" -v b="$per_s" 'BEGIN {printf "; step %.3gx the default row'"'"'s (target at most 1.1x)", a / b}')
+    fi
     row speed "$gpt2_name bf16: tokens/s and MFU ($who, batch $gpt2_batch)" "${mfu:-peak unknown}" "$detail"
   fi
-  if [[ -z $impl && -z $recompute ]]; then gpt_per_s=${per_s:-0}; fi
+  if [[ -z $impl && -z $recompute && -z $shard ]]; then gpt_per_s=${per_s:-0}; fi
 }
 
 # The attention rows in bf16: dptrain's core with math and with fused,
@@ -232,6 +241,7 @@ gpt_section() {
   gpt_torch_rows eager 150
   gpt_throughput_rows math
   gpt_throughput_rows "" blocks
+  gpt_throughput_rows "" "" shard
   gpt_attention_rows
   local p gemm_batch=$(((gpt2_batch + 1) / 2))
   for p in fp32 tf32 bf16; do

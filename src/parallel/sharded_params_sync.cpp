@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/model.hpp"
@@ -14,7 +15,7 @@
 namespace dptrain {
 
 ShardedParamsSync::ShardedParamsSync(Backend& be, Communicator& comm, Model& model,
-                                     std::uint64_t seed, bool accumulates)
+                                     std::uint64_t seed, bool accumulates, bool bf16_gathers)
     : be_(be), comm_(comm), model_(model), slices_(slice_bounds(model.num_params(), comm.size())) {
   DPT_REQUIRE(model.storage() == ModelStorage::kShardedParams, ExitCode::kOther,
               "--shard-params needs a model built with sharded parameters");
@@ -24,6 +25,14 @@ ShardedParamsSync::ShardedParamsSync(Backend& be, Communicator& comm, Model& mod
     std::vector<std::size_t>& b = pieces_.emplace_back(slices_.size());
     for (std::size_t r = 0; r < slices_.size(); ++r)
       b[r] = std::clamp(slices_[r], unit.offset, unit.offset + unit.count) - unit.offset;
+    if (!bf16_gathers) continue;
+    std::vector<std::size_t>& c = packed_.emplace_back(b.size());
+    for (std::size_t r = 0; r + 1 < b.size(); ++r) c[r + 1] = c[r] + (b[r + 1] - b[r] + 1) / 2;
+    packed_largest_ = std::max(packed_largest_, c.back());
+  }
+  if (bf16_gathers) {
+    convert_ = &be.kernels<ConvertKernels>();
+    for (auto& b : unit_packed_) b = DeviceBuffer<float>(be, packed_largest_);
   }
   const ArenaRange mine = owned();
   params_ = DeviceBuffer<float>(be, mine.count);
@@ -54,10 +63,18 @@ void ShardedParamsSync::prefetch(std::size_t layer) {
   const ArenaRange unit = model_.layer_params(layer);
   const std::vector<std::size_t>& b = pieces(layer);
   const auto me = static_cast<std::size_t>(comm_.rank());
-  if (b[me + 1] > b[me])
-    be_.copy_device(buf + b[me], params_.get() + (unit.offset + b[me] - slices_[me]),
-                    (b[me + 1] - b[me]) * sizeof(float));
-  comm_.start_allgather(buf, b.data());
+  const float* mine = params_.get() + (unit.offset + b[me] - slices_[me]);
+  if (convert_) {  // bf16: this rank's piece rounded into its place in the packed twin
+    float* packed = unit_packed_[i].get();
+    const std::vector<std::size_t>& c = packed_[layer];
+    if (b[me + 1] > b[me])
+      convert_->to_bf16(mine, reinterpret_cast<std::uint16_t*>(packed) + 2 * c[me],
+                        b[me + 1] - b[me]);
+    comm_.start_allgather(packed, c.data());
+  } else {
+    if (b[me + 1] > b[me]) be_.copy_device(buf + b[me], mine, (b[me + 1] - b[me]) * sizeof(float));
+    comm_.start_allgather(buf, b.data());
+  }
   holds_[i] = kNone;
   prefetched_ = layer;
   prefetch_buf_ = i;
@@ -66,6 +83,7 @@ void ShardedParamsSync::prefetch(std::size_t layer) {
 float* ShardedParamsSync::gathered(std::size_t layer) {
   if (prefetched_ != kNone) {  // complete it: its buffer is about to be used
     comm_.finish_allgather();
+    if (convert_) expand(prefetch_buf_, prefetched_);
     holds_[prefetch_buf_] = prefetched_;
     prefetched_ = kNone;
   }
@@ -76,6 +94,15 @@ float* ShardedParamsSync::gathered(std::size_t layer) {
     }
   prefetch(layer);  // not on its way (the first unit, or out of order): now
   return gathered(layer);
+}
+
+void ShardedParamsSync::expand(std::size_t i, std::size_t layer) {
+  const std::vector<std::size_t>& b = pieces(layer);
+  const std::vector<std::size_t>& c = packed_[layer];
+  const auto* packed = reinterpret_cast<const std::uint16_t*>(unit_packed_[i].get());
+  for (std::size_t r = 0; r + 1 < b.size(); ++r)
+    if (b[r + 1] > b[r])
+      convert_->from_bf16(packed + 2 * c[r], unit_params_[i].get() + b[r], b[r + 1] - b[r]);
 }
 
 void ShardedParamsSync::before_forward(std::size_t layer) {

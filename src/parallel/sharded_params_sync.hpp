@@ -14,6 +14,15 @@
 // piece, in the same rank order as --shard-optimizer's buckets, so the
 // results are its results bit for bit on the CPU. The update is that of
 // --shard-optimizer on the slice; the next forward gathers the new values.
+//
+// Under --precision bf16 the gathers move bf16 copies, half the bytes: each
+// rank rounds its piece of the unit to bf16, the pieces travel packed two
+// to a float (each piece padded to whole floats), and every rank expands
+// all of them, its own included, to floats in the unit buffer. The layers
+// then compute with parameters rounded to bf16, identically on every rank
+// (GEMMs round their operands to bf16 anyway; layer norms, biases and
+// embeddings are rounded too, as under PyTorch FSDP's bf16 param_dtype);
+// the slices, gradients and optimizer state stay fp32.
 #pragma once
 
 #include <array>
@@ -27,6 +36,8 @@
 
 namespace dptrain {
 
+class ConvertKernels;
+
 class ShardedParamsSync final : public SyncStrategy {
  public:
   // Over a model built with ModelStorage::kShardedParams; fills this rank's
@@ -34,8 +45,9 @@ class ShardedParamsSync final : public SyncStrategy {
   // (--accumulate K > 1): the gradients of a step's earlier micro-batches are
   // summed, unit by unit, into an arena of the whole model's size, and
   // added to the last micro-batch's before its one reduce-scatter.
+  // bf16_gathers: gather bf16 copies (--precision bf16), as above.
   ShardedParamsSync(Backend& be, Communicator& comm, Model& model, std::uint64_t seed,
-                    bool accumulates);
+                    bool accumulates, bool bf16_gathers = false);
 
   std::string name() const override { return "sharded parameters"; }
   ArenaRange owned() const override;
@@ -51,6 +63,8 @@ class ShardedParamsSync final : public SyncStrategy {
 
   // Floats of the largest unit: each of the four unit buffers holds one.
   std::size_t largest_unit() const { return largest_; }
+  // Floats of each of the two packed bf16 gather buffers (0 without them).
+  std::size_t packed_unit() const { return packed_largest_; }
 
  private:
   static constexpr std::size_t kNone = ~std::size_t(0);
@@ -72,6 +86,9 @@ class ShardedParamsSync final : public SyncStrategy {
   void flush_pending();
   // Waits for the reduce-scatter in flight and keeps this rank's piece.
   void complete_in_flight();
+  // bf16 gathers: the gathered packed pieces of layer, in unit buffer i's
+  // packed twin, expanded to floats in unit buffer i.
+  void expand(std::size_t i, std::size_t layer);
 
   Backend& be_;
   Communicator& comm_;
@@ -91,6 +108,13 @@ class ShardedParamsSync final : public SyncStrategy {
   std::size_t pending_buf_ = 0;    // and its buffer
   std::size_t in_flight_ = kNone;  // the layer whose reduce-scatter runs
   std::size_t in_flight_buf_ = 0;
+  // bf16 gathers: per top-level layer, P + 1 bounds in floats of the packed
+  // pieces (piece r takes ceil(its bf16 values / 2) floats), and each unit
+  // buffer's packed twin, which the gather fills.
+  ConvertKernels* convert_ = nullptr;
+  std::vector<std::vector<std::size_t>> packed_;
+  std::size_t packed_largest_ = 0;
+  std::array<DeviceBuffer<float>, 2> unit_packed_;
   DeviceBuffer<float> accumulated_;  // --accumulate: the earlier micro-batches' sum
   bool reduce_ = true;               // the running backward pass is the step's last
   int earlier_passes_ = 0;           // micro-batches of this step summed so far

@@ -13,7 +13,7 @@ namespace dptrain {
 std::unique_ptr<SyncStrategy> make_sync_strategy(const Options& opts, const SyncSetup& s) {
   if (opts.shard_params)
     return std::make_unique<ShardedParamsSync>(s.backend, s.comm, s.model, s.seed,
-                                               s.micro_batches > 1);
+                                               s.micro_batches > 1, opts.precision == "bf16");
   if (opts.shard_optimizer)
     return std::make_unique<SlicedOptimizerSync>(s.backend, s.comm, s.model, s.bucket_bytes);
   return std::make_unique<ReplicatedSync>(s.backend, s.comm, s.model, s.bucket_bytes);

@@ -55,7 +55,7 @@ void TrainingRun::print_memory_plan() {
   if (mpi_.rank() != 0) return;
   RankMemory mem = rank_memory(model->num_params(), state_arrays_of(optimizer_config(opts_)),
                                ranks, opts_.shard_optimizer, micro > 1, opts_.shard_params,
-                               model->largest_layer_params());
+                               model->largest_layer_params(), opts_.precision == "bf16");
   const std::uint64_t fixed = mem.total();
   const ActivationPlan plain = model->activation_plan(rows, Recompute::kNone);
   const ActivationPlan recomputed = model->activation_plan(rows, Recompute::kBlocks);

@@ -6,7 +6,8 @@
 namespace dptrain {
 
 RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool state_sliced,
-                       bool accumulates, bool params_sliced, std::uint64_t largest_unit) {
+                       bool accumulates, bool params_sliced, std::uint64_t largest_unit,
+                       bool bf16_gathers) {
   RankMemory m;
   m.ranks = ranks;
   state_sliced = state_sliced || params_sliced;
@@ -22,6 +23,9 @@ RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bo
   if (params_sliced) {
     m.params = m.grads = ((num_params + p - 1) / p) * floats;  // rank 0's, the largest
     m.unit_buffers = 4 * largest_unit * floats;
+    // Each piece padded to whole floats: at most (unit + P) / 2 floats a twin.
+    if (bf16_gathers) m.unit_buffers += 2 * ((largest_unit + p + 1) / 2) * floats;
+    m.bf16_gathers = bf16_gathers;
   }
   return m;
 }
@@ -41,7 +45,8 @@ std::string describe(const RankMemory& m) {
   std::string s = "parameters " + human_bytes(m.params) + ", gradients " + human_bytes(m.grads);
   if (m.params_sliced)
     s += " (slices 1/" + std::to_string(m.ranks) + " of " + human_bytes(m.params_whole) +
-         "; unit buffers " + human_bytes(m.unit_buffers) + ")";
+         "; unit buffers " + human_bytes(m.unit_buffers) +
+         (m.bf16_gathers ? ", gathered in bf16" : "") + ")";
   if (m.accumulation) s += " (+" + human_bytes(m.accumulation) + " accumulation)";
   s += ", optimizer state " + human_bytes(m.state);
   if (m.state_sliced && m.ranks > 1)

@@ -178,7 +178,8 @@ Progress::MemoryMib TrainingRun::memory_figures() const {
   const RankMemory planned = rank_memory(model_->num_params(), optimizer_->state_arrays(),
                                          mpi_.size(), !sync_->state_slices().empty(),
                                          opts_.accumulate > 1, opts_.shard_params,
-                                         model_->largest_layer_params());
+                                         model_->largest_layer_params(),
+                                         opts_.precision == "bf16");
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);  // ru_maxrss in KiB on Linux
   constexpr double kMiB = 1024.0 * 1024.0;

@@ -296,7 +296,8 @@ void TrainingRun::print_summary() const {
                     static_cast<int>(opts_.accumulate));
   RankMemory mem = rank_memory(model_->num_params(), optimizer_->state_arrays(), mpi_.size(),
                                !sync_->state_slices().empty(), opts_.accumulate > 1,
-                               opts_.shard_params, model_->largest_layer_params());
+                               opts_.shard_params, model_->largest_layer_params(),
+                               opts_.precision == "bf16");
   mem.activations = model_->activation_bytes();
   mem.largest_activation = model_->largest_activation_bytes();
   mem.activation_rows = model_->max_rows();

@@ -12,11 +12,16 @@
 #   micro-batches summed unit by unit, in --shard-optimizer's order, then
 #   reduce-scattered once; with micro-batches of no rows on some ranks).
 #   Evaluation events are equal too.
+# - under --precision bf16 (a CPU with bf16 instructions) the gathers move
+#   bf16 copies: close to --shard-optimizer's bf16 run, not equal to it.
 # - checkpoints: a --shard-params run resumed with --shard-params on the
 #   same ranks ends bitwise where the straight one does; sharded parameters
 #   on 3 ranks -> plain on 2 -> sharded parameters on 4 continues the
 #   straight run within the rounding of other rank counts
 #   (test_rank_invariance.sh's bound).
+# - resume: rank 0 streams the slices tensor by tensor (the host peak of a
+#   resumed run stays near a fresh run's), and a damaged tensor ends every
+#   rank with exit 4.
 # - memory: the start-up line shows the slices, and the summary's measured
 #   peak of the backend's buffers on 4 ranks is at most 0.45x the plain
 #   run's (parameters, gradients and AdamW's moments are 16 bytes a
@@ -72,6 +77,30 @@ both 3 "${GPT[@]}" "${ADAMW[@]}" --recompute blocks
 both 3 "${GPT[@]}" "${ADAMW[@]}" --accumulate 3
 both 4 "${MLP[@]}" --batch-size 6 "${SGD[@]}" --accumulate 2
 echo "ok: --shard-params equals --shard-optimizer bit for bit"
+
+# Under --precision bf16 (where the CPU has bf16 instructions) the gathers
+# move bf16 copies: every parameter reaches the layers rounded to bf16, not
+# only the GEMMs' operands, so the run leaves --shard-optimizer's bits but
+# stays within bf16's bound of it (3e-2 of the first loss, as the emulated
+# GPU's bf16 runs against fp32).
+run 2 120 train "${GPT[@]}" "${ADAMW[@]}" "${COMMON[@]}" --steps 20 --precision bf16 --shard-params \
+  --save "$WORK/bf16-sharded.h5" --metrics "$WORK/bf16-sharded.jsonl"
+if [[ $RC -eq 2 ]] && grep -q "bf16" "$ERR"; then
+  echo "skip: bf16 gathers (this CPU has no bf16 instructions)"
+else
+  expect_rc 0 "--shard-params --precision bf16"
+  grep -q "gathered in bf16" "$OUT" || fail "the memory line does not say the units are gathered in bf16"
+  train 2 bf16-sliced "${GPT[@]}" "${ADAMW[@]}" --precision bf16 --shard-optimizer
+  "$PYTHON" - "$WORK/bf16-sharded.jsonl" "$WORK/bf16-sliced.jsonl" <<'PY'
+import json, sys
+def losses(p): return [json.loads(l)["loss"] for l in open(p) if '"event":"train"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+gap = max(abs(p - q) for p, q in zip(a, b)) / abs(b[0])
+print(f"bf16 gathers: losses {gap:.3g} of the first off --shard-optimizer's")
+assert len(a) == len(b) > 0 and 0 < gap <= 3e-2, (gap, a, b)
+PY
+  echo "ok: bf16 gathers"
+fi
 
 # Resume, within one strategy and across them.
 ADAM=(--optimizer adam --lr 0.02)

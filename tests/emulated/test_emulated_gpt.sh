@@ -19,7 +19,8 @@
 #    its first loss), and more than a floor (1e-5) off it, so a precision
 #    that never reaches the GEMMs fails; and attn:H without the causal mask
 #    as the CPU run, as in PART=fp32; bf16 with --recompute blocks bitwise
-#    as without.
+#    as without; bf16 with --shard-params (bf16 gathers) within bf16's
+#    bound of the fp32 CPU run and off the replicated bf16 run.
 #
 # The bounds. fp32 sums in another order (the emulated cuBLAS against the
 # CPU's GEMM, the statistics of ln and softmax in double in warp order) are
@@ -165,6 +166,17 @@ precision)
   done
   on cuda 2 bf16-recompute --model "$gpt" --precision bf16 --recompute blocks
   same_state "$WORK/bf16-recompute.h5" "$WORK/bf16.h5" || fail "--recompute blocks differs (bf16)"
+  # --shard-params under bf16: the gathers move bf16 copies, so every
+  # parameter reaches the layers rounded to bf16 (not only the GEMMs'
+  # operands): within bf16's bound of the fp32 CPU run, and not the
+  # replicated bf16 run's bits.
+  on cuda 2 bf16-sharded --model "$gpt" --precision bf16 --shard-params
+  grep -q "gathered in bf16" "$OUT" || fail "--shard-params under bf16 does not gather bf16"
+  gap=$(loss_gap bf16-sharded cpu)
+  own=$(loss_gap bf16-sharded bf16)
+  echo "bf16 gathers: losses $gap of the first off the fp32 cpu run's, $own off the replicated bf16 run's"
+  "$PYTHON" -c "import sys; g, o = map(float, sys.argv[1:3]); sys.exit(not ($floor < g <= float(sys.argv[3]) and o > 0))" \
+    "$gap" "$own" "${bound[bf16]}" || fail "bf16 gathers: losses $gap off fp32 (bound ${bound[bf16]}), $own off bf16"
   open_gpt="embed:32,pos,2*(${block/:causal/}),ln,dense:24"
   on cpu 2 cpu-open --model "$open_gpt"
   on cuda 2 cuda-open --model "$open_gpt"

@@ -151,6 +151,8 @@ grep -F "${gpt2}tokens/s and MFU (dptrain, --attention math, batch 2) |" "$table
   grep -qE "\| $number \| [0-9]+ tokens/s, " || fail "no GPT tokens/s row with --attention math"
 grep -F "${gpt2}tokens/s and MFU (dptrain, --recompute blocks, batch 2) |" "$table" |
   grep -qE "\| $number \| [0-9]+ tokens/s, .*device buffers" || fail "no GPT tokens/s row with --recompute blocks"
+grep -F "${gpt2}tokens/s and MFU (dptrain, --shard-params, batch 2) |" "$table" |
+  grep -qE "\| $number \| [0-9]+ tokens/s, .*step [0-9.e+-]+x the default row's" || fail "no GPT tokens/s row with --shard-params"
 # The attention rows: dptrain's core with math and fused on each shape, and
 # PyTorch SDPA's beside them where torch is installed.
 for impl in math fused; do

@@ -34,7 +34,7 @@
 //            [--peak-tflops X] [--lr LR] [--beta2 B2] [--weight-decay W]
 //            [--clip-grad-norm C] [--weight-decay-params all|matrices]
 //            [--attention auto|math|fused] [--attention-shape N,H,T,hd[/...]]
-//            [--recompute none|blocks]
+//            [--recompute none|blocks] [--shard-params]
 #include "dptrain/backends/backend_factory.hpp"
 #include "gpt_bench.hpp"
 
@@ -67,6 +67,7 @@ constexpr const char* kUsage =
     "  --attention I auto (default), math or fused: as dptrain train's --attention\n"
     "  --attention-shape N,H,T,hd  the attention rows' shapes, '/' between them\n"
     "  --recompute W none (default) or blocks: as dptrain train's --recompute (throughput)\n"
+    "  --shard-params  the step of dptrain train --shard-params on one rank (throughput)\n"
     "                (default 8,12,1024,64/4,16,2048,64)\n"
     "  optimizer:    AdamW, defaults those of jobs/text_gpt.ini (lr 0.003, beta2 0.95,\n"
     "                weight decay 0.1 on matrices, clip-grad-norm 1)\n";
@@ -157,6 +158,7 @@ GptArgs parse_args(int argc, char** argv) {
     else if (arg == "--attention") a.attention = value();
     else if (arg == "--attention-shape") a.attention_shapes = attention_shapes(value());
     else if (arg == "--recompute") a.recompute = value();
+    else if (arg == "--shard-params") a.shard_params = true;
     else if (arg == "-h" || arg == "--help") help = true;
     else if (rows.empty() && arg[0] != '-') rows = arg;
     else throw Error(ExitCode::kUsage, "unexpected argument '" + arg + "'\n" + kUsage);

@@ -31,6 +31,8 @@
 #include "dptrain/model/loss.hpp"
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"
+#include "dptrain/parallel/sync_strategy.hpp"
+#include "dptrain/run/options.hpp"
 #include "dptrain/run/agree.hpp"
 #include "dptrain/run/mpi_session.hpp"
 #include "train/train_step.hpp"
@@ -50,6 +52,7 @@ struct GptArgs {
   float lr = 3e-3f, beta2 = 0.95f, weight_decay = 0.1f, clip = 1.0f;
   double peak_tflops = 0.0;  // the device's dense peak for MFU; 0: unknown
   bool decay_all = false;
+  bool shard_params = false;  // --shard-params: the step of dptrain train --shard-params
   bool wants(const char* row) const { return std::find(what.begin(), what.end(), row) != what.end(); }
   bool gpu() const { return device == "cuda"; }
   // "1 rank, 1 thread" on the CPU, "1 GPU, bf16" on CUDA: the rows' placement.
@@ -272,14 +275,26 @@ struct Gpt {
   Gpt(Backend& be, const GptArgs& a, std::uint32_t seed)
       : be(be), args(a),
         model(be, parse_model_spec(a.model), Shape{a.tokens}, a.batch, a.vocab,
-              parse_recompute(a.recompute)),
-        opt(be, (model.init(1), adamw(a, model)), model.num_params()), data(be, a, seed),
-        stats(be, 2), comm(make_mpi_communicator(MPI_COMM_SELF)) {}
+              parse_recompute(a.recompute),
+              a.shard_params ? ModelStorage::kShardedParams : ModelStorage::kAllocated),
+        comm(a.shard_params ? be.make_communicator(MpiCommHandle{MPI_COMM_SELF})
+                            : make_mpi_communicator(MPI_COMM_SELF)),
+        sync(init_and_sync(a)), opt(be, adamw(a, model), model.num_params(), owned()),
+        data(be, a, seed), stats(be, 2) {}
   // One step queued (train_step reads the NaN count back halfway, so the
   // host waits for its forward and backward, not for its optimizer).
   void queue_step() {
+    if (!sync) {
+      train_step(be, *comm, model, opt, LossKind::kXent, data.shard, std::uint64_t(args.batch),
+                 args.lr, stats.get(), nullptr);
+      return;
+    }
+    LayerEvents events{sync.get()};
+    StepOptions o;
+    o.sync = sync.get();
+    o.events = &events;
     train_step(be, *comm, model, opt, LossKind::kXent, data.shard, std::uint64_t(args.batch),
-               args.lr, stats.get(), nullptr);
+               args.lr, stats.get(), o);
   }
   void step() {
     queue_step();
@@ -288,10 +303,26 @@ struct Gpt {
   Backend& be;
   const GptArgs& args;
   Model model;
+  // --shard-params on one rank: the backend's own communicator (NCCL on a
+  // GPU), whose gathers and reduce-scatters then copy to and from itself.
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<SyncStrategy> sync;  // null: train_step's replicated one
   Optimizer opt;
   TokenShard data;
   DeviceBuffer<float> stats;
-  std::unique_ptr<Communicator> comm;
+
+ private:
+  // The model initialized (seed 1), then --shard-params' strategy, which
+  // initializes its slice likewise.
+  std::unique_ptr<SyncStrategy> init_and_sync(const GptArgs& a) {
+    model.init(1);
+    if (!a.shard_params) return nullptr;
+    Options o;
+    o.shard_params = true;
+    o.precision = a.precision;  // bf16: the gathers move bf16 copies
+    return make_sync_strategy(o, {be, *comm, model, 0, 1, 1});
+  }
+  ArenaRange owned() const { return sync ? sync->owned() : ArenaRange{0, model.num_params()}; }
 };
 
 inline std::string format_g(double v) {

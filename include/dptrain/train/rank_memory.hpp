@@ -14,8 +14,10 @@ struct RankMemory {
   int ranks = 1;
   bool state_sliced = false;     // --shard-optimizer: the state kept in 1/P slices
   bool params_sliced = false;    // --shard-params: parameters and gradients in 1/P slices too
+  bool bf16_gathers = false;     // --shard-params under bf16: units gathered as bf16 copies
   std::uint64_t params_whole = 0;  // the whole parameter arena
   std::uint64_t unit_buffers = 0;  // --shard-params: two gathered units, two units' gradients
+                                   // (and, gathering bf16, their two packed twins)
   std::uint64_t params = 0;        // fp32 parameters, every rank all of them
   std::uint64_t grads = 0;         // fp32 gradient arena
   std::uint64_t accumulation = 0;  // --accumulate K > 1: the earlier micro-batches' sum
@@ -38,10 +40,11 @@ struct RankMemory {
 // trained by `ranks` ranks, the state sliced or not: rank 0 holds the largest slice
 // (slice_bounds). Activations are left 0 for the caller to fill in.
 // params_sliced (--shard-params, which slices the state too): parameters and
-// gradients kept in slices, plus four buffers of largest_unit floats.
+// gradients kept in slices, plus four buffers of largest_unit floats, and
+// with bf16_gathers (--precision bf16) two packed bf16 twins of a unit.
 RankMemory rank_memory(std::uint64_t num_params, int state_arrays, int ranks, bool state_sliced,
                        bool accumulates, bool params_sliced = false,
-                       std::uint64_t largest_unit = 0);
+                       std::uint64_t largest_unit = 0, bool bf16_gathers = false);
 
 // "1.5 MiB": three significant digits in B, KiB, MiB, GiB or TiB.
 std::string human_bytes(std::uint64_t bytes);

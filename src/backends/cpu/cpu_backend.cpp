@@ -23,6 +23,7 @@
 #include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/backends/kernels/activation_kernels.hpp"
 #include "dptrain/backends/kernels/augment_kernels.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/backends/kernels/dropout_kernels.hpp"
 #include "dptrain/backends/kernels/loss_kernels.hpp"
@@ -51,6 +52,8 @@ template <>
 std::unique_ptr<NormKernels> make_cpu_kernels<NormKernels>();
 template <>
 std::unique_ptr<DropoutKernels> make_cpu_kernels<DropoutKernels>();
+template <>
+std::unique_ptr<ConvertKernels> make_cpu_kernels<ConvertKernels>();
 template <>
 std::unique_ptr<AugmentKernels> make_cpu_kernels<AugmentKernels>();
 template <>
@@ -88,6 +91,7 @@ class CpuBackend final : public Backend {
     add_family<SpatialKernels>();  // on oneDNN primitives
     add_family<NormKernels>();
     add_family<DropoutKernels>();
+    add_family<ConvertKernels>();
     add_family<AugmentKernels>();
     add_family<SequenceKernels>();
     if (opts.attention == AttentionImpl::kFused || opts.attention == AttentionImpl::kCudnn) {

@@ -24,6 +24,7 @@
 #include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/backends/kernels/activation_kernels.hpp"
 #include "dptrain/backends/kernels/augment_kernels.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/backends/kernels/dropout_kernels.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
@@ -46,6 +47,8 @@ template <>
 std::unique_ptr<NormKernels> make_kernels<NormKernels>(const Launch& l, Precision p);
 template <>
 std::unique_ptr<DropoutKernels> make_kernels<DropoutKernels>(const Launch& l, Precision p);
+template <>
+std::unique_ptr<ConvertKernels> make_kernels<ConvertKernels>(const Launch& l, Precision p);
 template <>
 std::unique_ptr<AugmentKernels> make_kernels<AugmentKernels>(const Launch& l, Precision p);
 template <>
@@ -89,6 +92,7 @@ class CudaBackend final : public Backend {
     add_family<ActivationKernels>();
     add_family<NormKernels>();
     add_family<DropoutKernels>();
+    add_family<ConvertKernels>();
     add_family<AugmentKernels>();
     add_family<DenseKernels>();
     add_family<LossKernels>();

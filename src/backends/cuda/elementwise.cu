@@ -92,6 +92,10 @@ __global__ void to_bf16_kernel(Bf16Segment a, Bf16Segment b) {
   }
 }
 
+__global__ void from_bf16_kernel(const __nv_bfloat16* x, float* y, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = __bfloat162float(x[i]);
+}
+
 __global__ void add_bias_kernel(float* y, const float* bias, std::size_t total, int cols) {
   for (std::size_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[i % cols];
 }
@@ -191,6 +195,13 @@ void to_bf16_pair(const Launch& l, const float* xa, void* ya, std::size_t na, co
   const Bf16Segment a = bf16_segment(xa, ya, na), b = bf16_segment(xb, yb, nb);
   if (a.units + b.units == 0) return;
   to_bf16_kernel<<<grid_for(a.units + b.units, l), kThreads, 0, l.stream>>>(a, b);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void from_bf16(const Launch& l, const void* x, float* y, std::size_t n) {
+  if (n == 0) return;
+  from_bf16_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(
+      static_cast<const __nv_bfloat16*>(x), y, n);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
