@@ -22,6 +22,8 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <array>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -80,6 +82,20 @@ ncclResult_t check_buffers(const void* send, const void* recv, ncclComm_t comm) 
   return ncclSuccess;
 }
 
+// [p, p + bytes) of send and recv inside device allocations: a collective
+// over more than its buffers hold is refused, as NCCL would fault.
+ncclResult_t check_extents(const void* send, std::size_t send_bytes, const void* recv,
+                           std::size_t recv_bytes) {
+  if (!dptrain_emu::is_device_range(send, send_bytes) ||
+      !dptrain_emu::is_device_range(recv, recv_bytes))
+    return refuse_call(ncclInvalidArgument, "a buffer is smaller than the collective's count");
+  return ncclSuccess;
+}
+
+std::array<std::atomic<std::size_t>, static_cast<std::size_t>(dptrain_emu::NcclCall::kCount)>
+    g_calls{};
+void tally(dptrain_emu::NcclCall c) { ++g_calls[static_cast<std::size_t>(c)]; }
+
 // The result is written when the stream gets to it, after the exchange:
 // work that reads it without waiting for the stream sees the old data.
 template <typename T>
@@ -90,6 +106,8 @@ void land_later(cudaStream_t stream, void* recv, std::shared_ptr<std::vector<T>>
 }
 
 }  // namespace
+
+std::size_t dptrain_emu::nccl_calls(NcclCall c) { return g_calls[static_cast<std::size_t>(c)]; }
 
 const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {
@@ -148,6 +166,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, nccl
     return refuse_call(ncclInvalidArgument, "only float sums are emulated");
   if (count > INT_MAX) return refuse_call(ncclInvalidArgument, "over INT_MAX elements for MPI");
   return issue([=] {
+    tally(dptrain_emu::NcclCall::kAllReduce);
     auto sum = std::make_shared<std::vector<float>>(count);
     int rc = MPI_SUCCESS;
     dptrain_emu::enqueue_and_run(stream, [&] {
@@ -171,6 +190,7 @@ ncclResult_t ncclReduce(const void* send, void* recv, std::size_t count, ncclDat
     return refuse_call(ncclInvalidArgument, "only float sums are emulated");
   if (count > INT_MAX) return refuse_call(ncclInvalidArgument, "over INT_MAX elements for MPI");
   return issue([=] {
+    tally(dptrain_emu::NcclCall::kReduce);
     auto sum = std::make_shared<std::vector<float>>(at_root ? count : 0);
     int rc = MPI_SUCCESS;
     dptrain_emu::enqueue_and_run(stream, [&] {
@@ -191,6 +211,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, nccl
     return refuse_call(ncclInvalidArgument, "only ncclChar broadcasts are emulated");
   if (count > INT_MAX) return refuse_call(ncclInvalidArgument, "over INT_MAX bytes for MPI");
   return issue([=] {
+    tally(dptrain_emu::NcclCall::kBroadcast);
     auto bytes = std::make_shared<std::vector<char>>(count);
     int rc = MPI_SUCCESS;
     dptrain_emu::enqueue_and_run(stream, [&] {
@@ -199,6 +220,67 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, nccl
     });
     if (rc != MPI_SUCCESS) return refuse(ncclSystemError, "MPI_Bcast failed");
     land_later(stream, recv, std::move(bytes));
+    return ncclSuccess;
+  });
+}
+
+// Every rank's block of recvcount sums: MPI_Reduce_scatter_block sums each
+// element in an order fixed by the rank count and the size (as MPI_Reduce
+// does for ncclReduce), so the same call gives the same bits every time. In
+// place (send holds the whole input, recv is its block rank): the exchange
+// reads send, the block lands later.
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  if (const ncclResult_t rc = check_buffers(sendbuff, recvbuff, comm); rc != ncclSuccess)
+    return rc;
+  if (datatype != ncclFloat || op != ncclSum)
+    return refuse_call(ncclInvalidArgument, "only float sums are emulated");
+  if (recvcount > INT_MAX) return refuse_call(ncclInvalidArgument, "over INT_MAX elements for MPI");
+  const std::size_t block = recvcount * sizeof(float);
+  if (const ncclResult_t rc =
+          check_extents(sendbuff, block * static_cast<std::size_t>(comm->size), recvbuff, block);
+      rc != ncclSuccess)
+    return rc;
+  return issue([=] {
+    tally(dptrain_emu::NcclCall::kReduceScatter);
+    auto sum = std::make_shared<std::vector<float>>(recvcount);
+    int rc = MPI_SUCCESS;
+    dptrain_emu::enqueue_and_run(stream, [&] {
+      rc = MPI_Reduce_scatter_block(sendbuff, sum->data(), static_cast<int>(recvcount), MPI_FLOAT,
+                                    MPI_SUM, comm->mpi);
+    });
+    if (rc != MPI_SUCCESS) return refuse(ncclSystemError, "MPI_Reduce_scatter_block failed");
+    land_later(stream, recvbuff, std::move(sum));
+    return ncclSuccess;
+  });
+}
+
+// Rank r's sendcount floats into block r of recv on every rank, moved as
+// bytes. In place (send is block rank of recv): the exchange reads send,
+// the blocks land later.
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (const ncclResult_t rc = check_buffers(sendbuff, recvbuff, comm); rc != ncclSuccess)
+    return rc;
+  if (datatype != ncclFloat)
+    return refuse_call(ncclInvalidArgument, "only float all-gathers are emulated");
+  const std::size_t block = sendcount * sizeof(float);
+  if (block > INT_MAX) return refuse_call(ncclInvalidArgument, "over INT_MAX bytes for MPI");
+  if (const ncclResult_t rc =
+          check_extents(sendbuff, block, recvbuff, block * static_cast<std::size_t>(comm->size));
+      rc != ncclSuccess)
+    return rc;
+  return issue([=] {
+    tally(dptrain_emu::NcclCall::kAllGather);
+    auto all = std::make_shared<std::vector<float>>(sendcount * static_cast<std::size_t>(comm->size));
+    int rc = MPI_SUCCESS;
+    dptrain_emu::enqueue_and_run(stream, [&] {
+      rc = MPI_Allgather(sendbuff, static_cast<int>(block), MPI_BYTE, all->data(),
+                         static_cast<int>(block), MPI_BYTE, comm->mpi);
+    });
+    if (rc != MPI_SUCCESS) return refuse(ncclSystemError, "MPI_Allgather failed");
+    land_later(stream, recvbuff, std::move(all));
     return ncclSuccess;
   });
 }

@@ -12,7 +12,8 @@
 #    within the GPU check's bounds of the fp32 CPU run's;
 #  - a run checkpointed half-way and resumed ends bitwise where the
 #    straight one does (the checkpoint reads and writes device memory), also
-#    resumed with --shard-optimizer (NCCL's grouped reduces and broadcasts);
+#    resumed with --shard-optimizer (NCCL's ncclReduceScatter/ncclAllGather
+#    over near-equal pieces, grouped reduces and broadcasts otherwise);
 #    sharded with --accumulate 2 it ends with the CPU run's weights.
 # Tolerance 1e-4, as test_rank_invariance.sh: fp32 rounding in a different
 # summation order is about 1e-6 relative over these few steps (measured up
@@ -107,7 +108,8 @@ PY
     fail "resumed emulated cuda run differs ($schedule streams)"
   echo "ok: emulated cuda, 2 ranks, $schedule streams: checkpoint at 8 + resume = straight"
 
-  # --shard-optimizer (NCCL grouped reduces and broadcasts) resumed from the
+  # --shard-optimizer (ncclReduceScatter/ncclAllGather or grouped reduces
+  # and broadcasts, as the pieces of each call are cut) resumed from the
   # unsharded checkpoint: on 2 ranks every sum is one addition, so bitwise
   # the straight run; with --accumulate 2 too, the CPU run within rounding.
   on cuda 2 sharded "${mlp[@]}" --steps 16 --shard-optimizer --resume "$WORK/ck-$schedule/ckpt-000000008.h5"

@@ -2,13 +2,16 @@
 // (created by its make_communicator, with its compute stream and device).
 // Collectives run on the communicator's own stream, ordered after the
 // backend's compute stream by an event and followed by another event the
-// compute stream waits on: the host never blocks, yet every later kernel or
-// copy on the compute stream sees the reduced data.
+// compute stream waits on: the host never blocks (but where the staging
+// buffer of the equal-piece reduce-scatter and all-gather grows, which is in
+// the first step only), yet every later kernel or copy on the compute stream
+// sees the reduced data.
 #include "backends/cuda/nccl_comm.hpp"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -22,6 +25,31 @@
 
 namespace dptrain {
 namespace {
+
+std::size_t largest_piece(const std::size_t* bounds, int parts) {
+  std::size_t m = 0;
+  for (int r = 0; r < parts; ++r) m = std::max(m, bounds[r + 1] - bounds[r]);
+  return m;
+}
+
+// Whether a reduce-scatter or all-gather over these pieces should be one
+// ncclReduceScatter / ncclAllGather rather than one rooted ncclReduce /
+// ncclBroadcast per non-empty piece. NCCL's own collectives want P equal
+// pieces, so the call is padded to P pieces of the largest one's size m and
+// staged through a buffer (a device copy of each piece in and out). That
+// pays when every rank has a piece and the padding adds at most 12.5% to
+// the n values moved: one collective then does the work of P, each of
+// which pays its own setup and latency. When a piece is empty or the pieces
+// are far from equal (the data lies mostly in one or two ranks' pieces),
+// the rooted calls move no more bytes than the padded collective and need
+// no staging.
+bool equal_pieces_pay(const std::size_t* bounds, int parts) {
+  if (parts <= 1) return false;
+  for (int r = 0; r < parts; ++r)
+    if (bounds[r + 1] == bounds[r]) return false;
+  const std::size_t n = bounds[parts];
+  return static_cast<std::size_t>(parts) * largest_piece(bounds, parts) <= n + n / 8;
+}
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -114,24 +142,32 @@ class NcclCommunicator final : public Communicator {
     started_ = 0;
   }
 
-  // Sliced optimizer state: each piece is summed onto its owner only. The pieces
-  // are uneven and ncclReduceScatter wants equal ones, so one ncclReduce per
-  // non-empty piece, rooted at its owner, all in one group (one launch).
-  // Ordered and completed as start_allreduce_sum.
+  // Sliced state: each piece is summed onto its owner only. ncclReduceScatter
+  // wants P equal pieces, and the pieces may be uneven or empty, so two
+  // paths (equal_pieces_pay chooses): near-equal pieces, all non-empty, go
+  // through the staging buffer padded to equal ones and one in-place
+  // ncclReduceScatter; any other cut is one ncclReduce per non-empty piece,
+  // rooted at its owner, all in one group (one launch). Either way every
+  // step runs on the communication stream, ordered and completed as
+  // start_allreduce_sum.
   int start_reduce_scatter_sum(float* buf, const std::size_t* bounds) override {
     if (bounds[size_] > 0) {
       const ncclComm_t c = live();
-      after_compute();
-      grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
-        DPT_NCCL_CHECK(
-            ncclReduce(buf + at, buf + at, n, ncclFloat, ncclSum, root, c, stream_.get()));
-      });
+      if (equal_pieces_pay(bounds, size_)) {
+        flat_reduce_scatter(buf, bounds, c);
+      } else {
+        after_compute();
+        grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
+          DPT_NCCL_CHECK(
+              ncclReduce(buf + at, buf + at, n, ncclFloat, ncclSum, root, c, stream_.get()));
+        });
+      }
       pending_ = true;
     }
     return started_++;
   }
 
-  // Each owner broadcasts its piece, all in one group; ordered as broadcast.
+  // Ordered as broadcast: the compute stream waits for it at once.
   void allgather(float* buf, const std::size_t* bounds) override {
     start_allgather(buf, bounds);
     finish_allgather();
@@ -139,15 +175,22 @@ class NcclCommunicator final : public Communicator {
 
   // As allgather, but the compute stream waits for it only in
   // finish_allgather: the gather runs on the communication stream meanwhile.
+  // The paths of start_reduce_scatter_sum: one ncclAllGather over the
+  // padded pieces in the staging buffer, or each owner broadcasting its
+  // piece, all in one group.
   void start_allgather(float* buf, const std::size_t* bounds) override {
     finish_allgather();
     if (bounds[size_] == 0) return;
     const ncclComm_t c = live();
-    after_compute();
-    grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
-      DPT_NCCL_CHECK(ncclBroadcast(buf + at, buf + at, n * sizeof(float), ncclChar, root, c,
-                                   stream_.get()));
-    });
+    if (equal_pieces_pay(bounds, size_)) {
+      flat_allgather(buf, bounds, c);
+    } else {
+      after_compute();
+      grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
+        DPT_NCCL_CHECK(ncclBroadcast(buf + at, buf + at, n * sizeof(float), ncclChar, root, c,
+                                     stream_.get()));
+      });
+    }
     gathering_ = true;
   }
   void finish_allgather() override {
@@ -214,6 +257,58 @@ class NcclCommunicator final : public Communicator {
     }
     DPT_NCCL_CHECK(ncclGroupEnd());
   }
+  // Piece r of buf is staging[r*m, r*m + len_r): packed in, one in-place
+  // ncclReduceScatter leaves the sum of slot `rank` there, and the own
+  // piece is copied back. The padding of each slot is summed too, unused.
+  void flat_reduce_scatter(float* buf, const std::size_t* bounds, ncclComm_t c) {
+    const std::size_t m = largest_piece(bounds, size_);
+    float* staging = staging_for(m * static_cast<std::size_t>(size_));
+    after_compute();
+    for (int r = 0; r < size_; ++r)
+      copy_on_stream(staging + r * m, buf + bounds[r], bounds[r + 1] - bounds[r]);
+    float* own = staging + static_cast<std::size_t>(rank_) * m;
+    DPT_NCCL_CHECK(ncclReduceScatter(staging, own, m, ncclFloat, ncclSum, c, stream_.get()));
+    copy_on_stream(buf + bounds[rank_], own, bounds[rank_ + 1] - bounds[rank_]);
+  }
+  // The own piece is copied into slot `rank` of the staging buffer, one
+  // in-place ncclAllGather fills every slot, and the other ranks' pieces
+  // are copied out: buf is written within the pieces only.
+  void flat_allgather(float* buf, const std::size_t* bounds, ncclComm_t c) {
+    const std::size_t m = largest_piece(bounds, size_);
+    float* staging = staging_for(m * static_cast<std::size_t>(size_));
+    after_compute();
+    float* own = staging + static_cast<std::size_t>(rank_) * m;
+    copy_on_stream(own, buf + bounds[rank_], bounds[rank_ + 1] - bounds[rank_]);
+    DPT_NCCL_CHECK(ncclAllGather(own, staging, m, ncclFloat, c, stream_.get()));
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) copy_on_stream(buf + bounds[r], staging + r * m, bounds[r + 1] - bounds[r]);
+  }
+  // The staging buffer of the flat paths, at least `floats` long. It grows
+  // only when a call needs more than it has, so every size is reached in
+  // the first step (later steps repeat its calls) and a warmed-up step
+  // allocates nothing. A new buffer is zeroed on the communication stream,
+  // before any use, so its padding never holds garbage (summed there it
+  // would reach no piece, but it is a read of memory never written, which
+  // compute-sanitizer's initcheck reports).
+  float* staging_for(std::size_t floats) {
+    const std::size_t bytes = floats * sizeof(float);
+    if (staging_.bytes() < bytes) {
+      // Work queued on the communication stream may still use the old
+      // buffer; let it finish before the buffer is freed (cudaFree waits
+      // for the device anyway, this makes the wait explicit).
+      if (staging_.get()) DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+      staging_ = cuda::DeviceMemory();  // freed first: only one is held at a time
+      staging_ = cuda::DeviceMemory(bytes);
+      DPT_CUDA_CHECK(cudaMemsetAsync(staging_.get(), 0, bytes, stream_.get()));
+    }
+    return static_cast<float*>(staging_.get());
+  }
+  void copy_on_stream(float* dst, const float* src, std::size_t n) {
+    if (n == 0) return;
+    DPT_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_.get()));
+  }
+
   void after_compute() {
     DPT_CUDA_CHECK(cudaEventRecord(compute_done_.get(), compute_));
     DPT_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), compute_done_.get(), 0));
@@ -261,6 +356,7 @@ class NcclCommunicator final : public Communicator {
   int unwinding_at_start_;
   cuda::Stream stream_;
   cuda::Event compute_done_, comm_done_;
+  cuda::DeviceMemory staging_;  // the flat paths' padded pieces (staging_for)
   std::atomic<ncclComm_t> comm_{nullptr};  // read by async_error() on the watchdog thread
   std::atomic<bool> aborted_{false};
   int started_ = 0;       // bucket tickets since the last wait_all()

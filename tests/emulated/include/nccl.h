@@ -11,6 +11,10 @@
 // written when the stream gets there, so only work that waits for the
 // stream sees it. Calls inside ncclGroupStart/ncclGroupEnd are held and
 // issued, in order, at the outermost ncclGroupEnd, as NCCL launches a group.
+// Emulated: ncclAllReduce, ncclReduce, ncclReduceScatter (float sums),
+// ncclBroadcast (bytes), ncclAllGather (floats), in place or not, and the
+// communicator's life cycle; plus a count of the collectives issued
+// (dptrain_emu::nccl_calls, not NCCL's), for tests of which path ran.
 #pragma once
 
 #include <cstddef>
@@ -47,5 +51,20 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, nccl
                            int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclReduce(const void* send, void* recv, std::size_t count, ncclDataType_t type,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+// In place when recv + rank * recvcount is send, as in NCCL.
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream);
+// In place when recv + rank * sendcount is send, as in NCCL.
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclGroupStart();
 ncclResult_t ncclGroupEnd();
+
+namespace dptrain_emu {
+// The emulation's own: collectives issued by this process since the start,
+// by kind (a group's calls when it ends; refused ones not), so that a test
+// can tell which collectives a caller chose (tests/gpu/test_nccl.cpp).
+enum class NcclCall { kAllReduce, kReduce, kReduceScatter, kBroadcast, kAllGather, kCount };
+std::size_t nccl_calls(NcclCall c);
+}  // namespace dptrain_emu
