@@ -45,4 +45,12 @@ void slow_checkpoint_pause() {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
+std::size_t nccl_staging_floats(std::size_t default_floats) {
+  static const long long floats = [] {
+    const char* v = std::getenv("DPTRAIN_TEST_NCCL_STAGING_FLOATS");
+    return v ? std::strtoll(v, nullptr, 10) : 0LL;
+  }();
+  return floats > 0 ? static_cast<std::size_t>(floats) : default_floats;
+}
+
 }  // namespace dptrain::test_hooks

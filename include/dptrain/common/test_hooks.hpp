@@ -4,6 +4,7 @@
 // notices them. The tests that set them are named with each hook.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dptrain::test_hooks {
@@ -36,5 +37,12 @@ bool perturb_tower_at(int rank, std::uint64_t step);
 // Read at every checkpoint (a test may set and unset it in one process).
 // tests/cli/test_checkpoint_kill.sh, tests/unit/test_checkpoint.cpp.
 void slow_checkpoint_pause();
+
+// DPTRAIN_TEST_NCCL_STAGING_FLOATS=N, a decimal count (N < 1 or no number:
+// the default): the floats the NCCL communicator's staging buffer may hold
+// instead of its default (16 Mi), so that small calls run in several
+// windows, as calls over a large arena do. Read once per process.
+// tests/gpu/test_nccl.cpp on the emulation.
+std::size_t nccl_staging_floats(std::size_t default_floats);
 
 }  // namespace dptrain::test_hooks

@@ -38,7 +38,8 @@ void fill(const Launch& l, float* x, float value, std::size_t n);
 void scale_matrix(const Launch& l, float* c, int m, int n, int ldc, float beta);
 // y[i] = bf16(x[i]), round to nearest even; y is __nv_bfloat16[n].
 void to_bf16(const Launch& l, const float* x, void* y, std::size_t n);
-// y[i] = float(x[i]) (exact); x is __nv_bfloat16[n].
+// y[i] = float(x[i]) (exact); x is __nv_bfloat16[n] (a bf16 convolution's
+// result, --shard-params' bf16 gathers).
 void from_bf16(const Launch& l, const void* x, float* y, std::size_t n);
 // Both conversions in one launch (a GEMM's two operands); 8 values a
 // thread where a source and its destination are 16-byte aligned.

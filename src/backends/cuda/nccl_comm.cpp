@@ -22,6 +22,7 @@
 #include "backends/cuda/error_cuda.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/error.hpp"
+#include "dptrain/common/test_hooks.hpp"
 
 namespace dptrain {
 namespace {
@@ -257,31 +258,56 @@ class NcclCommunicator final : public Communicator {
     }
     DPT_NCCL_CHECK(ncclGroupEnd());
   }
-  // Piece r of buf is staging[r*m, r*m + len_r): packed in, one in-place
-  // ncclReduceScatter leaves the sum of slot `rank` there, and the own
-  // piece is copied back. The padding of each slot is summed too, unused.
-  void flat_reduce_scatter(float* buf, const std::size_t* bounds, ncclComm_t c) {
-    const std::size_t m = largest_piece(bounds, size_);
-    float* staging = staging_for(m * static_cast<std::size_t>(size_));
-    after_compute();
-    for (int r = 0; r < size_; ++r)
-      copy_on_stream(staging + r * m, buf + bounds[r], bounds[r + 1] - bounds[r]);
-    float* own = staging + static_cast<std::size_t>(rank_) * m;
-    DPT_NCCL_CHECK(ncclReduceScatter(staging, own, m, ncclFloat, ncclSum, c, stream_.get()));
-    copy_on_stream(buf + bounds[rank_], own, bounds[rank_ + 1] - bounds[rank_]);
+  // The flat paths run over windows of the pieces: window k is values
+  // [k*w, (k+1)*w) of every piece, piece r of it in slot r of the staging
+  // buffer (w values each, the slot's tail unused where the piece is
+  // shorter), one in-place collective per window. w is the largest piece
+  // while the P slots fit in kStagingFloats, else less, so the staging
+  // buffer stays at most 64 MiB whatever the call (a --shard-optimizer
+  // all-gather spans the whole arena).
+  static constexpr std::size_t kStagingFloats = std::size_t(16) << 20;
+  std::size_t window(std::size_t m) const {
+    const std::size_t most = test_hooks::nccl_staging_floats(kStagingFloats);
+    return std::min(m, std::max<std::size_t>(1, most / static_cast<std::size_t>(size_)));
   }
-  // The own piece is copied into slot `rank` of the staging buffer, one
-  // in-place ncclAllGather fills every slot, and the other ranks' pieces
+  // How many of piece r's values fall in the window of `count` from `at`.
+  static std::size_t in_window(const std::size_t* bounds, int r, std::size_t at,
+                               std::size_t count) {
+    const std::size_t len = bounds[r + 1] - bounds[r];
+    return len > at ? std::min(count, len - at) : 0;
+  }
+  // Each window: the pieces packed into their slots, one in-place
+  // ncclReduceScatter leaves the sum of slot `rank` there, and it is copied
+  // back into the own piece. Slot tails are summed too, unused.
+  void flat_reduce_scatter(float* buf, const std::size_t* bounds, ncclComm_t c) {
+    const std::size_t m = largest_piece(bounds, size_), w = window(m);
+    float* staging = staging_for(w * static_cast<std::size_t>(size_));
+    after_compute();
+    for (std::size_t at = 0; at < m; at += w) {
+      const std::size_t count = std::min(w, m - at);
+      for (int r = 0; r < size_; ++r)
+        copy_on_stream(staging + r * count, buf + bounds[r] + at, in_window(bounds, r, at, count));
+      float* own = staging + static_cast<std::size_t>(rank_) * count;
+      DPT_NCCL_CHECK(ncclReduceScatter(staging, own, count, ncclFloat, ncclSum, c, stream_.get()));
+      copy_on_stream(buf + bounds[rank_] + at, own, in_window(bounds, rank_, at, count));
+    }
+  }
+  // Each window: the own piece's values copied into slot `rank`, one
+  // in-place ncclAllGather fills every slot, and the other ranks' values
   // are copied out: buf is written within the pieces only.
   void flat_allgather(float* buf, const std::size_t* bounds, ncclComm_t c) {
-    const std::size_t m = largest_piece(bounds, size_);
-    float* staging = staging_for(m * static_cast<std::size_t>(size_));
+    const std::size_t m = largest_piece(bounds, size_), w = window(m);
+    float* staging = staging_for(w * static_cast<std::size_t>(size_));
     after_compute();
-    float* own = staging + static_cast<std::size_t>(rank_) * m;
-    copy_on_stream(own, buf + bounds[rank_], bounds[rank_ + 1] - bounds[rank_]);
-    DPT_NCCL_CHECK(ncclAllGather(own, staging, m, ncclFloat, c, stream_.get()));
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) copy_on_stream(buf + bounds[r], staging + r * m, bounds[r + 1] - bounds[r]);
+    for (std::size_t at = 0; at < m; at += w) {
+      const std::size_t count = std::min(w, m - at);
+      float* own = staging + static_cast<std::size_t>(rank_) * count;
+      copy_on_stream(own, buf + bounds[rank_] + at, in_window(bounds, rank_, at, count));
+      DPT_NCCL_CHECK(ncclAllGather(own, staging, count, ncclFloat, c, stream_.get()));
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_)
+          copy_on_stream(buf + bounds[r] + at, staging + r * count, in_window(bounds, r, at, count));
+    }
   }
   // The staging buffer of the flat paths, at least `floats` long. It grows
   // only when a call needs more than it has, so every size is reached in

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cudnn/bf16_copy.hpp"
+#include "backends/cuda/kernels.hpp"
 #include "backends/cuda/cudnn/conv_algorithms.hpp"
 #include "backends/cuda/cudnn/cudnn_plans.hpp"
 #include "dptrain/backends/backend_factory.hpp"
