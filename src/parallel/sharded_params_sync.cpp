@@ -63,16 +63,15 @@ void ShardedParamsSync::prefetch(std::size_t layer) {
   const ArenaRange unit = model_.layer_params(layer);
   const std::vector<std::size_t>& b = pieces(layer);
   const auto me = static_cast<std::size_t>(comm_.rank());
-  const float* mine = params_.get() + (unit.offset + b[me] - slices_[me]);
-  if (convert_) {  // bf16: this rank's piece rounded into its place in the packed twin
+  const std::size_t own = b[me + 1] - b[me];  // this rank's piece of the unit
+  const float* mine = own ? params_.get() + (unit.offset + b[me] - slices_[me]) : nullptr;
+  if (convert_) {  // bf16: the piece rounded into its place in the packed twin
     float* packed = unit_packed_[i].get();
     const std::vector<std::size_t>& c = packed_[layer];
-    if (b[me + 1] > b[me])
-      convert_->to_bf16(mine, reinterpret_cast<std::uint16_t*>(packed) + 2 * c[me],
-                        b[me + 1] - b[me]);
+    if (own) convert_->to_bf16(mine, reinterpret_cast<std::uint16_t*>(packed) + 2 * c[me], own);
     comm_.start_allgather(packed, c.data());
   } else {
-    if (b[me + 1] > b[me]) be_.copy_device(buf + b[me], mine, (b[me + 1] - b[me]) * sizeof(float));
+    if (own) be_.copy_device(buf + b[me], mine, own * sizeof(float));
     comm_.start_allgather(buf, b.data());
   }
   holds_[i] = kNone;
