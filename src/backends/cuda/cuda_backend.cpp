@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
     DPT_CUDA_CHECK(cudaSetDevice(device_));
     stream_ = cuda::Stream::create();
     cublas_ = cuda::CublasHandle::create();
-    DPT_CUBLAS_CHECK(cublasSetStream(cublas_.get(), stream_.get()));
+    DPT_CUBLAS_CHECK(cuda::cublas_api().cublasSetStream_(cublas_.get(), stream_.get()));
     lt_ = std::make_unique<cuda::LtMatmul>(stream_.get());
     int sms = 0;
     DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
@@ -135,7 +135,7 @@ class CudaBackend final : public Backend {
   std::string placement() const override { return "cuda:" + std::to_string(device_); }
   std::string gemm_library() const override {
     int v = 0;
-    cublasGetVersion(cublas_.get(), &v);
+    cuda::cublas_api().cublasGetVersion_(cublas_.get(), &v);
     return "cuBLAS " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
            std::to_string(v % 100) + ", " + cuda::spatial_library();
   }
@@ -269,9 +269,9 @@ class CudaBackend final : public Backend {
       return;
     }
     const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
-    DPT_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), in.op_b, in.op_a, n, m, k, &alpha, in.b, in.type,
-                                  ldb, in.a, in.type, lda, &beta, c, CUDA_R_32F, ldc, in.compute,
-                                  CUBLAS_GEMM_DEFAULT));
+    DPT_CUBLAS_CHECK(cuda::cublas_api().cublasGemmEx_(
+        cublas_.get(), in.op_b, in.op_a, n, m, k, &alpha, in.b, in.type, ldb, in.a, in.type, lda,
+        &beta, c, CUDA_R_32F, ldc, in.compute, CUBLAS_GEMM_DEFAULT));
   }
 
   // Attention's products over N·H heads: one strided-batched cuBLAS call,
@@ -287,7 +287,7 @@ class CudaBackend final : public Backend {
     }
     const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb,
                                       stride_b, batch);
-    DPT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    DPT_CUBLAS_CHECK(cuda::cublas_api().cublasGemmStridedBatchedEx_(
         cublas_.get(), in.op_b, in.op_a, n, m, k, &alpha, in.b, in.type, ldb,
         static_cast<long long>(stride_b), in.a, in.type, lda, static_cast<long long>(stride_a),
         &beta, c, CUDA_R_32F, ldc, static_cast<long long>(stride_c), batch, in.compute,
@@ -319,7 +319,8 @@ class CudaBackend final : public Backend {
     const float one = 1.0f;
     for (std::size_t done = 0; done < n; done += kChunk) {
       const int count = static_cast<int>(std::min(kChunk, n - done));
-      DPT_CUBLAS_CHECK(cublasSaxpy(cublas_.get(), count, &one, x + done, 1, y + done, 1));
+      DPT_CUBLAS_CHECK(cuda::cublas_api().cublasSaxpy_(cublas_.get(), count, &one, x + done, 1,
+                                                        y + done, 1));
     }
   }
 

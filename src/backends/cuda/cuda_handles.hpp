@@ -156,18 +156,18 @@ class CublasHandle {
   CublasHandle() = default;
   static CublasHandle create() {
     CublasHandle h;
-    DPT_CUBLAS_CHECK(cublasCreate(&h.h_));
+    DPT_CUBLAS_CHECK(cublas_api().cublasCreate_(&h.h_));
     return h;
   }
   ~CublasHandle() {
-    if (h_) cublasDestroy(h_);
+    if (h_) cublas_api().cublasDestroy_(h_);
   }
   CublasHandle(const CublasHandle&) = delete;
   CublasHandle& operator=(const CublasHandle&) = delete;
   CublasHandle(CublasHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
   CublasHandle& operator=(CublasHandle&& o) noexcept {
     if (this != &o) {
-      if (h_) cublasDestroy(h_);
+      if (h_) cublas_api().cublasDestroy_(h_);
       h_ = std::exchange(o.h_, nullptr);
     }
     return *this;

@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "backends/cuda/cublas_api.hpp"
 #include "dptrain/common/error.hpp"
 
 // A CUDA failure is a device or programming fault, not a peer's: exit 1.
@@ -27,12 +28,14 @@
 #define DPT_CUBLAS_CHECK(call)                                                               \
   do {                                                                                       \
     const cublasStatus_t dpt_cublas_rc_ = (call);                                            \
-    if (dpt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                             \
+    if (dpt_cublas_rc_ != CUBLAS_STATUS_SUCCESS) {                                           \
+      const ::dptrain::cuda::CublasApi& dpt_api_ = ::dptrain::cuda::cublas_api();            \
       ::dptrain::throw_error(::dptrain::ExitCode::kOther,                                    \
                              std::string("cuBLAS call failed: ") + #call + ": " +            \
-                                 cublasGetStatusName(dpt_cublas_rc_) + " (" +                \
-                                 cublasGetStatusString(dpt_cublas_rc_) + ")",                \
+                                 dpt_api_.cublasGetStatusName_(dpt_cublas_rc_) + " (" +      \
+                                 dpt_api_.cublasGetStatusString_(dpt_cublas_rc_) + ")",      \
                              __FILE__, __LINE__);                                            \
+    }                                                                                        \
   } while (0)
 
 // NCCL failures are communication failures (a peer died, the network broke,

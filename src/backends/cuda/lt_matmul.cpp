@@ -19,13 +19,13 @@ std::int64_t alignment(const void* p) {
 
 template <typename T>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
-  DPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmulDescSetAttribute_(desc, attr, &value, sizeof value));
 }
 
 template <typename T>
 void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
          const T& value) {
-  DPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmulPreferenceSetAttribute_(pref, attr, &value, sizeof value));
 }
 
 }  // namespace
@@ -36,20 +36,20 @@ struct LtMatmul::Plan {
   cublasLtMatmulAlgo_t algo{};
   bool supported = false;
   ~Plan() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (d) cublas_api().cublasLtMatrixLayoutDestroy_(d);
+    if (b) cublas_api().cublasLtMatrixLayoutDestroy_(b);
+    if (a) cublas_api().cublasLtMatrixLayoutDestroy_(a);
+    if (desc) cublas_api().cublasLtMatmulDescDestroy_(desc);
   }
 };
 
 LtMatmul::LtMatmul(cudaStream_t stream) : stream_(stream), workspace_(kWorkspaceBytes) {
-  DPT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtCreate_(&handle_));
 }
 
 LtMatmul::~LtMatmul() {
   plans_.clear();
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) cublas_api().cublasLtDestroy_(handle_);
 }
 
 LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector) {
@@ -57,17 +57,17 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector
   if (slot) return *slot;
   auto made = std::make_unique<Plan>();
   Plan& pl = *made;
-  DPT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.desc, p.compute, CUDA_R_32F));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmulDescCreate_(&pl.desc, p.compute, CUDA_R_32F));
   set(pl.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(p.op_a));
   set(pl.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(p.op_b));
   set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(p.epilogue));
   set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(vector));
   const bool ta = p.op_a == CUBLAS_OP_T, tb = p.op_b == CUBLAS_OP_T;
-  DPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.a, p.type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda));
-  DPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.b, p.type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb));
-  DPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_32F, p.m, p.n, p.ldd));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.a, p.type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.b, p.type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.d, CUDA_R_32F, p.m, p.n, p.ldd));
   cublasLtMatmulPreference_t pref = nullptr;
-  DPT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmulPreferenceCreate_(&pref));
   set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(kWorkspaceBytes));
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<std::uint32_t>(key[10]));
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<std::uint32_t>(key[11]));
@@ -75,9 +75,9 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<std::uint32_t>(key[12]));
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
-  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle_, pl.desc, pl.a, pl.b, pl.d,
+  const cublasStatus_t rc = cublas_api().cublasLtMatmulAlgoGetHeuristic_(handle_, pl.desc, pl.a, pl.b, pl.d,
                                                            pl.d, pref, 1, &best, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  cublas_api().cublasLtMatmulPreferenceDestroy_(pref);
   // NOT_SUPPORTED (or no result): this problem runs without the epilogue.
   pl.supported = rc == CUBLAS_STATUS_SUCCESS && found > 0 && best.state == CUBLAS_STATUS_SUCCESS;
   if (pl.supported) pl.algo = best.algo;
@@ -93,7 +93,7 @@ bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, float* d, f
   if (!pl.supported) return false;
   set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(vector));
   const float one = 1.0f, zero = 0.0f;
-  DPT_CUBLAS_CHECK(cublasLtMatmul(handle_, pl.desc, &one, a, pl.a, b, pl.b, &zero, d, pl.d, d,
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmul_(handle_, pl.desc, &one, a, pl.a, b, pl.b, &zero, d, pl.d, d,
                                   pl.d, &pl.algo, workspace_.get(), kWorkspaceBytes, stream_));
   return true;
 }
