@@ -162,6 +162,11 @@ glibc=$(newest_glibc $(elf_files))
 glibc_bin=$(newest_glibc "$stage"/bin/*)
 machine_libs=$(for f in $(elf_files); do needed "$f"; done | sort -u | grep -E "$from_machine" |
   grep -E '^lib(cuda|nvidia|cublas|nccl|cudnn)' | tr '\n' ' ')
+# Opened by the CUDA backend when it starts (src/backends/cuda/cublas_api.cpp),
+# so no binary names them as NEEDED: found beside this build's libcudart.
+cuda_lib_dir=$(dirname "${cudart:-/usr/local/cuda/lib64/libcudart.so}")
+opened_libs=(libcublas.so.13 libcublasLt.so.13)
+machine_libs+="${opened_libs[*]} "
 {
   echo "glibc=$glibc"
   echo "glibc_binaries=$glibc_bin (the rest: Debian's libraries, e.g. libevent's arc4random)"
@@ -169,6 +174,7 @@ machine_libs=$(for f in $(elf_files); do needed "$f"; done | sort -u | grep -E "
   # The versions the binaries were built against, read from the libraries they link here.
   for fam in cublas:libcublas.so.13 cudnn:libcudnn.so.9 nccl:libnccl.so.2; do
     path=$(ldd "$build/dptrain" "$build/tests/gpu_tests" | awk -v l="${fam#*:}" '$1 == l && !n++ {print $3}')
+    [[ -z $path && -e $cuda_lib_dir/${fam#*:} ]] && path=$cuda_lib_dir/${fam#*:}
     [[ -n $path ]] || continue
     v=$("$stage/bin/dptrain_libprobe" version "${fam%%:*}" "$path") && echo "${fam%%:*}=$v"
   done
