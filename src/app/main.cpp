@@ -1,6 +1,9 @@
 // Implements: the dptrain command. Parses the command line, runs the command
 // and turns every failure into one message and one exit code on every rank
 // (docs/design.md section 6).
+#include <signal.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -49,7 +52,9 @@ int main(int argc, char** argv) {
   // kept (pending across a re-exec) and stops training after its first step,
   // instead of killing the rank inside MPI_Init.
   dptrain::hold_stop_signals();
-  if (dptrain::test_hooks::signal_at_start()) std::raise(SIGUSR1);  // DPTRAIN_TEST_SIGNAL_AT_START
+  // DPTRAIN_TEST_SIGNAL_AT_START: to the process, as Slurm sends it (raise()
+  // would signal this thread only, which the signal thread never sees).
+  if (dptrain::test_hooks::signal_at_start()) kill(getpid(), SIGUSR1);
   // Before MPI starts: an OpenBLAS build may re-execute with the right kernel.
   dptrain::prepare_backends(argv);
   dptrain::install_stop_signal_handlers();

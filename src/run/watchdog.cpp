@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -24,9 +25,8 @@ std::int64_t now_ns() {
       .count();
 }
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+// The last stop signal received, written by the signal thread.
+std::atomic<int> g_stop_signal{0};
 
 }  // namespace
 
@@ -100,32 +100,69 @@ void Watchdog::abort_job(const char* what) {
 }
 
 namespace {
-void set_stop_signal_mask(int how) {
+
+sigset_t stop_signal_set() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
-  pthread_sigmask(how, &set, nullptr);
+  return set;
 }
+
+// The stop signals are never handled on a thread that computes: they stay
+// blocked in every thread (the main thread blocks them before any other
+// exists, and threads inherit its mask) and one thread takes them with
+// sigwait. So no handler ever interrupts a GEMM kernel, a malloc or a
+// library's system call, whichever thread the kernel would have picked.
+std::atomic<bool> g_signal_thread_started{false};
+std::atomic<bool> g_signal_thread_quit{false};
+pthread_t g_signal_thread;
+
+void* take_stop_signals(void*) {
+  const sigset_t set = stop_signal_set();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (g_signal_thread_quit.load()) return nullptr;
+    g_stop_signal.store(sig);
+  }
+}
+
 }  // namespace
 
-void hold_stop_signals() { set_stop_signal_mask(SIG_BLOCK); }
+void hold_stop_signals() {
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
 
+// Idempotent: the thread starts once. A signal held since hold_stop_signals
+// (one raised before, or kept across a re-exec) is taken at once.
 void install_stop_signal_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
-  // A signal held by hold_stop_signals() is delivered now, to the handler.
-  set_stop_signal_mask(SIG_UNBLOCK);
+  hold_stop_signals();  // in case a library unblocked them in this thread
+  if (g_signal_thread_started.exchange(true)) return;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&g_signal_thread, &attr, take_stop_signals, nullptr) != 0) {
+    g_signal_thread_started.store(false);
+    pthread_attr_destroy(&attr);
+    throw Error(ExitCode::kOther, "cannot start the thread that takes SIGTERM and SIGUSR1");
+  }
+  pthread_attr_destroy(&attr);
 }
 
 void default_stop_signals() {
+  if (g_signal_thread_started.load()) {
+    g_signal_thread_quit.store(true);
+    pthread_kill(g_signal_thread, SIGUSR1);  // ends its sigwait; it returns
+  }
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGUSR1, SIG_DFL);
-  if (g_stop_signal != 0) std::raise(g_stop_signal);
+  // One still pending ends the process when unblocked; one the thread took
+  // earlier is raised again.
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  if (const int sig = g_stop_signal.load(); sig != 0) std::raise(sig);
 }
 
 void announce_stop_signal_handlers() {
@@ -134,7 +171,7 @@ void announce_stop_signal_handlers() {
   if (std::FILE* f = std::fopen(path, "w")) std::fclose(f);
 }
 
-bool stop_requested() { return g_stop_signal != 0; }
-int stop_signal() { return g_stop_signal; }
+bool stop_requested() { return g_stop_signal.load() != 0; }
+int stop_signal() { return g_stop_signal.load(); }
 
 }  // namespace dptrain

@@ -84,12 +84,13 @@ class Watchdog {
   std::thread thread_;
 };
 
-// SIGTERM and SIGUSR1 set a flag (the handler does nothing else); the step
-// loop agrees on it at a step boundary, so a signal that came during
-// start-up stops the run after its first step. main() holds the two signals
-// (blocked, so one that comes stays pending, across a re-exec too) until it
-// installs the handlers, before MPI starts: Slurm may signal a job at any
-// moment. install() also unblocks them, and is idempotent.
+// SIGTERM and SIGUSR1 set a flag; the step loop agrees on it at a step
+// boundary, so a signal that came during start-up stops the run after its
+// first step. main() holds the two signals (blocked, so one that comes stays
+// pending, across a re-exec too) before MPI starts or any thread exists:
+// Slurm may signal a job at any moment. They stay blocked in every thread;
+// install() starts one thread that takes them with sigwait and sets the
+// flag (so no handler ever runs on a computing thread), and is idempotent.
 void hold_stop_signals();
 void install_stop_signal_handlers();
 // For commands that do not checkpoint: the signals' default action again (a
