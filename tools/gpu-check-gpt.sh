@@ -17,8 +17,9 @@
 #   (gpu-check-torch.py gpt --compile: "skipped" or "failed" and why where
 #   this torch cannot, never a failure of the check);
 # - attention, in bf16: the tokens/s row again with --attention math (the
-#   default is fused), and one causal attention layer's core, forward and
-#   backward, with math and with fused at ATTENTION_SHAPES (N,H,T,hd, '/'
+#   default, auto, is cuDNN's SDPA under bf16 where the build has cuDNN,
+#   else fused), and one causal attention layer's core, forward and
+#   backward, with math, with fused and with cudnn at ATTENTION_SHAPES (N,H,T,hd, '/'
 #   between them; default 8,12,1024,64/4,16,2048,64: dptrain_gpt_bench
 #   attention), beside PyTorch's scaled_dot_product_attention on the same
 #   shapes with its cuDNN and flash backends (gpu-check-torch.py attention);
@@ -152,11 +153,12 @@ gpt_throughput_rows() {
   if [[ -z $impl && -z $recompute && -z $shard ]]; then gpt_per_s=${per_s:-0}; fi
 }
 
-# The attention rows in bf16: dptrain's core with math and with fused,
-# then PyTorch SDPA's on the same shapes.
+# The attention rows in bf16: dptrain's core with math, with fused and
+# with cudnn (cuDNN's SDPA; the row names fused-fallback where cuDNN
+# refused the shape), then PyTorch SDPA's on the same shapes.
 gpt_attention_rows() {
   local impl rc shapes=${ATTENTION_SHAPES:-8,12,1024,64/4,16,2048,64} out=$work/attention-torch.tsv
-  for impl in math fused; do
+  for impl in math fused cudnn; do
     bench_rows "$gpt_bench" "attention-$impl" 120 attention --device cuda --precision bf16 \
       --attention "$impl" --attention-shape "$shapes" --repeats "${SPEED_REPEATS:-20}" --warmup 2
   done

@@ -20,7 +20,9 @@
 #    that never reaches the GEMMs fails; and attn:H without the causal mask
 #    as the CPU run, as in PART=fp32; bf16 with --recompute blocks bitwise
 #    as without; bf16 with --shard-params (bf16 gathers) within bf16's
-#    bound of the fp32 CPU run and off the replicated bf16 run.
+#    bound of the fp32 CPU run and off the replicated bf16 run; bf16 with
+#    --attention cudnn (no engines in the emulation: one note a rank, then
+#    the fused kernels) bitwise as --attention fused.
 #
 # The bounds. fp32 sums in another order (the emulated cuBLAS against the
 # CPU's GEMM, the statistics of ln and softmax in double in warp order) are
@@ -164,6 +166,18 @@ precision)
     "$PYTHON" -c "import sys; g = float(sys.argv[1]); sys.exit(not ($floor < g <= float(sys.argv[2])))" \
       "$gap" "${bound[$p]}" || fail "$p: losses $gap off fp32, expected in ($floor, ${bound[$p]}]"
   done
+  # --attention cudnn: the emulation's cuDNN has no engines, so each rank
+  # says once (one line, over 20 steps and the eval passes) that cuDNN cannot
+  # run the shape and runs the fused kernels: the bits of --attention fused
+  # and of the bf16 run above (auto, cuDNN's table under bf16 as well).
+  on cuda 2 bf16-cudnn --model "$gpt" --precision bf16 --attention cudnn
+  notes=$(grep -c "cuDNN cannot run attention" "$ERR" || true)
+  [[ $notes == 2 ]] || fail "--attention cudnn: $notes fallback notes from 2 ranks, expected one each"
+  on cuda 2 bf16-fused --model "$gpt" --precision bf16 --attention fused
+  ! grep -q "cuDNN" "$ERR" || fail "--attention fused spoke of cuDNN"
+  same_state "$WORK/bf16-cudnn.h5" "$WORK/bf16-fused.h5" || fail "--attention cudnn's fallback is not fused's bits"
+  same_state "$WORK/bf16.h5" "$WORK/bf16-fused.h5" || fail "bf16 auto is not fused's bits on the emulation"
+  echo "ok: --attention cudnn falls back once a rank, bitwise as fused"
   on cuda 2 bf16-recompute --model "$gpt" --precision bf16 --recompute blocks
   same_state "$WORK/bf16-recompute.h5" "$WORK/bf16.h5" || fail "--recompute blocks differs (bf16)"
   # --shard-params under bf16: the gathers move bf16 copies, so every

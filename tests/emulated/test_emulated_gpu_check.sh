@@ -153,11 +153,14 @@ grep -F "${gpt2}tokens/s and MFU (dptrain, --recompute blocks, batch 2) |" "$tab
   grep -qE "\| $number \| [0-9]+ tokens/s, .*device buffers" || fail "no GPT tokens/s row with --recompute blocks"
 grep -F "${gpt2}tokens/s and MFU (dptrain, --shard-params, batch 2) |" "$table" |
   grep -qE "\| $number \| [0-9]+ tokens/s, .*step [0-9.e+-]+x the default row's" || fail "no GPT tokens/s row with --shard-params"
-# The attention rows: dptrain's core with math and fused on each shape, and
-# PyTorch SDPA's beside them where torch is installed.
-for impl in math fused; do
+# The attention rows: dptrain's core with math, fused and cudnn on each
+# shape (cudnn's named fused-fallback: the emulated cuDNN has no engines),
+# and PyTorch SDPA's beside them where torch is installed.
+for impl in math fused cudnn; do
+  ran=$impl
+  [[ $impl == cudnn ]] && ran=fused-fallback
   for s in "N 1, H 2, T 20, hd 16" "N 1, H 1, T 16, hd 32"; do
-    grep -qE "^\| speed \| attention core fwd\+bwd, one causal layer \($s; attention $impl, 1 GPU, bf16\) \(attention-$impl\) \| $number \| ours $number ms" "$table" ||
+    grep -qE "^\| speed \| attention core fwd\+bwd, one causal layer \($s; attention $ran, 1 GPU, bf16\) \(attention-$impl\) \| $number \| ours $number ms" "$table" ||
       fail "no attention row for $impl at $s"
   done
 done

@@ -2,12 +2,15 @@
 // one causal attn:H layer's forward and backward at a shape (batch N, H
 // heads, T positions, head dimension hd) on the backend as --attention made
 // it (math: the T x T weights through batched GEMMs; fused: the fused
-// kernels), in device time on a GPU. The layer includes its input and
+// kernels; cudnn: cuDNN's SDPA, the row naming fused-fallback where cuDNN
+// refused the shape), in device time on a GPU. The layer includes its input and
 // output projections; the row's figure is the attention's core, the
 // layer's time less the six projection GEMMs' (the same calls made alone,
 // back to back, on operands of their own), so that it compares with a
 // bare scaled-dot-product attention (PyTorch's SDPA, in the GPU check).
 #include "gpt_bench.hpp"
+
+#include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 
 namespace dptrain::bench {
 namespace {
@@ -98,7 +101,10 @@ Row attention_row(Backend& be, const GptArgs& a, const AttentionShape& shape) {
     be.gemm(false, false, rows, d, 3 * d, 1.0f, qkv.get(), 3 * d, w_in, d, 0.0f, dx.get(), d);
   });
 
-  const std::string what = impl.empty() ? "attention" : impl.front();
+  std::string what = impl.empty() ? "attention" : impl.front();
+  // Which kernels ran (--attention cudnn: cuDNN's, or fused-fallback).
+  const auto* kernels = be.find_kernels<FusedAttentionKernels>();
+  if (kernels && what == "attention fused") what = "attention " + kernels->implementation();
   Row r;
   r.name = "attention core fwd+bwd, one causal layer (N " + std::to_string(n) + ", H " +
            std::to_string(h) + ", T " + std::to_string(t) + ", hd " + std::to_string(hd) + "; " +

@@ -33,7 +33,7 @@
 //            [--warmup N] [--device cpu|cuda] [--precision fp32|tf32|bf16]
 //            [--peak-tflops X] [--lr LR] [--beta2 B2] [--weight-decay W]
 //            [--clip-grad-norm C] [--weight-decay-params all|matrices]
-//            [--attention auto|math|fused] [--attention-shape N,H,T,hd[/...]]
+//            [--attention auto|math|fused|cudnn] [--attention-shape N,H,T,hd[/...]]
 //            [--recompute none|blocks] [--shard-params]
 #include "dptrain/backends/backend_factory.hpp"
 #include "gpt_bench.hpp"
@@ -64,7 +64,7 @@ constexpr const char* kUsage =
     "  --device D    cpu (default) or cuda: one GPU, device time\n"
     "  --precision P fp32 (default), tf32 or bf16 (cuda only)\n"
     "  --peak-tflops X  the device's peak in TFLOPS for MFU (throughput; default: unknown)\n"
-    "  --attention I auto (default), math or fused: as dptrain train's --attention\n"
+    "  --attention I auto (default), math, fused or cudnn: as dptrain train's --attention\n"
     "  --attention-shape N,H,T,hd  the attention rows' shapes, '/' between them\n"
     "  --recompute W none (default) or blocks: as dptrain train's --recompute (throughput)\n"
     "  --shard-params  the step of dptrain train --shard-params on one rank (throughput)\n"

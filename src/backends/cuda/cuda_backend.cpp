@@ -59,9 +59,11 @@ template <>
 std::unique_ptr<OptimizerKernels> make_kernels<OptimizerKernels>(const Launch& l, Precision p);
 template <>
 std::unique_ptr<SpatialKernels> make_kernels<SpatialKernels>(const Launch& l, Precision p);
-// Made only where --attention allows it; `requested`: asked for by name.
-std::unique_ptr<FusedAttentionKernels> make_fused_attention(const Launch& l, Precision p,
-                                                            bool requested);
+// The table --attention asks for (cudnn/cudnn_attention_kernels.cpp, or
+// no_cudnn/attention_kernels.cpp in a build without cuDNN): cuDNN's SDPA
+// under bf16 for cudnn and auto, the fused kernels otherwise; null for math.
+std::unique_ptr<FusedAttentionKernels> make_attention_kernels(const Launch& l, Precision p,
+                                                              AttentionImpl impl, Backend& be);
 template <>
 std::unique_ptr<SequenceKernels> make_kernels<SequenceKernels>(const Launch& l, Precision p);
 }  // namespace cuda
@@ -99,13 +101,9 @@ class CudaBackend final : public Backend {
     add_family<OptimizerKernels>();
     add_family<SpatialKernels>();  // on cuDNN, in the backend's precision
     add_family<SequenceKernels>();
-    if (opts.attention == AttentionImpl::kCudnn)
-      throw Error(ExitCode::kUsage,
-                  "--attention cudnn: cuDNN's fused attention is not in this build yet; use "
-                  "--attention fused (or auto)");
-    if (opts.attention != AttentionImpl::kMath)
-      kernels_.add(cuda::make_fused_attention(launch_, precision_,
-                                              opts.attention == AttentionImpl::kFused));
+    // --attention's table: none for math (cudnn/ or no_cudnn/attention_kernels).
+    if (auto attention = cuda::make_attention_kernels(launch_, precision_, opts.attention, *this))
+      kernels_.add(std::move(attention));
     // The non-finite count, the sum of squares, then its max_blocks partials.
     check_ = cuda::DeviceMemory(static_cast<std::size_t>(launch_.max_blocks + 2) * sizeof(double));
     host_check_ = cuda::PinnedMemory(2 * sizeof(double));

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda_runtime.h"
 
@@ -44,7 +45,9 @@ typedef enum {
   CUDNN_DATA_FLOAT = 0,
   CUDNN_DATA_DOUBLE = 1,
   CUDNN_DATA_HALF = 2,
-  CUDNN_DATA_BFLOAT16 = 9
+  CUDNN_DATA_INT32 = 4,
+  CUDNN_DATA_BFLOAT16 = 9,
+  CUDNN_DATA_BOOLEAN = 11
 } cudnnDataType_t;
 typedef enum {
   CUDNN_DEFAULT_MATH = 0,
@@ -232,3 +235,123 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t h, const cudnnPoolingDescriptor
                                    const void* dy, const cudnnTensorDescriptor_t xDesc,
                                    const void* x, const void* beta,
                                    const cudnnTensorDescriptor_t dxDesc, void* dx);
+
+// --- the backend (graph) API of cudnn_graph.h (cudnn_backend.cpp) ----------------
+// The descriptor types, attributes and enumerators that cudnn/sdpa_graphs.cpp
+// uses, with cuDNN 9.19's values. The emulation stores descriptors and their
+// attributes and finalizes them, but has no engines: asking the heuristics
+// for one (finalizing an ENGINEHEUR descriptor) is CUDNN_STATUS_NOT_SUPPORTED,
+// as a real cuDNN says where no engine runs a graph.
+typedef void* cudnnBackendDescriptor_t;
+typedef enum {
+  CUDNN_BACKEND_POINTWISE_DESCRIPTOR = 0,
+  CUDNN_BACKEND_ENGINE_DESCRIPTOR = 2,
+  CUDNN_BACKEND_ENGINECFG_DESCRIPTOR = 3,
+  CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR = 4,
+  CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR = 5,
+  CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR = 13,
+  CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR = 15,
+  CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR = 16,
+  CUDNN_BACKEND_TENSOR_DESCRIPTOR = 17,
+  CUDNN_BACKEND_MATMUL_DESCRIPTOR = 18,
+  CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR = 19,
+  CUDNN_BACKEND_REDUCTION_DESCRIPTOR = 21,
+  CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR = 22,
+  CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR = 31,
+} cudnnBackendDescriptorType_t;
+typedef enum {
+  CUDNN_ATTR_POINTWISE_MODE = 0,
+  CUDNN_ATTR_POINTWISE_MATH_PREC = 1,
+  CUDNN_ATTR_POINTWISE_AXIS = 9,
+  CUDNN_ATTR_ENGINEHEUR_MODE = 200,
+  CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH = 201,
+  CUDNN_ATTR_ENGINEHEUR_RESULTS = 202,
+  CUDNN_ATTR_ENGINECFG_ENGINE = 300,
+  CUDNN_ATTR_EXECUTION_PLAN_HANDLE = 400,
+  CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG = 401,
+  CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE = 402,
+  CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR = 750,
+  CUDNN_ATTR_OPERATION_POINTWISE_XDESC = 751,
+  CUDNN_ATTR_OPERATION_POINTWISE_BDESC = 752,
+  CUDNN_ATTR_OPERATION_POINTWISE_YDESC = 753,
+  CUDNN_ATTR_OPERATION_POINTWISE_TDESC = 758,
+  CUDNN_ATTR_OPERATIONGRAPH_HANDLE = 800,
+  CUDNN_ATTR_OPERATIONGRAPH_OPS = 801,
+  CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT = 900,
+  CUDNN_ATTR_TENSOR_DATA_TYPE = 901,
+  CUDNN_ATTR_TENSOR_DIMENSIONS = 902,
+  CUDNN_ATTR_TENSOR_STRIDES = 903,
+  CUDNN_ATTR_TENSOR_UNIQUE_ID = 906,
+  CUDNN_ATTR_TENSOR_IS_VIRTUAL = 907,
+  CUDNN_ATTR_TENSOR_IS_BY_VALUE = 908,
+  CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS = 1000,
+  CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS = 1001,
+  CUDNN_ATTR_VARIANT_PACK_WORKSPACE = 1003,
+  CUDNN_ATTR_ENGINE_GLOBAL_INDEX = 1301,
+  CUDNN_ATTR_ENGINE_NUMERICAL_NOTE = 1303,
+  CUDNN_ATTR_MATMUL_COMP_TYPE = 1500,
+  CUDNN_ATTR_OPERATION_MATMUL_ADESC = 1520,
+  CUDNN_ATTR_OPERATION_MATMUL_BDESC = 1521,
+  CUDNN_ATTR_OPERATION_MATMUL_CDESC = 1522,
+  CUDNN_ATTR_OPERATION_MATMUL_DESC = 1523,
+  CUDNN_ATTR_REDUCTION_OPERATOR = 1600,
+  CUDNN_ATTR_REDUCTION_COMP_TYPE = 1601,
+  CUDNN_ATTR_OPERATION_REDUCTION_XDESC = 1610,
+  CUDNN_ATTR_OPERATION_REDUCTION_YDESC = 1611,
+  CUDNN_ATTR_OPERATION_REDUCTION_DESC = 1612,
+  CUDNN_ATTR_OPERATION_RESHAPE_XDESC = 2200,
+  CUDNN_ATTR_OPERATION_RESHAPE_YDESC = 2201,
+} cudnnBackendAttributeName_t;
+typedef enum {
+  CUDNN_TYPE_HANDLE = 0,
+  CUDNN_TYPE_DATA_TYPE = 1,
+  CUDNN_TYPE_BOOLEAN = 2,
+  CUDNN_TYPE_INT64 = 3,
+  CUDNN_TYPE_FLOAT = 4,
+  CUDNN_TYPE_DOUBLE = 5,
+  CUDNN_TYPE_VOID_PTR = 6,
+  CUDNN_TYPE_HEUR_MODE = 8,
+  CUDNN_TYPE_NUMERICAL_NOTE = 11,
+  CUDNN_TYPE_POINTWISE_MODE = 14,
+  CUDNN_TYPE_BACKEND_DESCRIPTOR = 15,
+  CUDNN_TYPE_REDUCTION_OPERATOR_TYPE = 18,
+} cudnnBackendAttributeType_t;
+typedef enum {
+  CUDNN_POINTWISE_ADD = 0,
+  CUDNN_POINTWISE_MUL = 1,
+  CUDNN_POINTWISE_DIV = 6,
+  CUDNN_POINTWISE_SUB = 9,
+  CUDNN_POINTWISE_EXP = 13,
+  CUDNN_POINTWISE_LOG = 15,
+  CUDNN_POINTWISE_IDENTITY = 21,
+  CUDNN_POINTWISE_CMP_GE = 303,
+  CUDNN_POINTWISE_GEN_INDEX = 501,
+  CUDNN_POINTWISE_BINARY_SELECT = 601,
+} cudnnPointwiseMode_t;
+typedef enum { CUDNN_REDUCE_TENSOR_ADD = 0, CUDNN_REDUCE_TENSOR_MAX = 3 } cudnnReduceTensorOp_t;
+typedef enum {
+  CUDNN_HEUR_MODE_INSTANT = 0,
+  CUDNN_HEUR_MODE_B = 1,
+  CUDNN_HEUR_MODE_FALLBACK = 2,
+  CUDNN_HEUR_MODE_A = 3,
+} cudnnBackendHeurMode_t;
+typedef enum {
+  CUDNN_NUMERICAL_NOTE_TENSOR_CORE = 0,
+  CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC = 4,
+  CUDNN_NUMERICAL_NOTE_TYPE_COUNT = 10,
+} cudnnBackendNumericalNote_t;
+
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
+                                           cudnnBackendDescriptor_t* descriptor);
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor);
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor);
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
+                                       cudnnBackendAttributeName_t name,
+                                       cudnnBackendAttributeType_t type, int64_t count,
+                                       const void* elements);
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
+                                       cudnnBackendAttributeName_t name,
+                                       cudnnBackendAttributeType_t type, int64_t requested,
+                                       int64_t* count, void* elements);
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
+                                  cudnnBackendDescriptor_t variant_pack);

@@ -34,6 +34,10 @@ class FusedAttentionKernels : public KernelFamily {
   // Whether `--attention fused` asked for this family by name (then an
   // unsupported head dimension is a usage error), rather than `auto`.
   virtual bool requested() const = 0;
+  // Which kernels ran the heads so far, for reports: "fused" (the own
+  // kernels); cuDNN's table (`--attention cudnn`) says "cudnn", or
+  // "fused-fallback" where cuDNN refused every shape it was given.
+  virtual std::string implementation() const { return "fused"; }
 
   // o = softmax(scale · q kᵀ + mask) v per head, mask −∞ above the diagonal
   // when causal; lse [N·H, T] = the log-sum-exp of each scaled, masked score

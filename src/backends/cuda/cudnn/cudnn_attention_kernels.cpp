@@ -1,0 +1,213 @@
+// Implements: `--attention cudnn` — FusedAttentionKernels on cuDNN's fused
+// scaled-dot-product attention (the backend-API graphs of sdpa_graphs.hpp),
+// and the choice of the CUDA backend's attention table (make_attention_kernels,
+// which cuda_backend.cpp calls; no_cudnn/attention_kernels.cpp is the one
+// of a build without cuDNN).
+//
+// cuDNN runs SDPA in bf16 (and fp16) only, so this table exists under
+// --precision bf16: the fp32 qkv is rounded to bf16 into staging, cuDNN
+// reads Q, K and V from it through strides and writes O into a bf16
+// [N, T, H, hd] buffer, expanded to the fp32 o; its Stats are the fp32 lse.
+// Backward rounds qkv, o and do again (a later layer's forward may have
+// reused the staging), writes dQ, dK and dV through strides into a bf16
+// [N, T, 3, H, hd] buffer, expanded to the fp32 dqkv; Σ dO ∘ O lands in the
+// layer's rowdot scratch. The staging and cuDNN's workspace are counted
+// with the backend's DeviceBuffers (Backend::count_buffer: the start-up
+// summary's memory line and peak_device). Both graphs and their plans are made the first
+// time a shape (N, T, H, hd, causal) is seen and kept; the staging buffers
+// and cuDNN's workspace grow then and only then. Where cuDNN refuses a
+// shape (graph, heuristics, plan), the table says so once on stderr and
+// runs the own fused kernels for it, forward and backward alike.
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backends/cuda/cudnn/cudnn_context.hpp"
+#include "backends/cuda/cudnn/sdpa_graphs.hpp"
+#include "backends/cuda/error_cuda.hpp"
+#include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/kernels/fused_attention_kernels.hpp"
+
+namespace dptrain::cuda {
+
+std::unique_ptr<FusedAttentionKernels> make_fused_attention(const Launch& l, Precision p,
+                                                            bool requested);
+
+namespace {
+
+constexpr std::size_t kBf16Bytes = 2;
+
+struct SdpaPlans {
+  ExecutionPlan forward, backward;
+};
+
+class CudnnAttention final : public FusedAttentionKernels {
+ public:
+  CudnnAttention(const Launch& l, Backend& be, bool requested,
+                 std::unique_ptr<FusedAttentionKernels> fused)
+      : launch_(l), backend_(be), requested_(requested), fused_(std::move(fused)) {}
+  ~CudnnAttention() override { backend_.count_buffer(staged_bytes(), false); }
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // The head dimensions of the fused kernels, which run any shape cuDNN refuses.
+  std::string unsupported(int head_dim) const override { return fused_->unsupported(head_dim); }
+  bool requested() const override { return requested_; }
+  std::string implementation() const override {
+    bool ran = plans_.empty(), refused = false;
+    for (const auto& [shape, plans] : plans_) (plans ? ran : refused) = true;
+    return ran ? (refused ? "cudnn, fused-fallback for some shapes" : "cudnn") : "fused-fallback";
+  }
+
+  void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+               float* lse) override {
+    const SdpaPlans* plans = plans_for(s, causal);
+    if (!plans) return fused_->forward(qkv, s, scale, causal, o, lse);
+    to_bf16(launch_, qkv, qkv16_.get(), qkv_values(s));
+    float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
+    std::vector<std::int64_t> uids{kSdpaQ, kSdpaK, kSdpaV, kSdpaO, kSdpaStats, kSdpaScale};
+    std::vector<void*> at{qkv16(s, 0), qkv16(s, 1), qkv16(s, 2), o16_.get(), lse, &scale_value};
+    if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
+    execute(handle(), plans->forward, uids, at, workspace_.get());
+    from_bf16(launch_, o16_.get(), o, head_values(s));
+  }
+
+  void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+                const HeadShape& s, float scale, bool causal, float* rowdot,
+                float* dqkv) override {
+    const SdpaPlans* plans = plans_for(s, causal);
+    if (!plans) return fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
+    to_bf16(launch_, qkv, qkv16_.get(), qkv_values(s));
+    to_bf16_pair(launch_, o, o16_.get(), head_values(s), d_o, do16_.get(), head_values(s));
+    DPT_CUDA_CHECK(cudaMemsetAsync(dq_accum_.get(), 0, head_values(s) * sizeof(float),
+                                   launch_.stream));
+    float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
+    std::vector<std::int64_t> uids{kSdpaQ,  kSdpaK,     kSdpaKRows, kSdpaV,      kSdpaO,
+                                   kSdpaDO, kSdpaStats, kSdpaScale, kSdpaRowDot, kSdpaDQAccum};
+    std::vector<void*> at{qkv16(s, 0),  qkv16(s, 1),          qkv16(s, 1), qkv16(s, 2),
+                          o16_.get(),   do16_.get(),          const_cast<float*>(lse),
+                          &scale_value, rowdot,               dq_accum_.get()};
+    if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
+    bind(uids, at, kSdpaDQ, dqkv16(s, 0));
+    bind(uids, at, kSdpaDK, dqkv16(s, 1));
+    bind(uids, at, kSdpaDV, dqkv16(s, 2));
+    execute(handle(), plans->backward, uids, at, workspace_.get());
+    from_bf16(launch_, dqkv16_.get(), dqkv, qkv_values(s));
+  }
+
+ private:
+  using ShapeKey = std::tuple<int, int, int, int, bool>;
+
+  static std::size_t head_values(const HeadShape& s) {
+    return static_cast<std::size_t>(s.batch) * s.tokens * s.heads * s.head_dim;
+  }
+  static std::size_t qkv_values(const HeadShape& s) { return 3 * head_values(s); }
+  static void bind(std::vector<std::int64_t>& uids, std::vector<void*>& at, std::int64_t uid,
+                   void* p) {
+    uids.push_back(uid);
+    at.push_back(p);
+  }
+  // Q, K or V (which = 0, 1, 2) in the bf16 qkv staging, and their gradients'.
+  void* qkv16(const HeadShape& s, int which) const { return slice(qkv16_, s, which); }
+  void* dqkv16(const HeadShape& s, int which) const { return slice(dqkv16_, s, which); }
+  static void* slice(const GrowingBuffer& b, const HeadShape& s, int which) {
+    const SdpaShape shape{s.batch, s.heads, s.tokens, s.head_dim, false};
+    return static_cast<char*>(b.get()) + sdpa_qkv_offset(shape, which) * kBf16Bytes;
+  }
+
+  cudnnHandle_t handle() {
+    if (!handle_.get()) {
+      handle_ = CudnnHandle::create();
+      DPT_CUDNN_CHECK(cudnnSetStream(handle_.get(), launch_.stream));
+    }
+    return handle_.get();
+  }
+
+  // The plans of this shape, made on first sight; null where cuDNN refused it.
+  const SdpaPlans* plans_for(const HeadShape& s, bool causal) {
+    const ShapeKey key{s.batch, s.tokens, s.heads, s.head_dim, causal};
+    const auto known = plans_.find(key);
+    if (known != plans_.end()) return known->second.get();
+    std::unique_ptr<SdpaPlans>& made = plans_[key];
+    const SdpaShape shape{s.batch, s.heads, s.tokens, s.head_dim, causal};
+    try {
+      // Both graphs first: a refusal of either is found before any plan.
+      OperationGraph forward = sdpa_forward_graph(handle(), shape);
+      OperationGraph backward = sdpa_backward_graph(handle(), shape);
+      auto plans = std::make_unique<SdpaPlans>(
+          SdpaPlans{sdpa_forward_plan(handle(), std::move(forward)),
+                    sdpa_backward_plan(handle(), std::move(backward))});
+      reserve_buffers(s, *plans);
+      made = std::move(plans);
+    } catch (const std::exception& e) {  // CudnnRefusal, or no handle on this machine
+      note_fallback(s, causal, e.what());
+    }
+    return made.get();
+  }
+
+  // The staging and the workspace, counted as the backend's DeviceBuffers
+  // are (the memory line), growing only here.
+  std::size_t staged_bytes() const {
+    return qkv16_.bytes() + dqkv16_.bytes() + o16_.bytes() + do16_.bytes() + dq_accum_.bytes() +
+           workspace_.bytes();
+  }
+  void reserve_buffers(const HeadShape& s, const SdpaPlans& p) {
+    const cudaStream_t stream = launch_.stream;
+    const std::size_t before = staged_bytes();
+    qkv16_.reserve(qkv_values(s) * kBf16Bytes, stream);
+    dqkv16_.reserve(qkv_values(s) * kBf16Bytes, stream);
+    o16_.reserve(head_values(s) * kBf16Bytes, stream);
+    do16_.reserve(head_values(s) * kBf16Bytes, stream);
+    dq_accum_.reserve(head_values(s) * sizeof(float), stream);
+    const std::int64_t work = std::max(p.forward.workspace_bytes, p.backward.workspace_bytes);
+    workspace_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(work, 1)), stream);
+    backend_.count_buffer(before, false);
+    backend_.count_buffer(staged_bytes(), true);
+  }
+
+  // One line on stderr, the first time only for this table.
+  void note_fallback(const HeadShape& s, bool causal, const std::string& why) {
+    if (noted_) return;
+    noted_ = true;
+    std::fprintf(stderr,
+                 "dptrain: note: --attention cudnn: cuDNN cannot run attention of %d rows x %d "
+                 "tokens x %d heads x %d dims%s here (%s); using the fused kernels for it\n",
+                 s.batch, s.tokens, s.heads, s.head_dim, causal ? ", causal" : "", why.c_str());
+  }
+
+  Launch launch_;
+  Backend& backend_;  // owns this table; counts its device memory
+  bool requested_;
+  std::unique_ptr<FusedAttentionKernels> fused_;
+  CudnnHandle handle_;
+  std::map<ShapeKey, std::unique_ptr<SdpaPlans>> plans_;  // null: cuDNN refused the shape
+  bool noted_ = false;
+  GrowingBuffer qkv16_, dqkv16_, o16_, do16_, dq_accum_, workspace_;
+};
+
+}  // namespace
+
+// The attention table --attention asks for; null for math. cuDNN's under
+// bf16 for cudnn and auto; fused otherwise, with a note where cudnn was
+// asked for by name under fp32 or tf32 (cuDNN's SDPA has no fp32).
+std::unique_ptr<FusedAttentionKernels> make_attention_kernels(const Launch& l, Precision p,
+                                                              AttentionImpl impl, Backend& be) {
+  if (impl == AttentionImpl::kMath) return nullptr;
+  const bool by_name = impl != AttentionImpl::kAuto;
+  if (impl == AttentionImpl::kFused || p != Precision::kBf16) {
+    if (impl == AttentionImpl::kCudnn)
+      std::fprintf(stderr,
+                   "dptrain: note: --attention cudnn: cuDNN's fused attention runs in bf16 only, "
+                   "not under this --precision; using the fused kernels\n");
+    return make_fused_attention(l, p, by_name);
+  }
+  return std::make_unique<CudnnAttention>(l, be, by_name, make_fused_attention(l, p, by_name));
+}
+
+}  // namespace dptrain::cuda

@@ -1,0 +1,165 @@
+// Implements: the checks of `--attention cudnn` (cudnn/cudnn_attention_kernels.cpp).
+//
+// On the host emulation (tests/emulated/), whose cuDNN has no engines, the
+// table must say once on stderr that cuDNN cannot run the shape, however
+// many steps and shapes follow, and give the fused kernels' bits: o, lse and
+// dqkv equal bit for bit to `--attention fused`'s. Under fp32 it says once
+// that cuDNN's attention is bf16 only and is the fused table.
+//
+// On a real GPU (these tests skip on the emulation; the emulated ones skip
+// there): cuDNN's forward o, lse and backward dqkv against the fused
+// kernels in bf16, causal and not, hd 64 and 128, T not a multiple of 64,
+// and a second run the same bits. The bounds, against each tensor's largest
+// magnitude m; u = 2^-9 ≈ 2e-3, bf16's relative rounding. Both read the
+// same bf16 q, k, v. o = Σ p v: the two round their own p to bf16 (p ≤ 1,
+// Σ p = 1: at most u·m each) and cuDNN rounds o itself to bf16 (u·m): 3u·m
+// ≈ 6e-3·m, bound 1e-2·m. lse: fp32 sums of the same bf16 products and
+// fp32 exp/log, in other orders: relative errors of a few 2^-24 per term,
+// bound 1e-4·m. dqkv: do, o, p and ds rounded to bf16 (a few u each) in
+// products summed over T, and the result rounded to bf16: the bound the
+// fused kernels' own bf16 test uses against the CPU, 3e-2·m.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/fused_attention_kernels.hpp"
+#include "gpu_env.hpp"
+
+namespace {
+
+using dptrain::AttentionImpl;
+using dptrain::DeviceBuffer;
+using dptrain::HeadShape;
+using dptrain::Precision;
+using Floats = std::vector<float>;
+
+struct Case {
+  HeadShape shape;
+  bool causal;
+};
+
+std::unique_ptr<dptrain::Backend> gpu(Precision p, AttentionImpl a) {
+  dptrain::BackendOptions o;
+  o.device_index = gpu_test::env().device;
+  o.precision = p;
+  o.attention = a;
+  return dptrain::make_backend("cuda", o);
+}
+
+std::size_t heads_values(const HeadShape& s) {
+  return static_cast<std::size_t>(s.batch) * s.tokens * s.heads * s.head_dim;
+}
+
+// One forward and backward of the attention table on fixed inputs.
+struct Pass {
+  Floats o, lse, dqkv;
+};
+
+Pass run_pass(dptrain::Backend& be, const Case& c) {
+  const HeadShape& s = c.shape;
+  dptrain::FusedAttentionKernels* k = be.find_kernels<dptrain::FusedAttentionKernels>();
+  EXPECT_NE(k, nullptr);
+  if (!k) return {};
+  const std::size_t n = heads_values(s), rows = n / static_cast<std::size_t>(s.head_dim);
+  const auto qkv = gpu_test::upload(be, gpu_test::random_vector(3 * n, 11));
+  const auto d_o = gpu_test::upload(be, gpu_test::random_vector(n, 12));
+  DeviceBuffer<float> o(be, n), lse(be, rows), rowdot(be, rows), dqkv(be, 3 * n);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  k->forward(qkv.get(), s, scale, c.causal, o.get(), lse.get());
+  k->backward(qkv.get(), o.get(), lse.get(), d_o.get(), s, scale, c.causal, rowdot.get(),
+              dqkv.get());
+  return {gpu_test::download(be, o), gpu_test::download(be, lse), gpu_test::download(be, dqkv)};
+}
+
+bool same_bits(const Floats& a, const Floats& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+constexpr const char* kFallbackNote = "cuDNN cannot run attention";
+
+#if defined(DPTRAIN_EMULATED_DEVICE)
+
+TEST(CudnnAttention, EmulationFallsBackOnceToTheFusedBits) {
+  const std::vector<Case> cases{{{2, 37, 2, 16}, true}, {{1, 20, 1, 32}, false}};
+  auto cudnn = gpu(Precision::kBf16, AttentionImpl::kCudnn);
+  auto fused = gpu(Precision::kBf16, AttentionImpl::kFused);
+  testing::internal::CaptureStderr();
+  for (int step = 0; step < 3; ++step)
+    for (const Case& c : cases) {
+      const Pass got = run_pass(*cudnn, c), want = run_pass(*fused, c);
+      EXPECT_TRUE(same_bits(got.o, want.o)) << "step " << step;
+      EXPECT_TRUE(same_bits(got.lse, want.lse)) << "step " << step;
+      EXPECT_TRUE(same_bits(got.dqkv, want.dqkv)) << "step " << step;
+    }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, kFallbackNote), 1) << err;
+  EXPECT_EQ(count(err, "\n"), 1) << err;  // one line, nothing else
+  // Both graphs, forward and backward, were taken up to the heuristics.
+  EXPECT_EQ(count(err, "no engines for backend graphs"), 1) << err;
+}
+
+TEST(CudnnAttention, Fp32SaysOnceThatItIsBf16Only) {
+  testing::internal::CaptureStderr();
+  auto cudnn = gpu(Precision::kFp32, AttentionImpl::kCudnn);
+  auto fused = gpu(Precision::kFp32, AttentionImpl::kFused);
+  const Case c{{1, 9, 2, 8}, true};
+  const Pass got = run_pass(*cudnn, c), want = run_pass(*fused, c);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, "bf16 only"), 1) << err;
+  EXPECT_EQ(count(err, kFallbackNote), 0) << err;
+  EXPECT_TRUE(same_bits(got.o, want.o));
+  EXPECT_TRUE(same_bits(got.dqkv, want.dqkv));
+}
+
+#else
+
+float largest(const Floats& v) {
+  float m = 0.0f;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+TEST(CudnnAttention, Bf16MatchesTheFusedKernels) {
+  const std::vector<Case> cases{{{2, 70, 2, 64}, true},
+                                {{2, 100, 3, 64}, false},
+                                {{1, 130, 2, 128}, true},
+                                {{2, 37, 1, 128}, false}};
+  auto cudnn = gpu(Precision::kBf16, AttentionImpl::kCudnn);
+  auto fused = gpu(Precision::kBf16, AttentionImpl::kFused);
+  for (const Case& c : cases) {
+    SCOPED_TRACE("T " + std::to_string(c.shape.tokens) + ", hd " +
+                 std::to_string(c.shape.head_dim) + (c.causal ? ", causal" : ""));
+    testing::internal::CaptureStderr();
+    const Pass got = run_pass(*cudnn, c);
+    const std::string err = testing::internal::GetCapturedStderr();
+    // On a GPU, a fallback is a failure of the cuDNN path: it says why.
+    ASSERT_EQ(count(err, kFallbackNote), 0) << err;
+    const Pass want = run_pass(*fused, c);
+    EXPECT_TRUE(gpu_test::all_close(got.o, want.o, 0.0, 1e-2 * largest(want.o)));
+    EXPECT_TRUE(gpu_test::all_close(got.lse, want.lse, 0.0, 1e-4 * largest(want.lse)));
+    EXPECT_TRUE(gpu_test::all_close(got.dqkv, want.dqkv, 0.0, 3e-2 * largest(want.dqkv)));
+    // And not the fused kernels under another name: some difference.
+    EXPECT_FALSE(same_bits(got.dqkv, want.dqkv));
+    const Pass again = run_pass(*cudnn, c);
+    EXPECT_TRUE(same_bits(got.o, again.o));
+    EXPECT_TRUE(same_bits(got.lse, again.lse));
+    EXPECT_TRUE(same_bits(got.dqkv, again.dqkv)) << "the backward plan is not deterministic";
+  }
+}
+
+#endif
+
+}  // namespace
