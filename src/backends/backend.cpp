@@ -45,8 +45,8 @@ Backend::GradientCheck Backend::check_gradients(const float* g, std::size_t n, b
   return {count_nonfinite(g, n), norm ? kernels<OptimizerKernels>().sum_squares(g, n) : 0.0};
 }
 
-void Backend::gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, const float* a,
-                            int lda, const float* b, int ldb, float* c, int ldc,
+void Backend::gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a,
+                            int lda, GemmOperand b, int ldb, float* c, int ldc,
                             GemmEpilogue epilogue, float* vector) {
   const bool bias = epilogue == GemmEpilogue::kBias;
   if (bias ? ldc != n : !trans_a || lda != m)
@@ -56,7 +56,7 @@ void Backend::gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, con
   gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   DenseKernels& dense = kernels<DenseKernels>();
   if (bias) dense.add_bias(c, vector, m, n);
-  else dense.bias_grad(a, vector, k, m);  // op(A) = Aᵀ: A is [k, m], its column sums
+  else dense.bias_grad(a.data, vector, k, m);  // op(A) = Aᵀ: A is [k, m], its column sums
 }
 
 }  // namespace dptrain

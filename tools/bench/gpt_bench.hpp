@@ -26,6 +26,7 @@
 #include "backends/cpu/cpu_gemm.hpp"
 #include "bench_rows.hpp"
 #include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/model/layer_spec.hpp"
 #include "dptrain/model/loss.hpp"
@@ -99,10 +100,14 @@ struct GemmCall {
   // Backend::gemm_epilogue's (a dense product with its bias or bias
   // gradient), as int; -1: a plain GEMM.
   int epilogue = -1;
+  // Operands the caller handed over already rounded to bf16 (GemmOperand):
+  // the replay hands its copies over too, so that the bare GEMMs round
+  // what the step's GEMMs round, no more.
+  bool a_rounded = false, b_rounded = false;
 
   auto key() const {
     return std::make_tuple(batched, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, sa, sb, sc, batch,
-                           epilogue);
+                           epilogue, a_rounded, b_rounded);
   }
   double flops() const { return 2.0 * m * n * k * batch; }
   // "2048x384x128 N/T" or "64x64x32 N/T x128 (batched)"
@@ -172,23 +177,26 @@ class InstrumentedBackend final : public Backend {
     return inner_.count_nonfinite(x, n);
   }
 
-  void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-            const float* b, int ldb, float beta, float* c, int ldc) override {
-    if (record) calls.push_back({false, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 0, 0, 0, 1});
+  void gemm(bool ta, bool tb, int m, int n, int k, float alpha, GemmOperand a, int lda,
+            GemmOperand b, int ldb, float beta, float* c, int ldc) override {
+    if (record)
+      calls.push_back({false, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 0, 0, 0, 1, -1,
+                       a.bf16 != nullptr, b.bf16 != nullptr});
     timed(false, [&] { inner_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
     ++gemm_calls;
   }
   // A GEMM with its epilogue counts as a GEMM where the library fuses them
   // (the bare GEMMs then include the library's epilogue); elsewhere it is
   // a plain GEMM (recorded and timed by gemm()) and the bias kernels.
-  void gemm_epilogue(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
+  void gemm_epilogue(bool ta, bool tb, int m, int n, int k, GemmOperand a, int lda, GemmOperand b,
                      int ldb, float* c, int ldc, GemmEpilogue e, float* vector) override {
     if (!inner_.caps().fused_gemm_epilogues) {
       Backend::gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector);
       return;
     }
     if (record)
-      calls.push_back({false, ta, tb, m, n, k, 1.0f, 0.0f, lda, ldb, ldc, 0, 0, 0, 1, int(e)});
+      calls.push_back({false, ta, tb, m, n, k, 1.0f, 0.0f, lda, ldb, ldc, 0, 0, 0, 1, int(e),
+                       a.bf16 != nullptr, b.bf16 != nullptr});
     timed(false, [&] { inner_.gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector); });
     ++gemm_calls;
   }
@@ -357,10 +365,12 @@ class Replay {
       }
       const int a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
       const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
-      ops_.push_back({buffer(extent(a_rows, a_cols, g.lda, g.sa, g.batch)),
-                      buffer(extent(b_rows, b_cols, g.ldb, g.sb, g.batch)),
-                      buffer(extent(g.m, g.n, g.ldc, g.sc, g.batch)),
-                      g.epilogue >= 0 ? buffer(std::size_t(std::max(g.m, g.n))) : nullptr});
+      const std::size_t a_n = extent(a_rows, a_cols, g.lda, g.sa, g.batch);
+      const std::size_t b_n = extent(b_rows, b_cols, g.ldb, g.sb, g.batch);
+      ops_.push_back({buffer(a_n), buffer(b_n), buffer(extent(g.m, g.n, g.ldc, g.sc, g.batch)),
+                      g.epilogue >= 0 ? buffer(std::size_t(std::max(g.m, g.n))) : nullptr,
+                      g.a_rounded ? rounded(a_n) : nullptr,
+                      g.b_rounded ? rounded(b_n) : nullptr});
       seen.emplace(g.key(), ops_.back());
     }
   }
@@ -368,13 +378,14 @@ class Replay {
     const GemmCall& g = calls_[i];
     const Operands& o = ops_[i];
     if (g.epilogue >= 0)
-      be_.gemm_epilogue(g.ta, g.tb, g.m, g.n, g.k, o.a, g.lda, o.b, g.ldb, o.c, g.ldc,
-                        Backend::GemmEpilogue(g.epilogue), o.vector);
+      be_.gemm_epilogue(g.ta, g.tb, g.m, g.n, g.k, {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, o.c,
+                        g.ldc, Backend::GemmEpilogue(g.epilogue), o.vector);
     else if (g.batched)
       be_.gemm_batched(g.ta, g.tb, g.m, g.n, g.k, g.alpha, o.a, g.lda, g.sa, o.b, g.ldb, g.sb,
                        g.beta, o.c, g.ldc, g.sc, g.batch);
     else
-      be_.gemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, o.a, g.lda, o.b, g.ldb, g.beta, o.c, g.ldc);
+      be_.gemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, g.beta,
+               o.c, g.ldc);
   }
   void queue_all() {
     for (std::size_t i = 0; i < calls_.size(); ++i) run(i);
@@ -388,6 +399,7 @@ class Replay {
   struct Operands {
     const float *a, *b;
     float *c, *vector;  // vector: an epilogue's bias or bias gradient
+    const std::uint16_t *a16, *b16;  // bf16 copies, where the step had them
   };
   static std::size_t extent(int rows, int cols, int ld, std::size_t stride, int batch) {
     return std::size_t(batch - 1) * stride + std::size_t(rows - 1) * ld + std::size_t(cols);
@@ -401,10 +413,22 @@ class Replay {
     return p;
   }
 
+  // n bf16 values: the random pool's, rounded (only the time counts).
+  const std::uint16_t* rounded(std::size_t n) {
+    rounded_.emplace_back(be_, n);
+    std::uint16_t* p = rounded_.back().get();
+    std::vector<std::uint16_t> bits(std::min(pool_.size(), n));
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = bf16_bits(pool_[i]);
+    for (std::size_t at = 0; at < n; at += bits.size())
+      be_.copy_to_device(p + at, bits.data(), std::min(bits.size(), n - at) * sizeof(std::uint16_t));
+    return p;
+  }
+
   Backend& be_;
   std::vector<GemmCall> calls_;
   std::vector<float> pool_;
   std::vector<DeviceBuffer<float>> buffers_;
+  std::vector<DeviceBuffer<std::uint16_t>> rounded_;
   std::vector<Operands> ops_;
 };
 

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <new>
 #include <string>
@@ -34,6 +35,25 @@ struct BackendCaps {
   // gemm_epilogue runs the epilogue inside the GEMM's own kernel (else it
   // is the GEMM and the dense family's kernels, one after the other).
   bool fused_gemm_epilogues = false;
+  // Under --precision bf16 the GEMMs round their operands to bf16 on the
+  // device, a pass over each operand per call, and read a GemmOperand's
+  // `bf16` copy instead where the caller has one: a layer that multiplies
+  // the same tensor twice (dy, in a weight gradient and an input gradient)
+  // rounds it once (ConvertKernels::to_bf16) and hands both GEMMs the copy.
+  bool rounds_gemm_operands = false;
+};
+
+// A GEMM operand: its fp32 values and, optionally, their rounding to bf16
+// (ConvertKernels::to_bf16 over the same span, same layout), which a
+// backend that rounds its operands (caps().rounds_gemm_operands) reads
+// instead of rounding `data` again; every other backend reads `data`. The
+// caller keeps the two equal. A plain pointer converts to one without a
+// copy, so calls that have none read as before.
+struct GemmOperand {
+  GemmOperand(const float* values) : data(values) {}  // NOLINT(google-explicit-constructor)
+  GemmOperand(const float* values, const std::uint16_t* rounded) : data(values), bf16(rounded) {}
+  const float* data;
+  const std::uint16_t* bf16 = nullptr;
 };
 
 class Backend {
@@ -115,7 +135,7 @@ class Backend {
   // op(X) = X or X^T; lda/ldb/ldc are row strides of the stored matrices.
   // k == 0 must yield C = beta * C.
   virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                    const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                    GemmOperand a, int lda, GemmOperand b, int ldb, float beta, float* c,
                     int ldc) = 0;
 
   // `batch` GEMMs as above, the b-th on a + b·stride_a, b + b·stride_b and
@@ -142,8 +162,8 @@ class Backend {
   // need ldc == n (kBias) and trans_a with lda == m (kBiasGradA), as the
   // dense layer has them; Error(kOther) otherwise. k == 0 gives P = 0.
   enum class GemmEpilogue { kBias, kBiasGradA };
-  virtual void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, const float* a,
-                             int lda, const float* b, int ldb, float* c, int ldc,
+  virtual void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a,
+                             int lda, GemmOperand b, int ldb, float* c, int ldc,
                              GemmEpilogue epilogue, float* vector);
 
   // y += x, elementwise over n values (a residual block's sum of branches).

@@ -170,8 +170,12 @@ class CpuBackend final : public Backend {
   void fill(float* x, float value, std::size_t n) override { std::fill_n(x, n, value); }
   void synchronize() override {}
 
-  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-            const float* b, int ldb, float beta, float* c, int ldc) override {
+  // The CPU rounds bf16 operands inside its GEMM (onednn/): a caller's
+  // rounded copy is not read.
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, GemmOperand op_a,
+            int lda, GemmOperand op_b, int ldb, float beta, float* c, int ldc) override {
+    const float* a = op_a.data;
+    const float* b = op_b.data;
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
       // BLAS may reject k == 0 or skip the beta scaling; an empty shard

@@ -142,7 +142,8 @@ class CudaBackend final : public Backend {
   // are staged and uploaded, and phases are timed by events.
   BackendCaps caps() const override {
     return {.staged_uploads = true, .device_clock = true, .host_addressable_memory = false,
-            .fused_gemm_epilogues = true};
+            .fused_gemm_epilogues = true,
+            .rounds_gemm_operands = precision_ == Precision::kBf16};
   }
   // NCCL orders its collectives after and before this backend's compute
   // stream, on this backend's device.
@@ -259,8 +260,8 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
 
-  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-            const float* b, int ldb, float beta, float* c, int ldc) override {
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, GemmOperand a, int lda,
+            GemmOperand b, int ldb, float beta, float* c, int ldc) override {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
       cuda::scale_matrix(launch_, c, m, n, ldc, beta);
@@ -298,8 +299,8 @@ class CudaBackend final : public Backend {
   // op(A)'s sums over k are those of cuBLAS's second operand (BGRADB). In
   // bf16 the bias gradient is summed from the bf16 operand, as the GEMM
   // reads it. Where cuBLASLt has no algorithm, the GEMM and the kernels.
-  void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
-                     const float* b, int ldb, float* c, int ldc, GemmEpilogue epilogue,
+  void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a, int lda,
+                     GemmOperand b, int ldb, float* c, int ldc, GemmEpilogue epilogue,
                      float* vector) override {
     if (m > 0 && n > 0 && k > 0) {
       const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
@@ -367,7 +368,8 @@ class CudaBackend final : public Backend {
   // row-major matrices are already the column-major transposes, so swapping
   // the operands (and m, n) needs no copies. In bf16 both operands, all
   // `batch` matrices of them, are first rounded into scratch of the same
-  // layout (strides in elements stay as they are).
+  // layout (strides in elements stay as they are), except an operand the
+  // caller handed over rounded already (GemmOperand::bf16), read as it is.
   struct GemmInputs {
     cublasOperation_t op_a, op_b;
     const void* a;
@@ -375,21 +377,25 @@ class CudaBackend final : public Backend {
     cudaDataType_t type;
     cublasComputeType_t compute;
   };
-  GemmInputs gemm_inputs(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
-                         std::size_t stride_a, const float* b, int ldb, std::size_t stride_b,
+  GemmInputs gemm_inputs(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a, int lda,
+                         std::size_t stride_a, GemmOperand b, int ldb, std::size_t stride_b,
                          int batch) {
     GemmInputs in{trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                  a, b, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+                  a.data, b.data, CUDA_R_32F, CUBLAS_COMPUTE_32F};
     if (precision_ == Precision::kTf32) in.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     if (precision_ != Precision::kBf16) return in;
     const std::size_t before = static_cast<std::size_t>(batch - 1);
-    const std::size_t a_elems = before * stride_a + stored_elements(trans_a ? k : m, trans_a ? m : k, lda);
-    const std::size_t b_elems = before * stride_b + stored_elements(trans_b ? n : k, trans_b ? k : n, ldb);
+    // Elements to round: none for an operand that comes rounded.
+    const std::size_t a_elems =
+        a.bf16 ? 0 : before * stride_a + stored_elements(trans_a ? k : m, trans_a ? m : k, lda);
+    const std::size_t b_elems =
+        b.bf16 ? 0 : before * stride_b + stored_elements(trans_b ? n : k, trans_b ? k : n, ldb);
     grow(bf16_a_, a_elems * kBf16Bytes);
     grow(bf16_b_, b_elems * kBf16Bytes);
-    cuda::to_bf16_pair(launch_, a, bf16_a_.get(), a_elems, b, bf16_b_.get(), b_elems);
-    in.a = bf16_a_.get();
-    in.b = bf16_b_.get();
+    if (a_elems + b_elems > 0)
+      cuda::to_bf16_pair(launch_, a.data, bf16_a_.get(), a_elems, b.data, bf16_b_.get(), b_elems);
+    in.a = a.bf16 ? static_cast<const void*>(a.bf16) : bf16_a_.get();
+    in.b = b.bf16 ? static_cast<const void*>(b.bf16) : bf16_b_.get();
     in.type = CUDA_R_16BF;
     return in;
   }

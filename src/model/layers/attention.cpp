@@ -12,7 +12,11 @@
 //    batched GEMMs (Backend::gemm_batched) around the softmax kernels; the
 //    forward keeps qkv's heads and p [N·H, T, T] for the backward pass.
 // Backward writes every gradient in backward_params and keeps dqkv for the
-// input gradient. Nothing allocates after allocate().
+// input gradient. Where the backend rounds GEMM operands to bf16
+// (rounded_operand.hpp), each operand of two projection GEMMs is rounded
+// once: x and merged in forward (kept for the weight gradients), dy and
+// dqkv in backward.
+// Nothing allocates after allocate().
 #include <cmath>
 
 #include "dptrain/backends/backend_buffer.hpp"
@@ -21,6 +25,7 @@
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "model/layers/family.hpp"
+#include "model/layers/rounded_operand.hpp"
 
 namespace dptrain {
 namespace {
@@ -59,6 +64,15 @@ class Attention final : public Layer {
     take(merged_, seq, Lifetime::kSaved);
     take(dqkv_, 3 * seq, Lifetime::kPass);
     take(d_heads_, seq, Lifetime::kPass);
+    if (RoundedOperand::wanted(be)) {
+      auto slot = [&](std::size_t per_row, Lifetime life) {
+        return RoundedOperand(reserve<std::uint16_t>(be, max_rows, per_row, life));
+      };
+      x_bf16_ = slot(seq, Lifetime::kSaved);
+      merged_bf16_ = slot(seq, Lifetime::kSaved);
+      dy_bf16_ = slot(seq, Lifetime::kPass);
+      dqkv_bf16_ = slot(3 * seq, Lifetime::kPass);
+    }
     if (fused_) {
       const std::size_t row_stats = std::size_t(heads_) * tokens_;
       take(lse_, row_stats, Lifetime::kSaved);
@@ -83,13 +97,16 @@ class Attention final : public Layer {
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
     const int rows = x.rows * tokens_, d = dim_;
     const float* p = arenas().params;
-    be.gemm_epilogue(false, true, rows, 3 * d, d, x.data, d, p + in_weight_, d, qkv_.get(), 3 * d,
+    const std::size_t n = std::size_t(rows) * d;
+    be.gemm_epilogue(false, true, rows, 3 * d, d, x_bf16_.round(be, x.data, n), d, p + in_weight_, d,
+                     qkv_.get(), 3 * d,
                      Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
     if (fused_)
       fused_->forward(qkv_.get(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get());
     else
       math_heads(be, x.rows);
-    be.gemm_epilogue(false, true, rows, d, d, merged_.get(), d, p + out_weight_, d, y.data, d,
+    be.gemm_epilogue(false, true, rows, d, d, merged_bf16_.round(be, merged_.get(), n), d,
+                     p + out_weight_, d, y.data, d,
                      Backend::GemmEpilogue::kBias, arenas().params + out_bias_);
   }
 
@@ -115,16 +132,21 @@ class Attention final : public Layer {
     float* g = arenas().grads;
     // Output projection: its gradients, and the gradient of the merged heads
     // (over merged itself on the math path, which no longer needs it).
-    be.gemm_epilogue(true, false, d, d, rows, dy.data, d, merged_.get(), d, g + out_weight_, d,
+    const GemmOperand dy_op = dy_bf16_.round(be, dy.data, std::size_t(rows) * d);
+    be.gemm_epilogue(true, false, d, d, rows, dy_op, d, merged_bf16_.take(merged_.get()), d,
+                     g + out_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + out_bias_);
     float* d_merged = fused_ ? d_heads_.get() : merged_.get();
-    be.gemm(false, false, rows, d, d, 1.0f, dy.data, d, p + out_weight_, d, 0.0f, d_merged, d);
+    be.gemm(false, false, rows, d, d, 1.0f, dy_bf16_.take(dy.data), d, p + out_weight_, d, 0.0f,
+            d_merged, d);
     if (fused_)
       fused_->backward(qkv_.get(), merged_.get(), lse_.get(), d_merged, shape(x.rows), scale(),
                        causal_, rowdot_.get(), dqkv_.get());
     else math_heads_grad(be, x.rows);
     // Input projection.
-    be.gemm_epilogue(true, false, 3 * d, d, rows, dqkv_.get(), 3 * d, x.data, d, g + in_weight_, d,
+    const GemmOperand dqkv_op = dqkv_bf16_.round(be, dqkv_.get(), std::size_t(rows) * 3 * d);
+    be.gemm_epilogue(true, false, 3 * d, d, rows, dqkv_op, 3 * d, x_bf16_.take(x.data), d,
+                     g + in_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + in_bias_);
   }
 
@@ -151,7 +173,7 @@ class Attention final : public Layer {
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView,
                       TensorView dx) override {
     const int d = dim_;
-    be.gemm(false, false, x.rows * tokens_, d, 3 * d, 1.0f, dqkv_.get(), 3 * d,
+    be.gemm(false, false, x.rows * tokens_, d, 3 * d, 1.0f, dqkv_bf16_.take(dqkv_.get()), 3 * d,
             arenas().params + in_weight_, d, 0.0f, dx.data, d);
   }
 
@@ -191,6 +213,9 @@ class Attention final : public Layer {
   ArenaBuffer<float> qkv_, q_, k_, v_, p_, heads_out_, merged_;
   ArenaBuffer<float> d_heads_, dp_, dq_, dk_, dv_, dqkv_;
   ArenaBuffer<float> lse_, rowdot_;
+  // Where the backend rounds operands: x and merged kept from forward, dy
+  // and dqkv per pass.
+  RoundedOperand x_bf16_, merged_bf16_, dy_bf16_, dqkv_bf16_;
 };
 
 LayerSpec parse_attention(const std::string& token) {

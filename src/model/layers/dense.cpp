@@ -3,7 +3,10 @@
 // read as flat, a sequence [N, T, D] per position (on its last dimension,
 // as torch.nn.Linear: [N, T, N_out]). Forward and backward are one GEMM each, the
 // weight gradient a third, the bias and its gradient in the GEMMs' epilogues
-// (Backend::gemm_epilogue); init is He-uniform before a rectifier, else
+// (Backend::gemm_epilogue). Where the backend rounds GEMM operands to bf16
+// (rounded_operand.hpp), x and dy are each rounded once for the two
+// products that read them (x: forward and the weight gradient, kept from
+// forward; dy: both gradients). Init is He-uniform before a rectifier, else
 // Glorot-uniform, with zero biases.
 #include <charconv>
 #include <cmath>
@@ -11,6 +14,7 @@
 #include "dptrain/common/error.hpp"
 #include "dptrain/common/random.hpp"
 #include "model/layers/family.hpp"
+#include "model/layers/rounded_operand.hpp"
 
 namespace dptrain {
 namespace {
@@ -39,6 +43,14 @@ class Dense final : public Layer {
   std::string spec() const override { return "dense:" + std::to_string(out_); }
   bool backward_reads_output() const override { return false; }  // x, W and dy only
 
+  void allocate(Backend& be, int max_rows) override {
+    if (!RoundedOperand::wanted(be)) return;
+    x_bf16_ = RoundedOperand(
+        reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * in_, Lifetime::kSaved));
+    dy_bf16_ = RoundedOperand(
+        reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * out_, Lifetime::kPass));
+  }
+
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
     const double limit = next_rectifies ? std::sqrt(6.0 / in_) : std::sqrt(6.0 / (in_ + out_));
     // Seeded by the dense index alone, so a layer's draws do not depend on
@@ -54,14 +66,16 @@ class Dense final : public Layer {
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
     const float* w = arenas().params + weight_;
     const int rows = x.rows * positions_;
-    be.gemm_epilogue(false, true, rows, out_, in_, x.data, in_, w, in_, y.data, out_,
+    const GemmOperand x_op = x_bf16_.round(be, x.data, std::size_t(rows) * in_);
+    be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, w, in_, y.data, out_,
                      Backend::GemmEpilogue::kBias, arenas().params + bias_);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
     // dW[out,in] = dy^T [out,rows] . x [rows,in], db = dy's column sums
     const int rows = x.rows * positions_;
-    be.gemm_epilogue(true, false, out_, in_, rows, dy.data, out_, x.data, in_,
+    const GemmOperand dy_op = dy_bf16_.round(be, dy.data, std::size_t(rows) * out_);
+    be.gemm_epilogue(true, false, out_, in_, rows, dy_op, out_, x_bf16_.take(x.data), in_,
                      arenas().grads + weight_, in_, Backend::GemmEpilogue::kBiasGradA,
                      arenas().grads + bias_);
   }
@@ -69,7 +83,7 @@ class Dense final : public Layer {
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
     // dx[rows,in] = dy [rows,out] . W [out,in]
-    be.gemm(false, false, x.rows * positions_, in_, out_, 1.0f, dy.data, out_,
+    be.gemm(false, false, x.rows * positions_, in_, out_, 1.0f, dy_bf16_.take(dy.data), out_,
             arenas().params + weight_, in_, 0.0f, dx.data, in_);
   }
 
@@ -79,6 +93,8 @@ class Dense final : public Layer {
 
   int positions_, in_, out_, index_;
   std::size_t weight_, bias_;  // arena offsets
+  RoundedOperand x_bf16_;   // forward's rounding of x, for the weight gradient
+  RoundedOperand dy_bf16_;  // backward_params' rounding of dy, for backward_input
 };
 
 LayerSpec parse_dense(const std::string& token) {
