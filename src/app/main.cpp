@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   if (dptrain::test_hooks::signal_at_start()) kill(getpid(), SIGUSR1);
   // Before MPI starts: an OpenBLAS build may re-execute with the right kernel.
   dptrain::prepare_backends(argv);
-  dptrain::install_stop_signal_handlers();
+  dptrain::start_stop_signal_thread();
   dptrain::MpiSession mpi(argc, argv);
   dptrain::Options opts;
   try {

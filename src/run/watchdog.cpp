@@ -137,7 +137,7 @@ void hold_stop_signals() {
 
 // Idempotent: the thread starts once. A signal held since hold_stop_signals
 // (one raised before, or kept across a re-exec) is taken at once.
-void install_stop_signal_handlers() {
+void start_stop_signal_thread() {
   hold_stop_signals();  // in case a library unblocked them in this thread
   if (g_signal_thread_started.exchange(true)) return;
   pthread_attr_t attr;

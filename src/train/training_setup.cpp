@@ -81,12 +81,12 @@ void check_writable(const std::string& path, const char* option) {
   std::remove(probe.c_str());
 }
 
-// main() installed the signal handlers before MPI started (again here in
-// case MPI_Init replaced them): a SIGTERM during a slow start-up is seen.
+// main() held the stop signals and started their thread before MPI started (again here in
+// case MPI_Init unblocked them): a SIGTERM during a slow start-up is seen.
 Runtime start_runtime(const Options& opts, const MpiSession& mpi, Watchdog& watchdog) {
-  install_stop_signal_handlers();
+  start_stop_signal_thread();
   Runtime rt = make_runtime(opts, mpi, &watchdog);
-  // make_runtime's agreements passed: every rank has the handlers.
+  // make_runtime's agreements passed: every rank takes the signals.
   if (mpi.rank() == 0) announce_stop_signal_handlers();
   return rt;
 }

@@ -89,14 +89,14 @@ class Watchdog {
 // first step. main() holds the two signals (blocked, so one that comes stays
 // pending, across a re-exec too) before MPI starts or any thread exists:
 // Slurm may signal a job at any moment. They stay blocked in every thread;
-// install() starts one thread that takes them with sigwait and sets the
+// start_stop_signal_thread() starts one thread that takes them with sigwait and sets the
 // flag (so no handler ever runs on a computing thread), and is idempotent.
 void hold_stop_signals();
-void install_stop_signal_handlers();
+void start_stop_signal_thread();
 // For commands that do not checkpoint: the signals' default action again (a
 // signal already caught is raised again, so it ends the process now).
 void default_stop_signals();
-// Rank 0, once every rank has installed the handlers: creates the file named
+// Rank 0, once every rank has started its signal thread: creates the file named
 // by the environment variable DPTRAIN_READY_FILE, if set. A job script
 // forwards a signal to the ranks only then (before, it would kill a rank
 // still loading), e.g. jobs/slurm_job.sh.
