@@ -82,7 +82,7 @@ po::options_description device_group(Options& o) {
   d.add_options()
       ("device", po::value(&o.device)->default_value(o.device), "auto (cuda when every rank sees a GPU) | cpu | cuda")
       ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | tf32 | bf16 (tf32: cuda; bf16: cuda, and cpu with bf16 instructions)")
-      ("attention", po::value(&o.attention)->default_value(o.attention), "auto (cuda: cudnn under --precision bf16 where the build has cuDNN, else fused; cpu: math) | math (T x T weights materialized: the reference) | fused (tiles with an online softmax, nothing T x T stored; cuda) | cudnn (cuDNN's fused attention, bf16 only; says once and runs fused where cuDNN cannot run a shape, or under fp32/tf32)")
+      ("attention", po::value(&o.attention)->default_value(o.attention), "auto (cuda: cudnn under --precision bf16 where the build has cuDNN, else fused; cpu: math) | math (T x T weights materialized: the reference) | fused (tiles with an online softmax, nothing T x T stored; cuda) | cudnn (cuDNN's fused attention, bf16 only; says once and runs fused where cuDNN cannot run a shape or its first run of it disagrees with fused, or under fp32/tf32)")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU compute threads per rank (0: the CPUs this rank may run on, its affinity mask, shared with the ranks of the node bound to the same CPUs)")
       ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a collective or data wait may take before the job aborts (exit 6)")
       ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "gradient all-reduce bucket size in MiB; buckets start while earlier layers still run backward (0: one all-reduce after backward)");

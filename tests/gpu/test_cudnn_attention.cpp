@@ -3,8 +3,11 @@
 // On the host emulation (tests/emulated/), whose cuDNN has no engines, the
 // table must say once on stderr that cuDNN cannot run the shape, however
 // many steps and shapes follow, and give the fused kernels' bits: o, lse and
-// dqkv equal bit for bit to `--attention fused`'s. Under fp32 it says once
-// that cuDNN's attention is bf16 only and is the fused table.
+// dqkv equal bit for bit to `--attention fused`'s. With the emulation's
+// engine that computes nothing switched on, the first-use check must catch
+// the wrong forward, say so once and give the fused bits as well. Under
+// fp32 it says once that cuDNN's attention is bf16 only and is the fused
+// table.
 //
 // On a real GPU (these tests skip on the emulation; the emulated ones skip
 // there): cuDNN's forward o, lse and backward dqkv against the fused
@@ -31,6 +34,9 @@
 #include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 #include "gpu_env.hpp"
+#if defined(DPTRAIN_EMULATED_DEVICE)
+#include <cudnn.h>  // the emulation's: dptrain_emu::cudnn_graph_engines()
+#endif
 
 namespace {
 
@@ -109,6 +115,34 @@ TEST(CudnnAttention, EmulationFallsBackOnceToTheFusedBits) {
   EXPECT_EQ(count(err, "\n"), 1) << err;  // one line, nothing else
   // Both graphs, forward and backward, were taken up to the heuristics.
   EXPECT_EQ(count(err, "no engines for backend graphs"), 1) << err;
+}
+
+// The first-use check. With the emulation's engine switched on, cuDNN's
+// plans are made and executed but compute nothing: the check finds the
+// first forward's o off the fused kernels', says so once, puts the fused
+// results in its place and runs the shape fused from then on, so every
+// result, that first one's included, has the fused kernels' bits.
+TEST(CudnnAttention, FirstRunThatDisagreesWithFusedIsReplacedAndSaidOnce) {
+  struct Offering {  // for this test only, however it ends
+    Offering() { dptrain_emu::cudnn_graph_engines() = true; }
+    ~Offering() { dptrain_emu::cudnn_graph_engines() = false; }
+  } offering;
+  const std::vector<Case> cases{{{2, 37, 2, 16}, true}, {{1, 20, 1, 32}, false}};
+  auto cudnn = gpu(Precision::kBf16, AttentionImpl::kCudnn);
+  auto fused = gpu(Precision::kBf16, AttentionImpl::kFused);
+  testing::internal::CaptureStderr();
+  for (int step = 0; step < 2; ++step)
+    for (const Case& c : cases) {
+      const Pass got = run_pass(*cudnn, c), want = run_pass(*fused, c);
+      EXPECT_TRUE(same_bits(got.o, want.o)) << "step " << step;
+      EXPECT_TRUE(same_bits(got.lse, want.lse)) << "step " << step;
+      EXPECT_TRUE(same_bits(got.dqkv, want.dqkv)) << "step " << step;
+    }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, kFallbackNote), 1) << err;
+  EXPECT_EQ(count(err, "its forward differs from the fused kernels'"), 1) << err;
+  EXPECT_EQ(cudnn->find_kernels<dptrain::FusedAttentionKernels>()->implementation(),
+            "fused-fallback");
 }
 
 TEST(CudnnAttention, Fp32SaysOnceThatItIsBf16Only) {

@@ -191,8 +191,11 @@ class Attention final : public Layer {
     if (!fused) return nullptr;
     const std::string why = fused->unsupported(head_dim_);
     if (why.empty()) return fused;
+    // The table's implementation() starts "cudnn" where --attention cudnn made it.
+    const bool cudnn = fused->implementation().rfind("cudnn", 0) == 0;
     DPT_REQUIRE(!fused->requested(), ExitCode::kUsage,
-                "--attention fused: " + name() + ": " + why + "; use --attention math or auto");
+                std::string("--attention ") + (cudnn ? "cudnn: " : "fused: ") + name() + ": " +
+                    why + "; use --attention math or auto");
     return nullptr;
   }
   HeadShape shape(int rows) const { return {rows, tokens_, heads_, head_dim_}; }

@@ -18,7 +18,19 @@
 // and cuDNN's workspace grow then and only then. Where cuDNN refuses a
 // shape (graph, heuristics, plan), the table says so once on stderr and
 // runs the own fused kernels for it, forward and backward alike.
+//
+// The first run of each shape is checked against the fused kernels on the
+// same inputs (these graphs cannot be tried on every GPU and cuDNN release
+// they will meet, and `auto` picks them): o and lse after the first
+// forward, dqkv after the first backward, each within what bf16 allows
+// (against the tensor's largest magnitude m: o 1e-2·m, lse 1e-4·m, dqkv
+// 3e-2·m; tests/gpu/test_cudnn_attention.cpp derives them). Where cuDNN's
+// results are further off, or not finite where the fused ones are, the
+// table says so once, keeps the fused kernels' results for that call and
+// runs the shape on them from then on. The check costs one fused pass and
+// a few downloads per shape, once.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -32,6 +44,7 @@
 #include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/kernel_factory.hpp"
 #include "dptrain/backends/backend.hpp"
+#include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 
 namespace dptrain::cuda {
@@ -45,7 +58,24 @@ constexpr std::size_t kBf16Bytes = 2;
 
 struct SdpaPlans {
   ExecutionPlan forward, backward;
+  bool forward_checked = false, backward_checked = false;  // against the fused kernels
 };
+
+// The bounds of the first-use check, relative to the largest |value| of
+// the fused kernels' tensor.
+constexpr double kOutputBound = 1e-2, kLseBound = 1e-4, kGradientBound = 3e-2;
+
+// max |got - want| / max |want| (with a floor of 1e-30 under the latter);
+// NaN where got has a non-finite value or the gap is not a number.
+double relative_gap(const std::vector<float>& got, const std::vector<float>& want) {
+  double gap = 0.0, scale = 1e-30;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i]) && std::isfinite(want[i])) return std::nan("");
+    gap = std::max(gap, std::fabs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return gap / scale;
+}
 
 class CudnnAttention final : public FusedAttentionKernels {
  public:
@@ -67,8 +97,30 @@ class CudnnAttention final : public FusedAttentionKernels {
 
   void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
                float* lse) override {
-    const SdpaPlans* plans = plans_for(s, causal);
+    SdpaPlans* plans = plans_for(s, causal);
     if (!plans) return fused_->forward(qkv, s, scale, causal, o, lse);
+    run_forward(plans, qkv, s, scale, causal, o, lse);
+    if (plans->forward_checked) return;
+    plans->forward_checked = true;
+    check_forward(qkv, s, scale, causal, o, lse);
+  }
+
+  void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+                const HeadShape& s, float scale, bool causal, float* rowdot,
+                float* dqkv) override {
+    SdpaPlans* plans = plans_for(s, causal);
+    if (!plans) return fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
+    run_backward(plans, qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
+    if (plans->backward_checked) return;
+    plans->backward_checked = true;
+    check_backward(qkv, o, lse, d_o, s, scale, causal, dqkv);
+  }
+
+ private:
+  using ShapeKey = std::tuple<int, int, int, int, bool>;
+
+  void run_forward(const SdpaPlans* plans, const float* qkv, const HeadShape& s, float scale,
+                   bool causal, float* o, float* lse) {
     to_bf16(launch_, qkv, qkv16_.get(), qkv_values(s));
     float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
     std::vector<std::int64_t> uids{kSdpaQ, kSdpaK, kSdpaV, kSdpaO, kSdpaStats, kSdpaScale};
@@ -78,11 +130,9 @@ class CudnnAttention final : public FusedAttentionKernels {
     from_bf16(launch_, o16_.get(), o, head_values(s));
   }
 
-  void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
-                const HeadShape& s, float scale, bool causal, float* rowdot,
-                float* dqkv) override {
-    const SdpaPlans* plans = plans_for(s, causal);
-    if (!plans) return fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
+  void run_backward(const SdpaPlans* plans, const float* qkv, const float* o, const float* lse,
+                    const float* d_o, const HeadShape& s, float scale, bool causal,
+                    float* rowdot, float* dqkv) {
     to_bf16(launch_, qkv, qkv16_.get(), qkv_values(s));
     to_bf16_pair(launch_, o, o16_.get(), head_values(s), d_o, do16_.get(), head_values(s));
     DPT_CUDA_CHECK(cudaMemsetAsync(dq_accum_.get(), 0, head_values(s) * sizeof(float),
@@ -101,8 +151,52 @@ class CudnnAttention final : public FusedAttentionKernels {
     from_bf16(launch_, dqkv16_.get(), dqkv, qkv_values(s));
   }
 
- private:
-  using ShapeKey = std::tuple<int, int, int, int, bool>;
+  // The first forward of a shape against the fused kernels' o and lse;
+  // where cuDNN's are off, theirs replace them and the shape runs fused.
+  void check_forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+                     float* lse) {
+    const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.tokens;
+    DeviceBuffer<float> want_o(backend_, head_values(s)), want_lse(backend_, rows);
+    fused_->forward(qkv, s, scale, causal, want_o.get(), want_lse.get());
+    const double gap_o = relative_gap(download(o, want_o.size()), download(want_o));
+    const double gap_lse = relative_gap(download(lse, rows), download(want_lse));
+    if (gap_o <= kOutputBound && gap_lse <= kLseBound) return;
+    reject(s, causal, "forward", "o " + number(gap_o) + ", lse " + number(gap_lse));
+    backend_.copy_device(o, want_o.get(), want_o.size() * sizeof(float));
+    backend_.copy_device(lse, want_lse.get(), rows * sizeof(float));
+  }
+
+  // The first backward of a shape against the fused kernels' dqkv.
+  void check_backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+                      const HeadShape& s, float scale, bool causal, float* dqkv) {
+    const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.tokens;
+    DeviceBuffer<float> want(backend_, qkv_values(s)), rowdot(backend_, rows);
+    fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot.get(), want.get());
+    const double gap = relative_gap(download(dqkv, want.size()), download(want));
+    if (gap <= kGradientBound) return;
+    reject(s, causal, "backward", "dqkv " + number(gap));
+    backend_.copy_device(dqkv, want.get(), want.size() * sizeof(float));
+  }
+
+  std::vector<float> download(const float* p, std::size_t n) {
+    std::vector<float> host(n);
+    backend_.copy_to_host(host.data(), p, n * sizeof(float));
+    return host;
+  }
+  std::vector<float> download(const DeviceBuffer<float>& b) { return download(b.get(), b.size()); }
+  static std::string number(double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", x);
+    return text;
+  }
+
+  // The shape runs on the fused kernels from now on, said once per table.
+  void reject(const HeadShape& s, bool causal, const char* pass, const std::string& gaps) {
+    plans_[ShapeKey{s.batch, s.tokens, s.heads, s.head_dim, causal}].reset();
+    note_fallback(s, causal,
+                  std::string("its ") + pass + " differs from the fused kernels' by " + gaps +
+                      " of their largest values, past bf16's bounds");
+  }
 
   static std::size_t head_values(const HeadShape& s) {
     return static_cast<std::size_t>(s.batch) * s.tokens * s.heads * s.head_dim;
@@ -130,7 +224,7 @@ class CudnnAttention final : public FusedAttentionKernels {
   }
 
   // The plans of this shape, made on first sight; null where cuDNN refused it.
-  const SdpaPlans* plans_for(const HeadShape& s, bool causal) {
+  SdpaPlans* plans_for(const HeadShape& s, bool causal) {
     const ShapeKey key{s.batch, s.tokens, s.heads, s.head_dim, causal};
     const auto known = plans_.find(key);
     if (known != plans_.end()) return known->second.get();
