@@ -8,6 +8,7 @@
 #include <atomic>
 #include <string>
 
+#include "dptrain/backends/kernels/activation_kernels.hpp"
 #include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/backends/kernels/optimizer_kernels.hpp"
 #include "dptrain/common/error.hpp"
@@ -47,16 +48,33 @@ Backend::GradientCheck Backend::check_gradients(const float* g, std::size_t n, b
 
 void Backend::gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a,
                             int lda, GemmOperand b, int ldb, float* c, int ldc,
-                            GemmEpilogue epilogue, float* vector) {
-  const bool bias = epilogue == GemmEpilogue::kBias;
-  if (bias ? ldc != n : !trans_a || lda != m)
+                            GemmEpilogue epilogue, float* vector, float* aux) {
+  const bool grad_a = epilogue == GemmEpilogue::kBiasGradA;
+  const bool gelu = epilogue == GemmEpilogue::kBiasGeluTanh || epilogue == GemmEpilogue::kGeluTanhGrad;
+  if (grad_a ? !trans_a || lda != m : ldc != n || (gelu && !aux))
     throw Error(ExitCode::kOther,
-                std::string("the ") + name() + " backend's " + (bias ? "bias" : "bias gradient") +
-                    " epilogue needs " + (bias ? "ldc == n" : "trans_a and lda == m"));
-  gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-  DenseKernels& dense = kernels<DenseKernels>();
-  if (bias) dense.add_bias(c, vector, m, n);
-  else dense.bias_grad(a.data, vector, k, m);  // op(A) = Aᵀ: A is [k, m], its column sums
+                std::string("the ") + name() + " backend's GEMM epilogue needs " +
+                    (grad_a ? "trans_a and lda == m" : gelu ? "ldc == n and aux" : "ldc == n"));
+  const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(n);
+  switch (epilogue) {
+    case GemmEpilogue::kBias:
+      gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+      kernels<DenseKernels>().add_bias(c, vector, m, n);
+      return;
+    case GemmEpilogue::kBiasGradA:
+      gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+      kernels<DenseKernels>().bias_grad(a.data, vector, k, m);  // op(A) = Aᵀ: A is [k, m]
+      return;
+    case GemmEpilogue::kBiasGeluTanh:
+      gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, aux, ldc);
+      kernels<DenseKernels>().add_bias(aux, vector, m, n);
+      kernels<ActivationKernels>().forward(Activation::kGeluTanh, aux, c, values);
+      return;
+    case GemmEpilogue::kGeluTanhGrad:
+      gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+      kernels<ActivationKernels>().backward(Activation::kGeluTanh, aux, nullptr, c, c, values);
+      return;
+  }
 }
 
 }  // namespace dptrain

@@ -82,6 +82,10 @@ Layer::Layer(const LayerContext& ctx, const Shape& output)
       next_param_(ctx.param_offset),
       next_buffer_(ctx.buffer_offset) {}
 
+void Layer::throw_no_folding() const {
+  throw Error(ExitCode::kOther, name_ + " folds no activation into its epilogue");
+}
+
 std::size_t Layer::add_param(std::string name, std::vector<std::size_t> shape) {
   // "out_proj/weight": a tensor of a named part of this layer, stored as
   // /model/<layer>/out_proj/weight (torch's module path).

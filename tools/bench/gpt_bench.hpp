@@ -110,13 +110,16 @@ struct GemmCall {
                            epilogue, a_rounded, b_rounded);
   }
   double flops() const { return 2.0 * m * n * k * batch; }
+  // By Backend::GemmEpilogue.
+  static constexpr const char* epilogue_names[] = {" +bias", " +bias grad", " +bias +gelu",
+                                                   " +gelu grad"};
   // "2048x384x128 N/T" or "64x64x32 N/T x128 (batched)"
   std::string shape() const {
     std::string s = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
                     (ta ? "T" : "N") + "/" + (tb ? "T" : "N");
     if (batched) s += " x" + std::to_string(batch) + " (batched)";
     if (epilogue >= 0)
-      s += epilogue == int(Backend::GemmEpilogue::kBias) ? " +bias" : " +bias grad";
+      s += epilogue_names[epilogue];
     return s;
   }
 };
@@ -189,15 +192,17 @@ class InstrumentedBackend final : public Backend {
   // (the bare GEMMs then include the library's epilogue); elsewhere it is
   // a plain GEMM (recorded and timed by gemm()) and the bias kernels.
   void gemm_epilogue(bool ta, bool tb, int m, int n, int k, GemmOperand a, int lda, GemmOperand b,
-                     int ldb, float* c, int ldc, GemmEpilogue e, float* vector) override {
+                     int ldb, float* c, int ldc, GemmEpilogue e, float* vector,
+                     float* aux) override {
     if (!inner_.caps().fused_gemm_epilogues) {
-      Backend::gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector);
+      Backend::gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector, aux);
       return;
     }
     if (record)
       calls.push_back({false, ta, tb, m, n, k, 1.0f, 0.0f, lda, ldb, ldc, 0, 0, 0, 1, int(e),
                        a.bf16 != nullptr, b.bf16 != nullptr});
-    timed(false, [&] { inner_.gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector); });
+    timed(false,
+          [&] { inner_.gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector, aux); });
     ++gemm_calls;
   }
   void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
@@ -367,8 +372,12 @@ class Replay {
       const int b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
       const std::size_t a_n = extent(a_rows, a_cols, g.lda, g.sa, g.batch);
       const std::size_t b_n = extent(b_rows, b_cols, g.ldb, g.sb, g.batch);
-      ops_.push_back({buffer(a_n), buffer(b_n), buffer(extent(g.m, g.n, g.ldc, g.sc, g.batch)),
+      const std::size_t c_n = extent(g.m, g.n, g.ldc, g.sc, g.batch);
+      const bool gelu = g.epilogue == int(Backend::GemmEpilogue::kBiasGeluTanh) ||
+                        g.epilogue == int(Backend::GemmEpilogue::kGeluTanhGrad);
+      ops_.push_back({buffer(a_n), buffer(b_n), buffer(c_n),
                       g.epilogue >= 0 ? buffer(std::size_t(std::max(g.m, g.n))) : nullptr,
+                      gelu ? buffer(c_n) : nullptr,
                       g.a_rounded ? rounded(a_n) : nullptr,
                       g.b_rounded ? rounded(b_n) : nullptr});
       seen.emplace(g.key(), ops_.back());
@@ -379,7 +388,7 @@ class Replay {
     const Operands& o = ops_[i];
     if (g.epilogue >= 0)
       be_.gemm_epilogue(g.ta, g.tb, g.m, g.n, g.k, {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, o.c,
-                        g.ldc, Backend::GemmEpilogue(g.epilogue), o.vector);
+                        g.ldc, Backend::GemmEpilogue(g.epilogue), o.vector, o.aux);
     else if (g.batched)
       be_.gemm_batched(g.ta, g.tb, g.m, g.n, g.k, g.alpha, o.a, g.lda, g.sa, o.b, g.ldb, g.sb,
                        g.beta, o.c, g.ldc, g.sc, g.batch);
@@ -399,6 +408,7 @@ class Replay {
   struct Operands {
     const float *a, *b;
     float *c, *vector;  // vector: an epilogue's bias or bias gradient
+    float* aux;         // the gelu epilogues' GELU input
     const std::uint16_t *a16, *b16;  // bf16 copies, where the step had them
   };
   static std::size_t extent(int rows, int cols, int ld, std::size_t stride, int batch) {

@@ -158,13 +158,22 @@ class Backend {
   //   kBias:       c[i, j] = P[i, j] + vector[j]           (a dense layer's forward)
   //   kBiasGradA:  c = P and vector[i] = sum_l op(A)[i, l]  (its weight gradient:
   //                op(A) = dyᵀ, so vector is the bias gradient; overwritten)
-  // The default is gemm() and the dense family's add_bias / bias_grad, which
-  // need ldc == n (kBias) and trans_a with lda == m (kBiasGradA), as the
-  // dense layer has them; Error(kOther) otherwise. k == 0 gives P = 0.
-  enum class GemmEpilogue { kBias, kBiasGradA };
+  //   kBiasGeluTanh: aux = P + vector[j], c = gelu:tanh(aux) (a dense layer's
+  //                forward with the gelu:tanh after it: aux is its output,
+  //                which the activation's backward reads, c the activation's)
+  //   kGeluTanhGrad: c = P ∘ gelu:tanh'(aux)             (the input gradient of
+  //                the dense layer after a gelu:tanh, carried through it:
+  //                aux is the activation's input; vector unused)
+  // aux [m, n] has row stride ldc, as c. The default is gemm() and the
+  // dense and activation families' kernels (add_bias, bias_grad, the
+  // activation's forward, and its backward over c in place), which need
+  // ldc == n (kBias and the gelu ones) and trans_a with lda == m
+  // (kBiasGradA), as the dense layer has them; Error(kOther) otherwise.
+  // k == 0 gives P = 0.
+  enum class GemmEpilogue { kBias, kBiasGradA, kBiasGeluTanh, kGeluTanhGrad };
   virtual void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a,
                              int lda, GemmOperand b, int ldb, float* c, int ldc,
-                             GemmEpilogue epilogue, float* vector);
+                             GemmEpilogue epilogue, float* vector, float* aux = nullptr);
 
   // y += x, elementwise over n values (a residual block's sum of branches).
   virtual void add(const float* x, float* y, std::size_t n) = 0;

@@ -165,6 +165,26 @@ class Layer {
   virtual void backward_input(Backend& be, ConstTensorView x, ConstTensorView y,
                               ConstTensorView dy, TensorView dx) = 0;
 
+  // Folding an activation into this layer's GEMM epilogue, inside a
+  // block's chain of parts (res(...)), where the backend fuses epilogues:
+  // folds_next(next) lets the block call forward_folding_next in place of
+  // this layer's forward and next's: it writes this layer's output y (next's
+  // input, which next's backward reads) and next's output next_y.
+  // folds_previous(prev) lets it call backward_input_folding_previous in
+  // place of this layer's backward_input and prev's: the gradient w.r.t.
+  // prev's input prev_x, from this layer's x and dy. Asked after allocate().
+  virtual bool folds_next(const Layer& /*next*/) const { return false; }
+  virtual bool folds_previous(const Layer& /*prev*/) const { return false; }
+  virtual void forward_folding_next(Backend& /*be*/, ConstTensorView /*x*/, TensorView /*y*/,
+                                    TensorView /*next_y*/, Mode /*mode*/) {
+    throw_no_folding();
+  }
+  virtual void backward_input_folding_previous(Backend& /*be*/, ConstTensorView /*x*/,
+                                               ConstTensorView /*prev_x*/, ConstTensorView /*dy*/,
+                                               TensorView /*prev_dx*/) {
+    throw_no_folding();
+  }
+
   // True for a layer that takes part in collectives in training (bn over
   // the global batch): the model then runs it on empty shards too, through
   // forward_empty and backward_empty, so every replica makes the same calls.
@@ -223,6 +243,8 @@ class Layer {
   const StepInfo& step() const { return *step_; }
 
  private:
+  [[noreturn]] void throw_no_folding() const;
+
   std::string name_;
   Shape input_, output_;
   std::vector<ParamInfo> params_, buffers_;

@@ -51,9 +51,11 @@ void gelu_tanh_forward(const float* __restrict x, float* __restrict y, std::size
   for (std::size_t i = 0; i < n; ++i) y[i] = x[i] * gelu_tanh_half(x[i]);
 }
 
+// dy and dx may be one buffer (Backend::gemm_epilogue's kGeluTanhGrad
+// writes the gradient over the product): element i is read before it is
+// written, so they carry no __restrict.
 DPT_VECTOR_CLONES
-void gelu_tanh_backward(const float* __restrict x, const float* __restrict dy,
-                        float* __restrict dx, std::size_t n) {
+void gelu_tanh_backward(const float* __restrict x, const float* dy, float* dx, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const float v = x[i], s = gelu_tanh_half(v);
     const float slope = kGeluBeta * (1.0f + 3.0f * kGeluKappa * v * v);

@@ -295,21 +295,22 @@ class CudaBackend final : public Backend {
 
   // The dense products with their bias through cuBLASLt's epilogues
   // (lt_matmul.hpp), mapped to column-major as gemm() is: the bias over
-  // row-major C's columns is over the rows of column-major Cᵀ (BIAS), and
-  // op(A)'s sums over k are those of cuBLAS's second operand (BGRADB). In
+  // row-major C's columns is over the rows of column-major Cᵀ (BIAS, and
+  // GELU_AUX_BIAS with aux laid out as C), and op(A)'s sums over k are
+  // those of cuBLAS's second operand (BGRADB); DGELU reads aux as C. In
   // bf16 the bias gradient is summed from the bf16 operand, as the GEMM
   // reads it. Where cuBLASLt has no algorithm, the GEMM and the kernels.
   void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a, int lda,
                      GemmOperand b, int ldb, float* c, int ldc, GemmEpilogue epilogue,
-                     float* vector) override {
+                     float* vector, float* aux) override {
     if (m > 0 && n > 0 && k > 0) {
       const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
       const cuda::LtProblem p{in.op_b, in.op_a, n, m, k, ldb, lda, ldc, in.type, in.compute,
-                              epilogue == GemmEpilogue::kBias ? CUBLASLT_EPILOGUE_BIAS
-                                                              : CUBLASLT_EPILOGUE_BGRADB};
-      if (lt_->run(p, in.b, in.a, c, vector)) return;
+                              lt_epilogue(epilogue)};
+      if (lt_->run(p, in.b, in.a, c, vector, aux)) return;
     }
-    Backend::gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, epilogue, vector);
+    Backend::gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, epilogue, vector,
+                           aux);
   }
 
   void add(const float* x, float* y, std::size_t n) override {
@@ -398,6 +399,20 @@ class CudaBackend final : public Backend {
     in.b = b.bf16 ? static_cast<const void*>(b.bf16) : bf16_b_.get();
     in.type = CUDA_R_16BF;
     return in;
+  }
+
+  static cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
+    switch (e) {
+      case GemmEpilogue::kBias:
+        return CUBLASLT_EPILOGUE_BIAS;
+      case GemmEpilogue::kBiasGradA:
+        return CUBLASLT_EPILOGUE_BGRADB;
+      case GemmEpilogue::kBiasGeluTanh:
+        return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;  // cuBLASLt's GELU is the tanh form
+      case GemmEpilogue::kGeluTanhGrad:
+        return CUBLASLT_EPILOGUE_DGELU;
+    }
+    return CUBLASLT_EPILOGUE_DEFAULT;
   }
 
   // Elements spanned by a row-major rows x cols matrix with row stride ld.

@@ -52,7 +52,7 @@ LtMatmul::~LtMatmul() {
   if (handle_) cublas_api().cublasLtDestroy_(handle_);
 }
 
-LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector) {
+LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector, float* aux) {
   auto& slot = plans_[key];
   if (slot) return *slot;
   auto made = std::make_unique<Plan>();
@@ -62,6 +62,10 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector
   set(pl.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(p.op_b));
   set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(p.epilogue));
   set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(vector));
+  if (aux) {  // GELU's input, laid out as D
+    set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
+    set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(p.ldd));
+  }
   const bool ta = p.op_a == CUBLAS_OP_T, tb = p.op_b == CUBLAS_OP_T;
   DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.a, p.type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda));
   DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.b, p.type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb));
@@ -85,13 +89,15 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector
   return pl;
 }
 
-bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, float* d, float* vector) {
+bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, float* d, float* vector,
+                   float* aux) {
   const Key key{p.op_a, p.op_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.type,
                 p.compute * 4096 + p.epilogue, alignment(a), alignment(b), alignment(d),
-                alignment(vector)};
-  Plan& pl = plan(p, key, vector);
+                alignment(vector), aux ? alignment(aux) : 0};
+  Plan& pl = plan(p, key, vector, aux);
   if (!pl.supported) return false;
   set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(vector));
+  if (aux) set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
   const float one = 1.0f, zero = 0.0f;
   DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmul_(handle_, pl.desc, &one, a, pl.a, b, pl.b, &zero, d, pl.d, d,
                                   pl.d, &pl.algo, workspace_.get(), kWorkspaceBytes, stream_));

@@ -26,6 +26,9 @@ namespace dptrain::cuda {
 // D[m, n] = op(A)[m, k] op(B)[k, n], then the epilogue:
 //   CUBLASLT_EPILOGUE_BIAS:   D[i, j] += vector[i]          (vector in, length m)
 //   CUBLASLT_EPILOGUE_BGRADB: vector[j] = sum_l op(B)[l, j]  (vector out, length n)
+//   CUBLASLT_EPILOGUE_GELU_AUX_BIAS: aux[i, j] = D[i, j] + vector[i], D = GELU(aux)
+//                             (GELU's tanh form; aux fp32, leading dimension ldd)
+//   CUBLASLT_EPILOGUE_DGELU:  D[i, j] *= GELU'(aux[i, j])  (aux in, as above)
 // A and B of `type` (fp32 or bf16), D fp32, accumulated in `compute`.
 struct LtProblem {
   cublasOperation_t op_a, op_b;
@@ -45,15 +48,16 @@ class LtMatmul {
   // Queues the problem on the stream; false, queuing nothing, where
   // cuBLASLt has no algorithm for it at these pointers' alignments (the
   // caller then runs the GEMM and the epilogue apart).
-  bool run(const LtProblem& p, const void* a, const void* b, float* d, float* vector);
+  bool run(const LtProblem& p, const void* a, const void* b, float* d, float* vector,
+           float* aux = nullptr);
 
   static constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // cuBLAS's advice for Hopper
 
  private:
   struct Plan;
-  // The problem and the alignments (up to 16 bytes) of a, b, d and vector.
-  using Key = std::array<std::int64_t, 14>;
-  Plan& plan(const LtProblem& p, const Key& key, float* vector);
+  // The problem and the alignments (up to 16 bytes) of a, b, d, vector and aux.
+  using Key = std::array<std::int64_t, 15>;
+  Plan& plan(const LtProblem& p, const Key& key, float* vector, float* aux);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;

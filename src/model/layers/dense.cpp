@@ -6,8 +6,12 @@
 // (Backend::gemm_epilogue). Where the backend rounds GEMM operands to bf16
 // (rounded_operand.hpp), x and dy are each rounded once for the two
 // products that read them (x: forward and the weight gradient, kept from
-// forward; dy: both gradients). Init is He-uniform before a rectifier, else
-// Glorot-uniform, with zero biases.
+// forward; dy: both gradients). Inside a block, where the backend fuses
+// GEMM epilogues, a gelu:tanh after the layer is folded into its forward
+// GEMM (bias, then GELU, the pre-activation kept for the activation's
+// backward) and a gelu:tanh before it into its input gradient's GEMM
+// (Layer::folds_next / folds_previous). Init is He-uniform before a
+// rectifier, else Glorot-uniform, with zero biases.
 #include <charconv>
 #include <cmath>
 
@@ -44,6 +48,7 @@ class Dense final : public Layer {
   bool backward_reads_output() const override { return false; }  // x, W and dy only
 
   void allocate(Backend& be, int max_rows) override {
+    folds_gelu_ = be.caps().fused_gemm_epilogues;
     if (!RoundedOperand::wanted(be)) return;
     x_bf16_ = RoundedOperand(
         reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * in_, Lifetime::kSaved));
@@ -62,13 +67,18 @@ class Dense final : public Layer {
       w[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * limit);
   }
 
-  // A sequence's positions are rows of the same products: rows = N · T.
+  bool folds_next(const Layer& next) const override { return folds_gelu_ && is_gelu_tanh(next); }
+  bool folds_previous(const Layer& prev) const override {
+    return folds_gelu_ && is_gelu_tanh(prev);
+  }
+
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    const float* w = arenas().params + weight_;
-    const int rows = x.rows * positions_;
-    const GemmOperand x_op = x_bf16_.round(be, x.data, std::size_t(rows) * in_);
-    be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, w, in_, y.data, out_,
-                     Backend::GemmEpilogue::kBias, arenas().params + bias_);
+    product(be, x, y.data, Backend::GemmEpilogue::kBias, nullptr);
+  }
+  // y = x Wᵀ + b, the gelu:tanh's input; next_y = gelu:tanh(y).
+  void forward_folding_next(Backend& be, ConstTensorView x, TensorView y, TensorView next_y,
+                            Mode) override {
+    product(be, x, next_y.data, Backend::GemmEpilogue::kBiasGeluTanh, y.data);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
@@ -86,15 +96,36 @@ class Dense final : public Layer {
     be.gemm(false, false, x.rows * positions_, in_, out_, 1.0f, dy_bf16_.take(dy.data), out_,
             arenas().params + weight_, in_, 0.0f, dx.data, in_);
   }
+  // prev_dx = (dy W) ∘ gelu:tanh'(prev_x): through the activation before.
+  void backward_input_folding_previous(Backend& be, ConstTensorView x, ConstTensorView prev_x,
+                                       ConstTensorView dy, TensorView prev_dx) override {
+    // aux is only read by this epilogue.
+    be.gemm_epilogue(false, false, x.rows * positions_, in_, out_, dy_bf16_.take(dy.data), out_,
+                     arenas().params + weight_, in_, prev_dx.data, in_,
+                     Backend::GemmEpilogue::kGeluTanhGrad, nullptr,
+                     const_cast<float*>(prev_x.data));
+  }
 
  private:
   // Sequences [T, D] are the per-sample shapes of rank 2 (tensor.hpp).
   static bool is_sequence(const Shape& s) { return s.rank() == 2; }
+  static bool is_gelu_tanh(const Layer& l) { return l.spec() == "gelu:tanh"; }
+
+  // out = x Wᵀ + b with the epilogue (a sequence's positions are rows of
+  // the same products: rows = N · T).
+  void product(Backend& be, ConstTensorView x, float* out, Backend::GemmEpilogue epilogue,
+               float* aux) {
+    const int rows = x.rows * positions_;
+    const GemmOperand x_op = x_bf16_.round(be, x.data, std::size_t(rows) * in_);
+    be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, arenas().params + weight_, in_, out,
+                     out_, epilogue, arenas().params + bias_, aux);
+  }
 
   int positions_, in_, out_, index_;
   std::size_t weight_, bias_;  // arena offsets
   RoundedOperand x_bf16_;   // forward's rounding of x, for the weight gradient
   RoundedOperand dy_bf16_;  // backward_params' rounding of dy, for backward_input
+  bool folds_gelu_ = false;  // the backend fuses GEMM epilogues (set by allocate)
 };
 
 LayerSpec parse_dense(const std::string& token) {

@@ -5,7 +5,10 @@
 // The parts are built by the model's LayerBuilder, so they are named and
 // laid out in spec order among the model's layers; the block reserves
 // their activations (saved) and its gradient buffers (per pass) in the
-// model's activation arena.
+// model's activation arena. Where a part folds its neighbour into its GEMM
+// (Layer::folds_next / folds_previous: dense and a gelu:tanh, on a backend
+// that fuses epilogues), the chain makes the one call for both; the
+// neighbour's output buffer is written all the same.
 #include <algorithm>
 #include <string>
 
@@ -68,6 +71,8 @@ class Residual final : public Layer {
         acts_.push_back(reserve<float>(be, max_rows, p->output_shape().size(), Lifetime::kSaved));
         widest = std::max(widest, p->output_shape().size());
       }
+    for (std::size_t first : {std::size_t(0), body_.size()})
+      note_folds(first == 0 ? body_ : shortcut_, first);
     grad_a_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     grad_b_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     dx_ = reserve<float>(be, max_rows, input_shape().size(), Lifetime::kPass);
@@ -128,13 +133,35 @@ class Residual final : public Layer {
     }
   }
 
+  // Which parts fold a neighbour into their GEMM (Layer::folds_next,
+  // folds_previous), by part index as acts_ counts them.
+  void note_folds(const Parts& parts, std::size_t first) {
+    folds_next_.resize(first + parts.size(), false);
+    folds_previous_.resize(first + parts.size(), false);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      folds_next_[first + i] = i + 1 < parts.size() && parts[i]->folds_next(*parts[i + 1]);
+      folds_previous_[first + i] = i >= 1 && parts[i]->folds_previous(*parts[i - 1]);
+    }
+  }
+
+  TensorView output(std::size_t at, int rows, const Layer& l) const {
+    return {acts_[at].get(), rows, l.output_shape()};
+  }
+
   // Forward through a chain whose activations start at acts_[first];
   // returns the chain's output.
   ConstTensorView run_chain(Backend& be, const Parts& parts, std::size_t first, ConstTensorView x,
                             Mode mode) {
     ConstTensorView in = x;
     for (std::size_t i = 0; i < parts.size(); ++i) {
-      const TensorView out{acts_[first + i].get(), x.rows, parts[i]->output_shape()};
+      const TensorView out = output(first + i, x.rows, *parts[i]);
+      if (folds_next_[first + i]) {  // this part and the next in one call
+        const TensorView next = output(first + i + 1, x.rows, *parts[i + 1]);
+        parts[i]->forward_folding_next(be, in, out, next, mode);
+        in = next;
+        ++i;
+        continue;
+      }
       parts[i]->forward(be, in, out, mode);
       in = out;
     }
@@ -146,14 +173,23 @@ class Residual final : public Layer {
   ConstTensorView back_chain(Backend& be, const Parts& parts, std::size_t first, ConstTensorView x,
                              ConstTensorView dy) {
     ConstTensorView g = dy;
+    auto input = [&](std::size_t i) {  // part i's input
+      return i == 0 ? x : ConstTensorView(output(first + i - 1, x.rows, *parts[i - 1]));
+    };
     for (std::size_t i = parts.size(); i-- > 0;) {
       Layer& l = *parts[i];
-      const ConstTensorView in =
-          i == 0 ? x : ConstTensorView{acts_[first + i - 1].get(), x.rows, parts[i - 1]->output_shape()};
+      const ConstTensorView in = input(i);
       if (!l.params().empty()) l.backward_params(be, in, g);
-      const TensorView dx{g.data == grad_a_.get() ? grad_b_.get() : grad_a_.get(), x.rows,
-                          l.input_shape()};
-      l.backward_input(be, in, {acts_[first + i].get(), x.rows, l.output_shape()}, g, dx);
+      float* free = g.data == grad_a_.get() ? grad_b_.get() : grad_a_.get();
+      if (folds_previous_[first + i]) {  // through part i - 1 (no parameters) too
+        --i;
+        const TensorView dx{free, x.rows, parts[i]->input_shape()};
+        l.backward_input_folding_previous(be, in, input(i), g, dx);
+        g = dx;
+        continue;
+      }
+      const TensorView dx{free, x.rows, l.input_shape()};
+      l.backward_input(be, in, output(first + i, x.rows, l), g, dx);
       g = dx;
     }
     return g;
@@ -161,6 +197,7 @@ class Residual final : public Layer {
 
   Parts body_, shortcut_;
   std::vector<ArenaBuffer<float>> acts_;  // each part's output: body's, then the shortcut's
+  std::vector<bool> folds_next_, folds_previous_;  // by part, as acts_ (set by allocate)
   ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only
 };
 

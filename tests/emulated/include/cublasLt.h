@@ -9,19 +9,29 @@
 //       CUBLASLT_EPILOGUE_BIAS:   D[i, j] += bias[i] (bias length m, fp32)
 //       CUBLASLT_EPILOGUE_BGRADB: bias[j] = sum over l of op(B)[l, j] as
 //         stored (bf16 values where B is bf16), summed in fp32 in l order.
-//   cublasLtMatmulAlgoGetHeuristic: one algorithm for DEFAULT, BIAS and
-//     BGRADB (none for other epilogues, or for any while
+//       CUBLASLT_EPILOGUE_GELU_AUX_BIAS: v = D[i, j] + bias[i] is stored in
+//         aux (fp32, leading dimension AUX_LD) and D[i, j] = GELU(v), GELU's
+//         tanh form with the float operations of the CUDA backend's
+//         activation kernel (elementwise.cu), so the two agree bit for bit.
+//       CUBLASLT_EPILOGUE_DGELU: D[i, j] *= GELU'(aux[i, j]), the derivative
+//         as that kernel's backward computes it.
+//   cublasLtMatmulAlgoGetHeuristic: one algorithm for DEFAULT, BIAS,
+//     BGRADB, GELU_AUX_BIAS and DGELU where AUX_LD is, as cuBLASLt requires,
+//     a multiple of 8 no less than D's rows (none for other epilogues, or for any while
 //     dptrain_emu::lt_refusal() is set, so that the callers' fallbacks are
 //     tested); the algorithm records the minimum alignments of A, B and D
 //     it was chosen for, and cublasLtMatmul refuses pointers below them,
 //     as a real kernel chosen for aligned operands would misread them;
-//     dptrain_emu::lt_calls() counts the calls it accepted.
+//     dptrain_emu::lt_calls() counts the calls it accepted, and
+//     lt_epilogue_calls(e) those with epilogue e.
 // The call is checked when made and runs when the stream gets to it
 // (streams.hpp); alpha and beta are read from host memory when called.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 
 #include "cublas_v2.h"
 
@@ -32,12 +42,16 @@ typedef enum {
   CUBLASLT_EPILOGUE_DEFAULT = 1,
   CUBLASLT_EPILOGUE_BIAS = 4,
   CUBLASLT_EPILOGUE_BGRADB = 512,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128,
 } cublasLtEpilogue_t;
 typedef enum {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
@@ -53,6 +67,8 @@ struct cublasLtMatmulDescEmulated {
   std::int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void* bias = nullptr;
+  void* aux = nullptr;
+  std::int64_t aux_ld = 0;
 };
 typedef cublasLtMatmulDescEmulated* cublasLtMatmulDesc_t;
 struct cublasLtMatrixLayoutEmulated {
@@ -83,10 +99,32 @@ inline bool& lt_refusal() {
   static bool refusing = false;
   return refusing;
 }
-// cublasLtMatmul calls accepted so far, so that tests can tell which path ran.
+// cublasLtMatmul calls accepted so far, so that tests can tell which path ran;
+// and of them, those with one epilogue.
 inline long& lt_calls() {
   static long calls = 0;
   return calls;
+}
+inline long& lt_epilogue_calls(std::uint32_t epilogue) {
+  static std::map<std::uint32_t, long> calls;
+  return calls[epilogue];
+}
+inline bool lt_gelu(std::uint32_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU;
+}
+// GELU's tanh form and its derivative, operation for operation as the CUDA
+// backend's activation kernels (src/backends/cuda/elementwise.cu).
+inline float lt_gelu_forward(float v) {
+  constexpr float beta = 0.7978845608028654f, kappa = 0.044715f;
+  return 0.5f * v * (1.0f + tanhf(beta * (v + kappa * v * v * v)));
+}
+inline float lt_gelu_slope(float v) {
+  constexpr float beta = 0.7978845608028654f, kappa = 0.044715f;
+  const float v_sq = v * v;
+  const float t = tanhf(beta * (v + kappa * v_sq * v));
+  const float left = 0.5f * v, right = 1.0f + t;
+  const float right_derivative = left * (1.0f - t * t) * beta * (1.0f + 3.0f * kappa * v_sq);
+  return 0.5f * right + right_derivative;
 }
 inline std::uint64_t lt_alignment(const void* p) {
   const auto at = reinterpret_cast<std::uintptr_t>(p);
@@ -127,8 +165,13 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
       std::memcpy(&d->epilogue, buf, size);
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
       if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
-      std::memcpy(&d->bias, buf, size);
+      std::memcpy(attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER ? &d->bias : &d->aux, buf, size);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      if (size != sizeof(std::int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&d->aux_ld, buf, size);
       return CUBLAS_STATUS_SUCCESS;
   }
   return CUBLAS_STATUS_INVALID_VALUE;
@@ -195,8 +238,10 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   if (requested < 1 || !dptrain_emu::lt_shape(d, a, b, dl, &m, &n, &k))
     return CUBLAS_STATUS_INVALID_VALUE;
   *found = 0;
+  const bool aux_fits = d->aux_ld >= m && d->aux_ld % 8 == 0;
   const bool known = d->epilogue == CUBLASLT_EPILOGUE_DEFAULT ||
-                     d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+                     d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_BGRADB ||
+                     (dptrain_emu::lt_gelu(d->epilogue) && aux_fits);
   if (!known || (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && dptrain_emu::lt_refusal()))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   results[0] = {};
@@ -222,8 +267,12 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
       !dptrain_emu::is_device_pointer(D) || lt_alignment(A) < algo->data[0] ||
       lt_alignment(B) < algo->data[1] || lt_alignment(D) < algo->data[2])
     return CUBLAS_STATUS_INVALID_VALUE;
-  const bool with_vector = d->epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+  const bool with_vector =
+      d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_DGELU;
   if (with_vector && (!d->bias || !dptrain_emu::is_device_pointer(d->bias)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool gelu = dptrain_emu::lt_gelu(d->epilogue);
+  if (gelu && (!d->aux || !dptrain_emu::is_device_pointer(d->aux) || d->aux_ld < m))
     return CUBLAS_STATUS_INVALID_VALUE;
   const bool tb = d->transb == CUBLAS_OP_T;
   const dptrain_emu::GemmOperands g{d->transa == CUBLAS_OP_T, tb, d->compute == CUBLAS_COMPUTE_32F_FAST_TF32,
@@ -233,9 +282,23 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                     *static_cast<const float*>(beta), static_cast<float*>(D)};
   const std::uint32_t epilogue = d->epilogue;
   float* vector = static_cast<float*>(d->bias);
+  float* aux = static_cast<float*>(d->aux);
+  const std::size_t aux_ld = static_cast<std::size_t>(d->aux_ld);
   ++dptrain_emu::lt_calls();
-  dptrain_emu::enqueue(stream, [g, epilogue, vector, tb] {
+  ++dptrain_emu::lt_epilogue_calls(epilogue);
+  dptrain_emu::enqueue(stream, [g, epilogue, vector, aux, aux_ld, tb] {
     dptrain_emu::run_gemm(g);
+    for (int j = 0; dptrain_emu::lt_gelu(epilogue) && j < g.n; ++j)
+      for (int i = 0; i < g.m; ++i) {
+        float& out = g.C[std::size_t(i) + std::size_t(j) * g.ldc];
+        float& in = aux[std::size_t(i) + std::size_t(j) * aux_ld];
+        if (epilogue == CUBLASLT_EPILOGUE_DGELU) {
+          out = dptrain_emu::lt_gelu_slope(in) * out;
+        } else {
+          in = out + vector[i];
+          out = dptrain_emu::lt_gelu_forward(in);
+        }
+      }
     if (epilogue == CUBLASLT_EPILOGUE_BIAS)
       for (int j = 0; j < g.n; ++j)
         for (int i = 0; i < g.m; ++i) g.C[std::size_t(i) + std::size_t(j) * g.ldc] += vector[i];
