@@ -42,6 +42,15 @@ void Backend::throw_missing_family(const std::string& what) const {
   throw Error(ExitCode::kUsage, "the " + name() + " backend has no " + what);
 }
 
+void Backend::sum(const float* a, const float* b, float* y, std::size_t n) {
+  if (y == b) {
+    add(a, y, n);
+    return;
+  }
+  copy_device(y, a, n * sizeof(float));
+  add(b, y, n);
+}
+
 Backend::GradientCheck Backend::check_gradients(const float* g, std::size_t n, bool norm) {
   return {count_nonfinite(g, n), norm ? kernels<OptimizerKernels>().sum_squares(g, n) : 0.0};
 }

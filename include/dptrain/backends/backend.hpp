@@ -175,8 +175,12 @@ class Backend {
                              int lda, GemmOperand b, int ldb, float* c, int ldc,
                              GemmEpilogue epilogue, float* vector, float* aux = nullptr);
 
-  // y += x, elementwise over n values (a residual block's sum of branches).
+  // y += x, elementwise over n values.
   virtual void add(const float* x, float* y, std::size_t n) = 0;
+  // y = a + b, elementwise over n values, in one pass (a residual block's
+  // sum of branches, and of their gradients); y may be a or b. The default
+  // is a copy and add(), the same sums.
+  virtual void sum(const float* a, const float* b, float* y, std::size_t n);
 
   // Number of NaN/Inf values in x (returned to the host).
   virtual std::size_t count_nonfinite(const float* x, std::size_t n) = 0;

@@ -210,6 +210,9 @@ class CpuBackend final : public Backend {
   }
 
   void add(const float* x, float* y, std::size_t n) override { add_to(x, y, n); }
+  void sum(const float* a, const float* b, float* y, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) y[i] = a[i] + b[i];  // y may be a or b
+  }
 
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
     return nonfinite_count(x, n);

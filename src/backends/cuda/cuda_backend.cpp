@@ -324,6 +324,10 @@ class CudaBackend final : public Backend {
     }
   }
 
+  void sum(const float* a, const float* b, float* y, std::size_t n) override {
+    cuda::sum(launch_, a, b, y, n);
+  }
+
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
     return check_gradients(x, n, false).nonfinite;
   }

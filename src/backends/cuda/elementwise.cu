@@ -33,6 +33,10 @@ __global__ void fill_kernel(float* x, float value, std::size_t n) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) x[i] = value;
 }
 
+__global__ void sum_kernel(const float* a, const float* b, float* y, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = a[i] + b[i];
+}
+
 __global__ void scale_matrix_kernel(float* c, int m, int n, int ldc, float beta) {
   const std::size_t total = static_cast<std::size_t>(m) * n;
   for (std::size_t i = first_index(); i < total; i += grid_stride()) {
@@ -176,6 +180,12 @@ __global__ void count_nonfinite_kernel(const float* x, std::size_t n, unsigned l
 void fill(const Launch& l, float* x, float value, std::size_t n) {
   if (n == 0) return;
   fill_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(x, value, n);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void sum(const Launch& l, const float* a, const float* b, float* y, std::size_t n) {
+  if (n == 0) return;
+  sum_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(a, b, y, n);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

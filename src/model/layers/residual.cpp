@@ -75,7 +75,7 @@ class Residual final : public Layer {
       note_folds(first == 0 ? body_ : shortcut_, first);
     grad_a_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     grad_b_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
-    dx_ = reserve<float>(be, max_rows, input_shape().size(), Lifetime::kPass);
+    if (!shortcut_.empty()) dx_ = reserve<float>(be, max_rows, input_shape().size(), Lifetime::kPass);
   }
 
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
@@ -86,23 +86,32 @@ class Residual final : public Layer {
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode mode) override {
     const ConstTensorView f = run_chain(be, body_, 0, x, mode);
     const ConstTensorView s = shortcut_.empty() ? x : run_chain(be, shortcut_, body_.size(), x, mode);
-    be.copy_device(y.data, f.data, f.count() * sizeof(float));
-    be.add(s.data, y.data, y.count());
+    be.sum(f.data, s.data, y.data, y.count());
   }
 
-  // The whole backward runs here (backward_params is called for every
+  // The chains' backward runs here (backward_params is called for every
   // block, backward_input only when a layer before it trains): both
-  // branches' parameter gradients, and their input gradients summed in dx_.
+  // branches' parameter gradients, and the body's input gradient df, left
+  // in grad_a_ or grad_b_ for backward_input, which the model calls next
+  // with the same dy. A projection shortcut's chain reuses those buffers,
+  // so with one the two input gradients are summed here, in dx_.
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    const ConstTensorView df = back_chain(be, body_, 0, x, dy);
-    be.copy_device(dx_.get(), df.data, df.count() * sizeof(float));
-    const ConstTensorView ds = shortcut_.empty() ? dy : back_chain(be, shortcut_, body_.size(), x, dy);
+    df_ = back_chain(be, body_, 0, x, dy).data;
+    if (shortcut_.empty()) return;
+    be.copy_device(dx_.get(), df_, x.count() * sizeof(float));
+    const ConstTensorView ds = back_chain(be, shortcut_, body_.size(), x, dy);
     be.add(ds.data, dx_.get(), x.count());
   }
 
-  void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView,
+  // dx = df + dy (the identity shortcut's gradient) in one pass, or the
+  // sum backward_params made. A block without parameters gets no
+  // backward_params call from the model: its chains run here.
+  void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    be.copy_device(dx.data, dx_.get(), x.count() * sizeof(float));
+    if (!df_) backward_params(be, x, dy);
+    if (shortcut_.empty()) be.sum(df_, dy.data, dx.data, x.count());
+    else be.copy_device(dx.data, dx_.get(), x.count() * sizeof(float));
+    df_ = nullptr;
   }
 
   void forward_empty(Backend& be) override {
@@ -198,7 +207,8 @@ class Residual final : public Layer {
   Parts body_, shortcut_;
   std::vector<ArenaBuffer<float>> acts_;  // each part's output: body's, then the shortcut's
   std::vector<bool> folds_next_, folds_previous_;  // by part, as acts_ (set by allocate)
-  ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only
+  ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only; dx_ with a projection shortcut
+  const float* df_ = nullptr;  // the body's input gradient, from backward_params to backward_input
 };
 
 LayerSpec parse_residual(const std::string& token) {
