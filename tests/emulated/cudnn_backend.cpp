@@ -433,5 +433,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     return refuse(CUDNN_STATUS_BAD_PARAM,
                   "execute: the plan's workspace of " + std::to_string(kWorkspaceBytes) +
                       " bytes is not device memory at " + text(w));
+  if (dptrain_emu::cudnn_graph_execution_fails())
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "execute: the test engine was set to fail");
   return CUDNN_STATUS_SUCCESS;  // the test engine computes nothing (the header says why)
 }

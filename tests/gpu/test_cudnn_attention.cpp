@@ -145,6 +145,34 @@ TEST(CudnnAttention, FirstRunThatDisagreesWithFusedIsReplacedAndSaidOnce) {
             "fused-fallback");
 }
 
+// A plan that finalizes and then fails to execute (the emulation's engine
+// set to answer CUDNN_STATUS_EXECUTION_FAILED): the first run's error is
+// said once and the shape runs fused, the run going on.
+TEST(CudnnAttention, FirstExecutionThatFailsIsSaidOnceAndRunsFused) {
+  struct Failing {  // for this test only, however it ends
+    static void set(bool on) {
+      dptrain_emu::cudnn_graph_engines() = on;
+      dptrain_emu::cudnn_graph_execution_fails() = on;
+    }
+    Failing() { set(true); }
+    ~Failing() { set(false); }
+  } failing;
+  const Case c{{2, 37, 2, 16}, true};
+  auto cudnn = gpu(Precision::kBf16, AttentionImpl::kCudnn);
+  auto fused = gpu(Precision::kBf16, AttentionImpl::kFused);
+  testing::internal::CaptureStderr();
+  for (int step = 0; step < 2; ++step) {
+    const Pass got = run_pass(*cudnn, c), want = run_pass(*fused, c);
+    EXPECT_TRUE(same_bits(got.o, want.o)) << "step " << step;
+    EXPECT_TRUE(same_bits(got.lse, want.lse)) << "step " << step;
+    EXPECT_TRUE(same_bits(got.dqkv, want.dqkv)) << "step " << step;
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, kFallbackNote), 1) << err;
+  EXPECT_EQ(count(err, "its first forward failed"), 1) << err;
+  EXPECT_EQ(count(err, "CUDNN_STATUS_EXECUTION_FAILED"), 1) << err;
+}
+
 TEST(CudnnAttention, Fp32SaysOnceThatItIsBf16Only) {
   testing::internal::CaptureStderr();
   auto cudnn = gpu(Precision::kFp32, AttentionImpl::kCudnn);

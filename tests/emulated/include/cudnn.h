@@ -39,6 +39,7 @@ typedef enum {
   CUDNN_STATUS_NOT_SUPPORTED = 3000,
   CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE = 3003,
   CUDNN_STATUS_INTERNAL_ERROR = 4000,
+  CUDNN_STATUS_EXECUTION_FAILED = 5000,
 } cudnnStatus_t;
 
 typedef enum {
@@ -366,5 +367,12 @@ namespace dptrain_emu {
 inline bool& cudnn_graph_engines() {
   static bool offering = false;
   return offering;
+}
+// While true as well, that engine's cudnnBackendExecute, its checks passed,
+// answers CUDNN_STATUS_EXECUTION_FAILED: for tests of the callers' handling
+// of a plan that finalized and then fails to run.
+inline bool& cudnn_graph_execution_fails() {
+  static bool failing = false;
+  return failing;
 }
 }  // namespace dptrain_emu

@@ -25,9 +25,10 @@
 // forward, dqkv after the first backward, each within what bf16 allows
 // (against the tensor's largest magnitude m: o 1e-2·m, lse 1e-4·m, dqkv
 // 3e-2·m; tests/gpu/test_cudnn_attention.cpp derives them). Where cuDNN's
-// results are further off, or not finite where the fused ones are, the
-// table says so once, keeps the fused kernels' results for that call and
-// runs the shape on them from then on. The check costs one fused pass and
+// results are further off, or not finite where the fused ones are, or its
+// first execution of a plan answers an error, the table says so once, keeps
+// the fused kernels' results for that call and runs the shape on them from
+// then on. The check costs one fused pass and
 // a few downloads per shape, once.
 #include <algorithm>
 #include <cmath>
@@ -99,9 +100,10 @@ class CudnnAttention final : public FusedAttentionKernels {
                float* lse) override {
     SdpaPlans* plans = plans_for(s, causal);
     if (!plans) return fused_->forward(qkv, s, scale, causal, o, lse);
-    run_forward(plans, qkv, s, scale, causal, o, lse);
-    if (plans->forward_checked) return;
+    if (plans->forward_checked) return run_forward(plans, qkv, s, scale, causal, o, lse);
     plans->forward_checked = true;
+    if (!first_run(s, causal, "forward", [&] { run_forward(plans, qkv, s, scale, causal, o, lse); }))
+      return fused_->forward(qkv, s, scale, causal, o, lse);
     check_forward(qkv, s, scale, causal, o, lse);
   }
 
@@ -110,9 +112,11 @@ class CudnnAttention final : public FusedAttentionKernels {
                 float* dqkv) override {
     SdpaPlans* plans = plans_for(s, causal);
     if (!plans) return fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
-    run_backward(plans, qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
-    if (plans->backward_checked) return;
+    auto run = [&] { run_backward(plans, qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv); };
+    if (plans->backward_checked) return run();
     plans->backward_checked = true;
+    if (!first_run(s, causal, "backward", run))
+      return fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
     check_backward(qkv, o, lse, d_o, s, scale, causal, dqkv);
   }
 
@@ -151,6 +155,21 @@ class CudnnAttention final : public FusedAttentionKernels {
     from_bf16(launch_, dqkv16_.get(), dqkv, qkv_values(s));
   }
 
+  // The first run of a plan: false, the shape rejected, where cuDNN
+  // answers its execution with an error (a plan that finalized and cannot
+  // run here); the caller then runs the fused kernels. Later runs of a
+  // checked plan that fail are errors.
+  template <typename Run>
+  bool first_run(const HeadShape& s, bool causal, const char* pass, Run run) {
+    try {
+      run();
+      return true;
+    } catch (const Error& e) {
+      reject(s, causal, std::string("its first ") + pass + " failed: " + e.what());
+      return false;
+    }
+  }
+
   // The first forward of a shape against the fused kernels' o and lse;
   // where cuDNN's are off, theirs replace them and the shape runs fused.
   void check_forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
@@ -161,7 +180,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     const double gap_o = relative_gap(download(o, want_o.size()), download(want_o));
     const double gap_lse = relative_gap(download(lse, rows), download(want_lse));
     if (gap_o <= kOutputBound && gap_lse <= kLseBound) return;
-    reject(s, causal, "forward", "o " + number(gap_o) + ", lse " + number(gap_lse));
+    reject(s, causal, differs("forward", "o " + number(gap_o) + ", lse " + number(gap_lse)));
     backend_.copy_device(o, want_o.get(), want_o.size() * sizeof(float));
     backend_.copy_device(lse, want_lse.get(), rows * sizeof(float));
   }
@@ -174,7 +193,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot.get(), want.get());
     const double gap = relative_gap(download(dqkv, want.size()), download(want));
     if (gap <= kGradientBound) return;
-    reject(s, causal, "backward", "dqkv " + number(gap));
+    reject(s, causal, differs("backward", "dqkv " + number(gap)));
     backend_.copy_device(dqkv, want.get(), want.size() * sizeof(float));
   }
 
@@ -190,12 +209,15 @@ class CudnnAttention final : public FusedAttentionKernels {
     return text;
   }
 
+  static std::string differs(const char* pass, const std::string& gaps) {
+    return std::string("its ") + pass + " differs from the fused kernels' by " + gaps +
+           " of their largest values, past bf16's bounds";
+  }
+
   // The shape runs on the fused kernels from now on, said once per table.
-  void reject(const HeadShape& s, bool causal, const char* pass, const std::string& gaps) {
+  void reject(const HeadShape& s, bool causal, const std::string& why) {
     plans_[ShapeKey{s.batch, s.tokens, s.heads, s.head_dim, causal}].reset();
-    note_fallback(s, causal,
-                  std::string("its ") + pass + " differs from the fused kernels' by " + gaps +
-                      " of their largest values, past bf16's bounds");
+    note_fallback(s, causal, why);
   }
 
   static std::size_t head_values(const HeadShape& s) {
