@@ -30,11 +30,14 @@ struct Env {
 
 const Env& env();
 
+// attention: --attention's table (the option's default, auto, when not given).
 inline std::unique_ptr<dptrain::Backend> make_gpu(
-    dptrain::Precision p = dptrain::Precision::kFp32) {
+    dptrain::Precision p = dptrain::Precision::kFp32,
+    dptrain::AttentionImpl attention = dptrain::BackendOptions{}.attention) {
   dptrain::BackendOptions o;
   o.device_index = env().device;
   o.precision = p;
+  o.attention = attention;
   return dptrain::make_backend("cuda", o);
 }
 

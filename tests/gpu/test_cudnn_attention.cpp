@@ -52,14 +52,6 @@ struct Case {
   bool causal;
 };
 
-std::unique_ptr<dptrain::Backend> gpu(Precision p, AttentionImpl a) {
-  dptrain::BackendOptions o;
-  o.device_index = gpu_test::env().device;
-  o.precision = p;
-  o.attention = a;
-  return dptrain::make_backend("cuda", o);
-}
-
 std::size_t heads_values(const HeadShape& s) {
   return static_cast<std::size_t>(s.batch) * s.tokens * s.heads * s.head_dim;
 }
@@ -106,8 +98,8 @@ const std::vector<Case> kEmulatedCases{{{2, 37, 2, 16}, true}, {{1, 20, 1, 32}, 
 // stderr. The cudnn table is left in *table.
 std::string expect_fused_bits(const std::vector<Case>& cases, int steps,
                               std::unique_ptr<dptrain::Backend>* table) {
-  auto cudnn = gpu(Precision::kBf16, AttentionImpl::kCudnn);
-  auto fused = gpu(Precision::kBf16, AttentionImpl::kFused);
+  auto cudnn = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kCudnn);
+  auto fused = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kFused);
   testing::internal::CaptureStderr();
   for (int step = 0; step < steps; ++step)
     for (const Case& c : cases) {
@@ -166,8 +158,8 @@ TEST(CudnnAttention, FirstExecutionThatFailsIsSaidOnceAndRunsFused) {
 
 TEST(CudnnAttention, Fp32SaysOnceThatItIsBf16Only) {
   testing::internal::CaptureStderr();
-  auto cudnn = gpu(Precision::kFp32, AttentionImpl::kCudnn);
-  auto fused = gpu(Precision::kFp32, AttentionImpl::kFused);
+  auto cudnn = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kCudnn);
+  auto fused = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kFused);
   const Case c{{1, 9, 2, 8}, true};
   const Pass got = run_pass(*cudnn, c), want = run_pass(*fused, c);
   const std::string err = testing::internal::GetCapturedStderr();
@@ -190,8 +182,8 @@ TEST(CudnnAttention, Bf16MatchesTheFusedKernels) {
                                 {{2, 100, 3, 64}, false},
                                 {{1, 130, 2, 128}, true},
                                 {{2, 37, 1, 128}, false}};
-  auto cudnn = gpu(Precision::kBf16, AttentionImpl::kCudnn);
-  auto fused = gpu(Precision::kBf16, AttentionImpl::kFused);
+  auto cudnn = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kCudnn);
+  auto fused = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kFused);
   for (const Case& c : cases) {
     SCOPED_TRACE("T " + std::to_string(c.shape.tokens) + ", hd " +
                  std::to_string(c.shape.head_dim) + (c.causal ? ", causal" : ""));

@@ -52,14 +52,6 @@ std::string spec_of(const Case& c) {
   return "attn:" + std::to_string(c.heads) + (c.causal ? ":causal" : "");
 }
 
-std::unique_ptr<dptrain::Backend> gpu(Precision p, AttentionImpl a) {
-  dptrain::BackendOptions o;
-  o.device_index = gpu_test::env().device;
-  o.precision = p;
-  o.attention = a;
-  return dptrain::make_backend("cuda", o);
-}
-
 // One attn layer of case c on be: output, input gradient, parameter
 // gradients, and the bytes the layer allocated.
 struct LayerRun {
@@ -122,7 +114,7 @@ const Case kCases[] = {
 
 void check_against_cpu(Precision precision) {
   auto cpu = gpu_test::make_cpu();
-  auto fused = gpu(precision, AttentionImpl::kFused);
+  auto fused = gpu_test::make_gpu(precision, AttentionImpl::kFused);
   const bool bf16 = precision == Precision::kBf16;
   for (const Case& c : kCases) {
     if (!bf16 && c.head_dim > 64) continue;  // fp32 takes head dims up to 64
@@ -155,8 +147,8 @@ TEST(FusedAttention, Bf16MatchesTheCpu) { check_against_cpu(Precision::kBf16); }
 // one holds per-row statistics only.
 TEST(FusedAttention, HoldsNothingOfSizeTTimesT) {
   const Case c{2, 70, 2, 16, true};
-  auto fused = gpu(Precision::kFp32, AttentionImpl::kFused);
-  auto math = gpu(Precision::kFp32, AttentionImpl::kMath);
+  auto fused = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kFused);
+  auto math = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kMath);
   const std::size_t scores = std::size_t(c.batch) * c.heads * c.tokens * c.tokens * sizeof(float);
   const LayerRun f = run_layer(*fused, c), m = run_layer(*math, c);
   EXPECT_GE(m.bytes, f.bytes + 2 * scores);
@@ -165,13 +157,14 @@ TEST(FusedAttention, HoldsNothingOfSizeTTimesT) {
   const std::size_t rows = std::size_t(c.batch) * c.heads * c.tokens;
   EXPECT_EQ(f.bytes, (8 * seq + 2 * rows) * sizeof(float));
   // auto is fused on cuda: the same bytes.
-  EXPECT_EQ(run_layer(*gpu(Precision::kFp32, AttentionImpl::kAuto), c).bytes, f.bytes);
+  auto automatic = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kAuto);
+  EXPECT_EQ(run_layer(*automatic, c).bytes, f.bytes);
 }
 
 // Asked for by name, fused attention must run or say why; auto falls back.
 TEST(FusedAttention, UnsupportedChoicesAreUsageErrors) {
   const Case wide{1, 5, 1, 128, false};  // fp32 takes head dims up to 64
-  auto fused = gpu(Precision::kFp32, AttentionImpl::kFused);
+  auto fused = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kFused);
   try {
     run_layer(*fused, wide);
     ADD_FAILURE() << "head dim 128 in fp32 under --attention fused ran";
@@ -179,8 +172,8 @@ TEST(FusedAttention, UnsupportedChoicesAreUsageErrors) {
     EXPECT_EQ(e.code(), dptrain::ExitCode::kUsage);
     EXPECT_NE(std::string(e.what()).find("up to 64"), std::string::npos) << e.what();
   }
-  auto automatic = gpu(Precision::kFp32, AttentionImpl::kAuto);
-  auto math = gpu(Precision::kFp32, AttentionImpl::kMath);
+  auto automatic = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kAuto);
+  auto math = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kMath);
   EXPECT_EQ(run_layer(*automatic, wide).bytes, run_layer(*math, wide).bytes);
   for (AttentionImpl a : {AttentionImpl::kFused, AttentionImpl::kCudnn}) {
     dptrain::BackendOptions o;

@@ -100,10 +100,10 @@ class CudnnAttention final : public FusedAttentionKernels {
                float* lse) override {
     SdpaPlans* plans = plans_for(s, causal);
     if (!plans) return fused_->forward(qkv, s, scale, causal, o, lse);
-    if (plans->forward_checked) return run_forward(plans, qkv, s, scale, causal, o, lse);
+    auto run = [&] { run_forward(plans, qkv, s, scale, causal, o, lse); };
+    if (plans->forward_checked) return run();
     plans->forward_checked = true;
-    if (!first_run(s, causal, "forward", [&] { run_forward(plans, qkv, s, scale, causal, o, lse); }))
-      return fused_->forward(qkv, s, scale, causal, o, lse);
+    if (!first_run(s, causal, "forward", run)) return fused_->forward(qkv, s, scale, causal, o, lse);
     check_forward(qkv, s, scale, causal, o, lse);
   }
 
