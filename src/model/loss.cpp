@@ -19,15 +19,17 @@ int loss_terms_per_sample(LossKind loss, const Shape& output) {
 }
 
 void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard,
-                const Shape& output, float grad_scale, float* dout, float* stats) {
+                const Shape& output, float grad_scale, float* dout, float* stats,
+                std::uint16_t* dout_bf16) {
   if (shard.rows == 0) return;
   const int terms = loss_terms_per_sample(loss, output);
   const int width = static_cast<int>(output.size()) / terms;
   if (loss == LossKind::kXent)
     be.kernels<LossKernels>().softmax_xent(out, shard.labels, shard.rows * terms, width, grad_scale,
-                                           dout, stats);
+                                           dout, dout_bf16, stats);
   else
-    be.kernels<LossKernels>().mse(out, shard.targets, shard.rows, width, grad_scale, dout, stats);
+    be.kernels<LossKernels>().mse(out, shard.targets, shard.rows, width, grad_scale, dout,
+                                  dout_bf16, stats);
 }
 
 }  // namespace dptrain

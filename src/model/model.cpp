@@ -213,7 +213,8 @@ const float* Model::forward(const float* x, int rows, LayerListener* events, Mod
   return acts_.back().get();
 }
 
-void Model::backward(const float* x, const float* dout, int rows, LayerListener* events) {
+void Model::backward(const float* x, const float* dout, int rows, LayerListener* events,
+                     const std::uint16_t* dout_bf16) {
   require_storage("backward");
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,
               "backward with " + std::to_string(rows) + " rows, more than max_rows " +
@@ -235,7 +236,7 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
   }
   // Layers before the first one with parameters have none to train, so the
   // gradient need not flow past it.
-  ConstTensorView dy{dout, rows, output_shape()};
+  ConstTensorView dy{dout, rows, output_shape(), dout_bf16};
   for (std::size_t li = layers_.size(); li-- > first_trained_;) {
     Layer& l = *layers_[li];
     const ConstTensorView x_in = input_of(li, x, rows);

@@ -41,11 +41,13 @@ void forward_backward(Backend& be, Model& model, LossKind loss, const Shard& sha
                       float* stats, const StepOptions& o, bool reduce, const float* earlier) {
   if (o.replicas) o.replicas->set_phase(o.timer, Phase::kForward);
   const float* out = model.forward(shard.features, shard.rows, o.events);
-  apply_loss(be, loss, out, shard, model.output_shape(), scale, model.output_grad(), stats);
+  apply_loss(be, loss, out, shard, model.output_shape(), scale, model.output_grad(), stats,
+             model.output_grad_bf16());
   lap(o, Phase::kForward);
   if (o.replicas) o.replicas->set_phase(o.timer, Phase::kBackward);
   o.sync->begin_backward(reduce, earlier);
-  model.backward(shard.features, model.output_grad(), shard.rows, o.events);
+  model.backward(shard.features, model.output_grad(), shard.rows, o.events,
+                 model.output_grad_bf16());
   lap(o, Phase::kBackward);
   if (reduce) o.sync->finish_backward();
 }

@@ -1,5 +1,8 @@
 // Implements: the checks of `--attention cudnn` (cudnn/cudnn_attention_kernels.cpp).
 //
+// Every pass also asks for the bf16 copies of o and dqkv, which must be
+// the roundings of the fp32 results bit for bit, fallbacks included.
+//
 // On the host emulation (tests/emulated/), whose cuDNN has no engines, the
 // table must say once on stderr that cuDNN cannot run the shape, however
 // many steps and shapes follow, and give the fused kernels' bits: o, lse and
@@ -25,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -33,6 +37,7 @@
 
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 #include "gpu_env.hpp"
 #if defined(DPTRAIN_EMULATED_DEVICE)
@@ -56,10 +61,23 @@ std::size_t heads_values(const HeadShape& s) {
   return static_cast<std::size_t>(s.batch) * s.tokens * s.heads * s.head_dim;
 }
 
-// One forward and backward of the attention table on fixed inputs.
+// One forward and backward of the attention table on fixed inputs, with
+// the bf16 copies of o and dqkv asked for (the attention layer's, under
+// --precision bf16); `copies`: each copy is its tensor's rounding, bit
+// for bit, where the buffers started as NaNs.
 struct Pass {
   Floats o, lse, dqkv;
+  bool copies = false;
 };
+
+constexpr std::uint16_t kNotWritten = 0x7fc1;  // a NaN no rounding makes
+
+bool is_rounding(const std::vector<std::uint16_t>& copy, const Floats& values) {
+  if (copy.size() != values.size()) return false;
+  for (std::size_t i = 0; i < copy.size(); ++i)
+    if (copy[i] != dptrain::bf16_bits(values[i])) return false;
+  return true;
+}
 
 Pass run_pass(dptrain::Backend& be, const Case& c) {
   const HeadShape& s = c.shape;
@@ -70,11 +88,16 @@ Pass run_pass(dptrain::Backend& be, const Case& c) {
   const auto qkv = gpu_test::upload(be, gpu_test::random_vector(3 * n, 11));
   const auto d_o = gpu_test::upload(be, gpu_test::random_vector(n, 12));
   DeviceBuffer<float> o(be, n), lse(be, rows), rowdot(be, rows), dqkv(be, 3 * n);
+  auto o16 = gpu_test::upload(be, std::vector<std::uint16_t>(n, kNotWritten));
+  auto dqkv16 = gpu_test::upload(be, std::vector<std::uint16_t>(3 * n, kNotWritten));
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  k->forward(qkv.get(), s, scale, c.causal, o.get(), lse.get());
+  k->forward(qkv.get(), s, scale, c.causal, o.get(), lse.get(), o16.get());
   k->backward(qkv.get(), o.get(), lse.get(), d_o.get(), s, scale, c.causal, rowdot.get(),
-              dqkv.get());
-  return {gpu_test::download(be, o), gpu_test::download(be, lse), gpu_test::download(be, dqkv)};
+              dqkv.get(), o16.get(), dqkv16.get());
+  Pass p{gpu_test::download(be, o), gpu_test::download(be, lse), gpu_test::download(be, dqkv)};
+  p.copies = is_rounding(gpu_test::download(be, o16), p.o) &&
+             is_rounding(gpu_test::download(be, dqkv16), p.dqkv);
+  return p;
 }
 
 bool same_bits(const Floats& a, const Floats& b) {
@@ -107,6 +130,8 @@ std::string expect_fused_bits(const std::vector<Case>& cases, int steps,
       EXPECT_TRUE(same_bits(got.o, want.o)) << "step " << step;
       EXPECT_TRUE(same_bits(got.lse, want.lse)) << "step " << step;
       EXPECT_TRUE(same_bits(got.dqkv, want.dqkv)) << "step " << step;
+      EXPECT_TRUE(got.copies) << "step " << step << ": the bf16 copies of o and dqkv";
+      EXPECT_TRUE(want.copies) << "step " << step << ": the fused kernels' bf16 copies";
     }
   if (table) *table = std::move(cudnn);
   return testing::internal::GetCapturedStderr();
@@ -167,6 +192,7 @@ TEST(CudnnAttention, Fp32SaysOnceThatItIsBf16Only) {
   EXPECT_EQ(count(err, kFallbackNote), 0) << err;
   EXPECT_TRUE(same_bits(got.o, want.o));
   EXPECT_TRUE(same_bits(got.dqkv, want.dqkv));
+  EXPECT_TRUE(got.copies && want.copies);
 }
 
 #else
@@ -198,6 +224,8 @@ TEST(CudnnAttention, Bf16MatchesTheFusedKernels) {
     EXPECT_TRUE(gpu_test::all_close(got.dqkv, want.dqkv, 0.0, 3e-2 * largest(want.dqkv)));
     // And not the fused kernels under another name: some difference.
     EXPECT_FALSE(same_bits(got.dqkv, want.dqkv));
+    EXPECT_TRUE(got.copies) << "cuDNN's bf16 o and dqkv are not the roundings of its fp32 ones";
+    EXPECT_TRUE(want.copies) << "the fused kernels' bf16 o and dqkv";
     const Pass again = run_pass(*cudnn, c);
     EXPECT_TRUE(same_bits(got.o, again.o));
     EXPECT_TRUE(same_bits(got.lse, again.lse));

@@ -78,7 +78,7 @@ class DrivenGpt {
     for (std::size_t i = 0; i < nodes_.size() && first_trained_ == nodes_.size(); ++i)
       for (Layer* l : nodes_[i].body)
         if (!l->params().empty()) first_trained_ = i;
-    for (DeviceBuffer<float>* b : {&ga_, &gb_, &gc_, &gd_, &ge_})
+    for (DeviceBuffer<float>* b : {&ga_, &gb_, &gc_, &gd_})
       *b = DeviceBuffer<float>(be, rows * widest);
   }
 
@@ -103,15 +103,21 @@ class DrivenGpt {
       for (std::size_t j = 0; j < n.body.size(); ++j) {
         Layer* l = n.body[j];
         const TensorView y = output(l);
+        if (n.block && j + 1 < n.body.size() && l->folds_next(*n.body[j + 1])) {
+          // The part and the activation after it in one GEMM, as the block
+          // runs them: the time is the part's family's.
+          const TensorView next = output(n.body[++j]);
+          timed(acc, n.family[j - 1], kForward,
+                [&] { l->forward_folding_next(be_, cur, y, next, Mode::kTrain); });
+          cur = next;
+          continue;
+        }
         timed(acc, n.family[j], kForward, [&] { l->forward(be_, cur, y, Mode::kTrain); });
         cur = y;
       }
-      if (n.block) {  // y = f(x) + x
+      if (n.block) {  // y = f(x) + x, one pass as the block makes it
         const TensorView y{n.out.get(), rows, in.shape};
-        timed(acc, kResAdds, kForward, [&] {
-          be_.copy_device(y.data, cur.data, y.count() * sizeof(float));
-          be_.add(in.data, y.data, y.count());
-        });
+        timed(acc, kResAdds, kForward, [&] { be_.sum(cur.data, in.data, y.data, y.count()); });
         cur = y;
       }
       in = cur;
@@ -120,10 +126,11 @@ class DrivenGpt {
     const float scale = 1.0f / static_cast<float>(std::uint64_t(rows) * std::uint64_t(terms));
     timed(acc, kLoss, kForward, [&] {
       apply_loss(be_, LossKind::kXent, in.data, shard, model_->output_shape(), scale,
-                 model_->output_grad(), stats_.get());
+                 model_->output_grad(), stats_.get(), model_->output_grad_bf16());
     });
 
-    ConstTensorView dy{model_->output_grad(), rows, model_->output_shape()};
+    ConstTensorView dy{model_->output_grad(), rows, model_->output_shape(),
+                       model_->output_grad_bf16()};
     for (std::size_t i = nodes_.size(); i-- > first_trained_;) {
       Node& n = nodes_[i];
       const ConstTensorView x = node_in[i];
@@ -138,26 +145,33 @@ class DrivenGpt {
         dy = dx;
         continue;
       }
-      // The block's backward_params: its parts last first, both passes of
-      // each, then dx = df + dy; and its backward_input, a copy of that dx.
+      // The block's chain, as residual.cpp runs it: its parts last first,
+      // both passes of each (a part that folds the activation before it
+      // carries the gradient through both), then dx = df + dy in one pass.
       ConstTensorView g = dy;
+      auto part_input = [&](std::size_t j) {
+        return j == 0 ? x : ConstTensorView(output(n.body[j - 1]));
+      };
       for (std::size_t j = n.body.size(); j-- > 0;) {
         Layer* l = n.body[j];
-        const ConstTensorView lin = j == 0 ? x : ConstTensorView(output(n.body[j - 1]));
-        if (!l->params().empty())
-          timed(acc, n.family[j], kBackward, [&] { l->backward_params(be_, lin, g); });
-        const TensorView dx{g.data == gc_.get() ? gd_.get() : gc_.get(), rows, l->input_shape()};
-        timed(acc, n.family[j], kBackward, [&] { l->backward_input(be_, lin, output(l), g, dx); });
+        const ConstTensorView lin = part_input(j);
+        const Family f = n.family[j];
+        if (!l->params().empty()) timed(acc, f, kBackward, [&] { l->backward_params(be_, lin, g); });
+        float* free = g.data == gc_.get() ? gd_.get() : gc_.get();
+        if (j >= 1 && l->folds_previous(*n.body[j - 1])) {
+          const TensorView dx{free, rows, n.body[--j]->input_shape()};
+          timed(acc, f, kBackward,
+                [&] { l->backward_input_folding_previous(be_, lin, part_input(j), g, dx); });
+          g = dx;
+          continue;
+        }
+        const TensorView dx{free, rows, l->input_shape()};
+        timed(acc, f, kBackward, [&] { l->backward_input(be_, lin, output(l), g, dx); });
         g = dx;
       }
-      const bool last = i == first_trained_;
+      if (i == first_trained_) break;
       const TensorView dx{dy.data == ga_.get() ? gb_.get() : ga_.get(), rows, x.shape};
-      timed(acc, kResAdds, kBackward, [&] {
-        be_.copy_device(ge_.get(), g.data, x.count() * sizeof(float));
-        be_.add(dy.data, ge_.get(), x.count());
-        if (!last) be_.copy_device(dx.data, ge_.get(), x.count() * sizeof(float));
-      });
-      if (last) break;
+      timed(acc, kResAdds, kBackward, [&] { be_.sum(g.data, dy.data, dx.data, x.count()); });
       dy = dx;
     }
     timed(acc, kOptimizer, kUpdate, [&] {
@@ -206,7 +220,7 @@ class DrivenGpt {
   std::size_t first_trained_ = 0;
   double device_step_ms_ = 0.0;  // this step's calls, device-timed
   std::map<Layer*, DeviceBuffer<float>> outputs_;
-  DeviceBuffer<float> ga_, gb_, gc_, gd_, ge_;  // Model's and the block's gradient buffers
+  DeviceBuffer<float> ga_, gb_, gc_, gd_;  // Model's and the block's gradient buffers
 };
 
 std::string format_ms(double ms) {

@@ -144,6 +144,14 @@ class Layer {
   // the loss's gradient (the logits' gradient written over the logits), so
   // that no second [rows, output] buffer exists.
   virtual bool backward_reads_output() const { return true; }
+  // Where this layer's backward would round its output gradient dy to bf16
+  // for its GEMMs (RoundedOperand; CUDA under --precision bf16), known
+  // after allocate(); nullptr where it rounds nothing. As the model's last
+  // layer, the loss writes the rounding there in the pass that writes the
+  // gradient and backward gets it as dy.bf16 (Model::output_grad_bf16): a
+  // slot of the per-pass region, so valid from the loss to this layer's
+  // backward, which nothing runs in between.
+  virtual std::uint16_t* output_grad_bf16() const { return nullptr; }
 
   // Called once by the model after construction: a layer that saves
   // buffers for its backward (masks, statistics) reserves them here, for

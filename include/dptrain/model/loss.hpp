@@ -2,6 +2,7 @@
 // a shard's loss to the running sums and writes the output gradient.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "dptrain/backends/backend.hpp"
@@ -22,12 +23,14 @@ inline LabelType label_type(LossKind loss) {
 }
 
 // Adds the shard's loss to stats[0] (and correct count to stats[1]) and writes
-// grad_scale * dLoss/dout into dout. An empty shard adds nothing. `output`
-// is the model's per-sample output shape: on a sequence [T, C] xent runs
-// over every position (T labels per sample, a token set's targets), so the
-// sums count positions, not samples.
+// grad_scale * dLoss/dout into dout, and its bf16 rounding into dout_bf16
+// where that is not null (Model::output_grad_bf16). An empty shard adds
+// nothing. `output` is the model's per-sample output shape: on a sequence
+// [T, C] xent runs over every position (T labels per sample, a token set's
+// targets), so the sums count positions, not samples.
 void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard,
-                const Shape& output, float grad_scale, float* dout, float* stats);
+                const Shape& output, float grad_scale, float* dout, float* stats,
+                std::uint16_t* dout_bf16 = nullptr);
 // The loss terms per sample that apply_loss sums: T for xent on a sequence
 // output [T, C], else 1.
 int loss_terms_per_sample(LossKind loss, const Shape& output);

@@ -102,7 +102,10 @@ class Model {
   // layer with parameters on an empty shard), between_layers, and
   // grads_ready with decreasing offsets, ending with 0. No gradient flows
   // past the first layer with parameters.
-  void backward(const float* x, const float* dout, int rows, LayerListener* events = nullptr);
+  // dout_bf16: the loss's bf16 copy of dout, written into
+  // output_grad_bf16() by the loss (else null).
+  void backward(const float* x, const float* dout, int rows, LayerListener* events = nullptr,
+                const std::uint16_t* dout_bf16 = nullptr);
 
   // The step the next forward and backward run in (seed, epoch, the
   // shard's first global row, the global batch, the replica sum). Default:
@@ -122,6 +125,11 @@ class Model {
   // where the last layer's backward does not read its output, else a
   // buffer of its own.
   float* output_grad() { return dout_.get() ? dout_.get() : acts_.back().get(); }
+  // Where the loss also writes the output gradient rounded to bf16, for the
+  // last layer's GEMMs to read (Layer::output_grad_bf16: a dense layer on
+  // CUDA under --precision bf16); nullptr where the last layer rounds
+  // nothing. The copy is then passed to backward as dout_bf16.
+  std::uint16_t* output_grad_bf16() const { return layers_.back()->output_grad_bf16(); }
   std::size_t num_params() const { return arena_size(params_layout_); }
   std::size_t num_buffers() const { return arena_size(buffers_layout_); }
   const Shape& input_shape() const { return input_; }

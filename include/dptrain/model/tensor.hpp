@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -45,19 +46,28 @@ class Shape {
 };
 
 // `rows` samples of `shape`, stored contiguously row-major at `data` (device
-// memory of the backend in use).
+// memory of the backend in use). `bf16`, where not null, holds the same
+// values rounded to bf16 (nearest even, ConvertKernels::to_bf16's bits),
+// made by the tensor's producer in the pass that wrote it: a consumer whose
+// GEMMs read bf16 operands (RoundedOperand) reads that copy instead of
+// rounding the tensor again. Only a gradient handed to a layer's backward
+// carries one so far (the loss's, Layer::output_grad_bf16).
 template <typename T>
 struct BasicTensorView {
+  using Bf16 = std::conditional_t<std::is_const_v<T>, const std::uint16_t, std::uint16_t>;
   T* data = nullptr;
   int rows = 0;
   Shape shape;
+  Bf16* bf16 = nullptr;
 
   BasicTensorView() = default;
-  BasicTensorView(T* d, int r, const Shape& s) : data(d), rows(r), shape(s) {}
+  BasicTensorView(T* d, int r, const Shape& s, Bf16* rounded = nullptr)
+      : data(d), rows(r), shape(s), bf16(rounded) {}
   // A writable view reads as a read-only one.
   template <typename U>
     requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  BasicTensorView(const BasicTensorView<U>& o) : data(o.data), rows(o.rows), shape(o.shape) {}
+  BasicTensorView(const BasicTensorView<U>& o)
+      : data(o.data), rows(o.rows), shape(o.shape), bf16(o.bf16) {}
 
   std::size_t count() const { return static_cast<std::size_t>(rows) * shape.size(); }
   // Features per row when the sample is read as flat.

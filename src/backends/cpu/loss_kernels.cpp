@@ -1,34 +1,45 @@
 // Implements: the CPU loss kernels — softmax cross-entropy (the vector row
 // kernel of row_kernels.hpp) and mean squared error, summed in double per
 // row so that the loss statistics are a tight reference for the CUDA kernels.
+// A gradient's bf16 copy, where asked for, is rounded after the rows (the
+// CPU's own GEMMs round inside, so training never asks for one here).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/row_kernels.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 
 namespace dptrain {
 namespace {
+
+void round_gradient(const float* d, std::uint16_t* d16, int rows, int cols) {
+  if (!d || !d16) return;
+  const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+  for (std::size_t i = 0; i < n; ++i) d16[i] = bf16_bits(d[i]);
+}
 
 class CpuLossKernels final : public LossKernels {
  public:
   // dlogits may be null (evaluation needs only the stats). Rows in order,
   // on one thread: the loss sum keeps one order.
   void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
-                    float grad_scale, float* dlogits, float* stats) override {
+                    float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
+                    float* stats) override {
     double loss_sum = 0.0;
     std::int64_t correct = 0;
     cpu_rows::softmax_xent(logits, labels, 0, rows, cols, grad_scale, dlogits, &loss_sum,
                            &correct);
+    round_gradient(dlogits, dlogits_bf16, rows, cols);
     stats[0] += static_cast<float>(loss_sum);
     stats[1] += static_cast<float>(correct);
   }
 
   // dpred may be null (evaluation needs only the stats).
   void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
-           float* dpred, float* stats) override {
+           float* dpred, std::uint16_t* dpred_bf16, float* stats) override {
     double loss_sum = 0.0;
     const float g = cols > 0 ? grad_scale * 2.0f / static_cast<float>(cols) : 0.0f;
     for (int r = 0; r < rows; ++r) {
@@ -41,6 +52,7 @@ class CpuLossKernels final : public LossKernels {
       }
       if (cols > 0) loss_sum += row_sum / cols;
     }
+    round_gradient(dpred, dpred_bf16, rows, cols);
     stats[0] += static_cast<float>(loss_sum);
   }
 };

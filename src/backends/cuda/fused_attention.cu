@@ -5,11 +5,14 @@
 //    tiles in order (those wholly above the diagonal skipped when causal),
 //    S = Q Kᵀ into shared memory, an online softmax in fp32 (row maximum and
 //    sum, the output rescaled when the maximum grows), O += P V. It writes
-//    O / sum in the output projection's layout and the row's log-sum-exp.
+//    O / sum in the output projection's layout and the row's log-sum-exp,
+//    and, where asked, O's bf16 copy for that projection's GEMM.
 //  - Backward: the tiles are recomputed from Q, K, V and the log-sum-exp.
 //    One block owns a key tile and accumulates its dK and dV over the query
 //    tiles in order; a second kernel owns a query tile and accumulates dQ
 //    over the key tiles in order. No atomics: the same bits every run.
+//    Where asked, dQ, dK and dV are also written rounded to bf16 (the input
+//    projection's GEMM operand) as they leave.
 //  - Products: 16 × 16 tiles from operands in shared memory (warp_tiles.hpp).
 //    Under --precision bf16 the operands are rounded to bf16 as they are
 //    staged and multiplied on the tensor cores (wmma, fp32 accumulation);
@@ -99,6 +102,11 @@ __device__ void fill_row_numbers(float* tile) {
   for (int i = threadIdx.x; i < kTileElements; i += blockDim.x) tile[i] = static_cast<float>(i / 16);
 }
 
+// The head of block bh in a bf16 copy laid out as its fp32 tensor (null: none).
+__device__ inline bf16* at(bf16* copy, const HeadShape& s, size_t bh, int part) {
+  return copy ? copy + head_offset(s, bh, part) : nullptr;
+}
+
 __device__ inline bool attends(int row, int key, int tokens, bool causal) {
   return row < tokens && key < tokens && (!causal || key <= row);
 }
@@ -131,7 +139,7 @@ __device__ void online_softmax(const float* s, E* p, float* alpha, float* row_ma
 template <typename E, int HDP>
 __global__ void __launch_bounds__(kBlockThreads)
     fused_forward_kernel(const float* qkv, HeadShape s, float scale, bool causal, float* out,
-                         float* lse) {
+                         float* lse, bf16* out16) {
   constexpr int TILE = tile_for(forward_bytes<E, HDP>(32));
   static_assert(forward_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
   constexpr int LD = HDP + tile_pad<E>();
@@ -175,7 +183,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   __syncthreads();
   for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) o[i] = o[i] / row_sum[i / HDP];
   __syncthreads();
-  write_rows<TILE, HDP>(out + head_offset(s, bh, -1), head_ld(s, -1), t, s.head_dim, o, q0);
+  write_rows<TILE, HDP>(out + head_offset(s, bh, -1), head_ld(s, -1), t, s.head_dim, o, q0,
+                        at(out16, s, bh, -1));
   for (int r = threadIdx.x; r < TILE; r += blockDim.x)
     if (q0 + r < t) lse[bh * t + q0 + r] = row_max[r] + logf(row_sum[r]);
 }
@@ -217,7 +226,7 @@ template <typename E, int HDP>
 __global__ void __launch_bounds__(kBlockThreads)
     fused_key_grad_kernel(const float* qkv, const float* d_o, const float* lse,
                           const float* rowdot, HeadShape s, float scale, bool causal,
-                          float* dqkv) {
+                          float* dqkv, bf16* dqkv16) {
   constexpr int TILE = tile_for(key_grad_bytes<E, HDP>(32));
   static_assert(key_grad_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
   constexpr int LD = HDP + tile_pad<E>();
@@ -258,11 +267,13 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   dk.store(dkv, HDP);
   __syncthreads();
-  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 1), head_ld(s, 1), t, s.head_dim, dkv, k0);
+  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 1), head_ld(s, 1), t, s.head_dim, dkv, k0,
+                        at(dqkv16, s, bh, 1));
   __syncthreads();
   dv.store(dkv, HDP);
   __syncthreads();
-  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 2), head_ld(s, 2), t, s.head_dim, dkv, k0);
+  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 2), head_ld(s, 2), t, s.head_dim, dkv, k0,
+                        at(dqkv16, s, bh, 2));
 }
 
 // dQ of one query tile: over the key tiles in order, dQ += dS K.
@@ -270,7 +281,7 @@ template <typename E, int HDP>
 __global__ void __launch_bounds__(kBlockThreads)
     fused_query_grad_kernel(const float* qkv, const float* d_o, const float* lse,
                             const float* rowdot, HeadShape s, float scale, bool causal,
-                            float* dqkv) {
+                            float* dqkv, bf16* dqkv16) {
   constexpr int TILE = tile_for(query_grad_bytes<E, HDP>(32));
   static_assert(query_grad_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
   constexpr int LD = HDP + tile_pad<E>();
@@ -310,7 +321,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   acc.store(dq, HDP);
   __syncthreads();
-  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 0), head_ld(s, 0), t, s.head_dim, dq, q0);
+  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 0), head_ld(s, 0), t, s.head_dim, dq, q0,
+                        at(dqkv16, s, bh, 0));
 }
 
 // One block per head and tile of rows.
@@ -322,23 +334,23 @@ dim3 tiles_grid(const HeadShape& s, size_t bytes_at_32) {
 
 template <typename E, int HDP>
 void forward_as(const Launch& l, const float* qkv, const HeadShape& s, float scale, bool causal,
-                float* o, float* lse) {
+                float* o, float* lse, bf16* o16) {
   fused_forward_kernel<E, HDP><<<tiles_grid(s, forward_bytes<E, HDP>(32)),
-                                 kBlockThreads, 0, l.stream>>>(qkv, s, scale, causal, o, lse);
+                                 kBlockThreads, 0, l.stream>>>(qkv, s, scale, causal, o, lse, o16);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename E, int HDP>
 void backward_as(const Launch& l, const float* qkv, const float* lse, const float* d_o,
                  const float* rowdot, const HeadShape& s, float scale, bool causal,
-                 float* dqkv) {
+                 float* dqkv, bf16* dqkv16) {
   fused_key_grad_kernel<E, HDP><<<tiles_grid(s, key_grad_bytes<E, HDP>(32)),
                                   kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s, scale,
-                                                                causal, dqkv);
+                                                                causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
   fused_query_grad_kernel<E, HDP><<<tiles_grid(s, query_grad_bytes<E, HDP>(32)),
                                     kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s,
-                                                                  scale, causal, dqkv);
+                                                                  scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -367,19 +379,22 @@ int fused_attention_max_head_dim(bool bf16_operands) {
 }
 
 void fused_attention_forward(const Launch& l, bool bf16_operands, const float* qkv,
-                             const HeadShape& s, float scale, bool causal, float* o, float* lse) {
+                             const HeadShape& s, float scale, bool causal, float* o, float* lse,
+                             std::uint16_t* o16) {
   if (s.batch * s.heads == 0 || s.tokens == 0) return;
+  auto* copy = reinterpret_cast<bf16*>(o16);
   with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
-    if (bf16_operands) forward_as<bf16, HDP>(l, qkv, s, scale, causal, o, lse);
-    else if constexpr (HDP <= kFloatHeadDim) forward_as<float, HDP>(l, qkv, s, scale, causal, o, lse);
+    if (bf16_operands) forward_as<bf16, HDP>(l, qkv, s, scale, causal, o, lse, copy);
+    else if constexpr (HDP <= kFloatHeadDim)
+      forward_as<float, HDP>(l, qkv, s, scale, causal, o, lse, copy);
   });
 }
 
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
                               const float* o, const float* lse, const float* d_o,
                               const HeadShape& s, float scale, bool causal, float* rowdot,
-                              float* dqkv) {
+                              float* dqkv, std::uint16_t* dqkv16) {
   const size_t rows = size_t(s.batch) * s.heads * s.tokens;
   if (!rows) return;
   const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
@@ -387,9 +402,10 @@ void fused_attention_backward(const Launch& l, bool bf16_operands, const float* 
   DPT_CUDA_CHECK(cudaGetLastError());
   with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
-    if (bf16_operands) backward_as<bf16, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv);
+    auto* copy = reinterpret_cast<bf16*>(dqkv16);
+    if (bf16_operands) backward_as<bf16, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
     else if constexpr (HDP <= kFloatHeadDim)
-      backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv);
+      backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
   });
 }
 

@@ -3,6 +3,7 @@
 // the tensor cores under --precision bf16, fp32 ones otherwise (tf32 runs
 // them in fp32, which is at least as exact). The backend makes it only where
 // --attention allows it (cuda_backend.cpp).
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -28,13 +29,15 @@ class CudaFusedAttention final : public FusedAttentionKernels {
   bool requested() const override { return requested_; }
 
   void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
-               float* lse) override {
-    fused_attention_forward(launch_, bf16_, qkv, s, scale, causal, o, lse);
+               float* lse, std::uint16_t* o_bf16) override {
+    fused_attention_forward(launch_, bf16_, qkv, s, scale, causal, o, lse, o_bf16);
   }
+  // Σ do ∘ o is summed from the fp32 o: o_bf16 is not read.
   void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
-                const HeadShape& s, float scale, bool causal, float* rowdot,
-                float* dqkv) override {
-    fused_attention_backward(launch_, bf16_, qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
+                const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
+                const std::uint16_t*, std::uint16_t* dqkv_bf16) override {
+    fused_attention_backward(launch_, bf16_, qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv,
+                             dqkv_bf16);
   }
 
  private:

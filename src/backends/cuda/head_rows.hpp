@@ -62,12 +62,16 @@ __device__ void stage_vector(float* dst, const float* src, int t0, int tokens) {
   for (int r = threadIdx.x; r < ROWS; r += blockDim.x) dst[r] = t0 + r < tokens ? src[t0 + r] : 0.0f;
 }
 // The head's rows t0 .. t0 + ROWS (those before its end) = src[ROWS × HDP]'s
-// first `width` columns.
+// first `width` columns; and, where base16 is not null, their bf16
+// rounding at the same places of base16's tensor.
 template <int ROWS, int HDP>
-__device__ void write_rows(float* base, std::size_t ld, int tokens, int width, const float* src, int t0) {
+__device__ void write_rows(float* base, std::size_t ld, int tokens, int width, const float* src,
+                           int t0, __nv_bfloat16* base16 = nullptr) {
   for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
     const int r = i / HDP, c = i % HDP, t = t0 + r;
-    if (t < tokens && c < width) base[std::size_t(t) * ld + c] = src[i];
+    if (t >= tokens || c >= width) continue;
+    base[std::size_t(t) * ld + c] = src[i];
+    if (base16) base16[std::size_t(t) * ld + c] = __float2bfloat16_rn(src[i]);
   }
 }
 

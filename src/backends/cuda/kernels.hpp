@@ -58,10 +58,14 @@ void count_nonfinite(const Launch& l, const float* x, std::size_t n,
                      unsigned long long* counter);
 
 // --- loss.cu --- partials: device scratch of 2 * kMaxLossBlocks doubles.
+// The gradient's bf16 copy (dlogits_bf16, dpred_bf16: may be null) is
+// written by the pass that writes the gradient.
 void softmax_xent(const Launch& l, const float* logits, const std::int32_t* labels, int rows,
-                  int cols, float grad_scale, float* dlogits, float* stats, double* partials);
+                  int cols, float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
+                  float* stats, double* partials);
 void mse(const Launch& l, const float* pred, const float* target, int rows, int cols,
-         float grad_scale, float* dpred, float* stats, double* partials);
+         float grad_scale, float* dpred, std::uint16_t* dpred_bf16, float* stats,
+         double* partials);
 
 // --- optimizer.cu --- one launch each over the whole arena.
 // The sum of x[i]^2 in double into *out: per-block partials (max_blocks of

@@ -2,11 +2,14 @@
 // correct count) summed on the device into the caller's stats. Cross-entropy
 // is the fused classifier: a block per row, one pass over the logits for the
 // softmax's maximum and sum, one that writes the gradient (in place, if the
-// caller passes the logits' own buffer). MSE: one warp per row. Each block
+// caller passes the logits' own buffer) and, where asked, its bf16 copy for
+// the last dense layer's GEMMs (__float2bfloat16_rn, the bits of
+// ConvertKernels::to_bf16) in the same pass. MSE: one warp per row. Each block
 // writes its partial sums, and a one-warp launch adds them in block order,
 // so the sums are reproducible (no float atomics). The row math follows
 // src/backends/cpu/loss_kernels.cpp (the first maximum, the sums and the
 // loss in double) but for the exponentials: CUDA's expf here.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -89,9 +92,10 @@ __device__ RowStats block_stats(RowStats t, RowStats* shared) {
 // columns), a second that writes the gradient, which may overwrite the
 // logits in place (each element is read by the thread that writes it,
 // and the label's logit is read before the block agrees on the stats).
+// d16, where not null, receives the gradient rounded to bf16.
 __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* labels, int rows,
                                     int cols, float grad_scale, float* dlogits,
-                                    double* partials) {
+                                    __nv_bfloat16* d16, double* partials) {
   __shared__ RowStats shared[32];
   double loss = 0.0, correct = 0.0;
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -116,11 +120,13 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* lab
     }
     if (!dlogits) continue;
     float* d = dlogits + static_cast<std::size_t>(r) * cols;
+    __nv_bfloat16* row16 = d16 ? d16 + static_cast<std::size_t>(r) * cols : nullptr;
     const float inv_sum = static_cast<float>(1.0 / row.s);
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
       float v = grad_scale * (expf(z[c] - row.m) * inv_sum);
       if (c == label) v -= grad_scale;
       d[c] = v;
+      if (row16) row16[c] = __float2bfloat16_rn(v);
     }
   }
   if (threadIdx.x == 0) {
@@ -130,7 +136,7 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* lab
 }
 
 __global__ void mse_kernel(const float* pred, const float* target, int rows, int cols, float g,
-                           float* dpred, double* partials) {
+                           float* dpred, __nv_bfloat16* d16, double* partials) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double loss = 0.0;
   for (int r = blockIdx.x * kWarps + warp; r < rows; r += gridDim.x * kWarps) {
@@ -140,6 +146,7 @@ __global__ void mse_kernel(const float* pred, const float* target, int rows, int
       const float diff = pred[base + c] - target[base + c];
       part += static_cast<double>(diff) * diff;
       if (dpred) dpred[base + c] = g * diff;
+      if (dpred && d16) d16[base + c] = __float2bfloat16_rn(g * diff);
     }
     const double row_sum = warp_sum(part);
     if (lane == 0) loss += row_sum / cols;
@@ -172,26 +179,31 @@ unsigned loss_grid(int rows) {
 }  // namespace
 
 void softmax_xent(const Launch& l, const float* logits, const std::int32_t* labels, int rows,
-                  int cols, float grad_scale, float* dlogits, float* stats, double* partials) {
+                  int cols, float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
+                  float* stats, double* partials) {
   if (rows <= 0 || cols <= 0) return;
   // A block per row, as wide as the row keeps busy (a warp for a few
   // classes, 512 threads for a vocabulary); the grid depends on rows and
   // the width on cols alone, so the summation order does too.
   const unsigned grid = static_cast<unsigned>(rows < kMaxLossBlocks ? rows : kMaxLossBlocks);
   const unsigned threads = cols <= 1024 ? 32u : cols <= 8192 ? 128u : 512u;
+  auto* d16 = dlogits ? reinterpret_cast<__nv_bfloat16*>(dlogits_bf16) : nullptr;
   softmax_xent_kernel<<<grid, threads, 0, l.stream>>>(logits, labels, rows, cols, grad_scale,
-                                                      dlogits, partials);
+                                                      dlogits, d16, partials);
   DPT_CUDA_CHECK(cudaGetLastError());
   add_partials_kernel<<<1, 32, 0, l.stream>>>(partials, static_cast<int>(grid), stats, true);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
 void mse(const Launch& l, const float* pred, const float* target, int rows, int cols,
-         float grad_scale, float* dpred, float* stats, double* partials) {
+         float grad_scale, float* dpred, std::uint16_t* dpred_bf16, float* stats,
+         double* partials) {
   if (rows <= 0 || cols <= 0) return;
   const unsigned grid = loss_grid(rows);
   const float g = grad_scale * 2.0f / static_cast<float>(cols);
-  mse_kernel<<<grid, kThreads, 0, l.stream>>>(pred, target, rows, cols, g, dpred, partials);
+  mse_kernel<<<grid, kThreads, 0, l.stream>>>(pred, target, rows, cols, g, dpred,
+                                              reinterpret_cast<__nv_bfloat16*>(dpred_bf16),
+                                              partials);
   DPT_CUDA_CHECK(cudaGetLastError());
   add_partials_kernel<<<1, 32, 0, l.stream>>>(partials, static_cast<int>(grid), stats, false);
   DPT_CUDA_CHECK(cudaGetLastError());

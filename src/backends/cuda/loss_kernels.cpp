@@ -18,13 +18,14 @@ class CudaLossKernels final : public LossKernels {
 
   // dlogits / dpred may be null (evaluation), as on the CPU backend.
   void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
-                    float grad_scale, float* dlogits, float* stats) override {
-    cuda::softmax_xent(launch_, logits, labels, rows, cols, grad_scale, dlogits, stats,
+                    float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
+                    float* stats) override {
+    cuda::softmax_xent(launch_, logits, labels, rows, cols, grad_scale, dlogits, dlogits_bf16, stats,
                        static_cast<double*>(partials_.get()));
   }
   void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
-           float* dpred, float* stats) override {
-    cuda::mse(launch_, pred, target, rows, cols, grad_scale, dpred, stats,
+           float* dpred, std::uint16_t* dpred_bf16, float* stats) override {
+    cuda::mse(launch_, pred, target, rows, cols, grad_scale, dpred, dpred_bf16, stats,
               static_cast<double*>(partials_.get()));
   }
 

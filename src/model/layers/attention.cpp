@@ -15,7 +15,8 @@
 // input gradient. Where the backend rounds GEMM operands to bf16
 // (rounded_operand.hpp), each operand of two projection GEMMs is rounded
 // once: x and merged in forward (kept for the weight gradients), dy and
-// dqkv in backward.
+// dqkv in backward; the fused kernels write merged's and dqkv's copies in
+// the pass that writes them, so only the math path rounds those two.
 // Nothing allocates after allocate().
 #include <cmath>
 
@@ -101,12 +102,16 @@ class Attention final : public Layer {
     be.gemm_epilogue(false, true, rows, 3 * d, d, x_bf16_.round(be, x.data, n), d, p + in_weight_, d,
                      qkv_.get(), 3 * d,
                      Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
-    if (fused_)
-      fused_->forward(qkv_.get(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get());
-    else
+    GemmOperand merged_op = merged_.get();
+    if (fused_) {  // the kernels write merged's bf16 copy themselves
+      fused_->forward(qkv_.get(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get(),
+                      merged_bf16_.slot_for(merged_.get()));
+      merged_op = merged_bf16_.held(merged_.get());
+    } else {
       math_heads(be, x.rows);
-    be.gemm_epilogue(false, true, rows, d, d, merged_bf16_.round(be, merged_.get(), n), d,
-                     p + out_weight_, d, y.data, d,
+      merged_op = merged_bf16_.round(be, merged_.get(), n);
+    }
+    be.gemm_epilogue(false, true, rows, d, d, merged_op, d, p + out_weight_, d, y.data, d,
                      Backend::GemmEpilogue::kBias, arenas().params + out_bias_);
   }
 
@@ -132,19 +137,24 @@ class Attention final : public Layer {
     float* g = arenas().grads;
     // Output projection: its gradients, and the gradient of the merged heads
     // (over merged itself on the math path, which no longer needs it).
-    const GemmOperand dy_op = dy_bf16_.round(be, dy.data, std::size_t(rows) * d);
-    be.gemm_epilogue(true, false, d, d, rows, dy_op, d, merged_bf16_.take(merged_.get()), d,
-                     g + out_weight_, d,
+    const GemmOperand dy_op = dy_bf16_.round(be, dy, std::size_t(rows) * d);
+    const GemmOperand merged_op = merged_bf16_.take(merged_.get());
+    be.gemm_epilogue(true, false, d, d, rows, dy_op, d, merged_op, d, g + out_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + out_bias_);
     float* d_merged = fused_ ? d_heads_.get() : merged_.get();
     be.gemm(false, false, rows, d, d, 1.0f, dy_bf16_.take(dy.data), d, p + out_weight_, d, 0.0f,
             d_merged, d);
-    if (fused_)
+    // Input projection: dqkv and, from the fused kernels, its bf16 copy.
+    GemmOperand dqkv_op = dqkv_.get();
+    if (fused_) {
       fused_->backward(qkv_.get(), merged_.get(), lse_.get(), d_merged, shape(x.rows), scale(),
-                       causal_, rowdot_.get(), dqkv_.get());
-    else math_heads_grad(be, x.rows);
-    // Input projection.
-    const GemmOperand dqkv_op = dqkv_bf16_.round(be, dqkv_.get(), std::size_t(rows) * 3 * d);
+                       causal_, rowdot_.get(), dqkv_.get(), merged_op.bf16,
+                       dqkv_bf16_.slot_for(dqkv_.get()));
+      dqkv_op = dqkv_bf16_.held(dqkv_.get());
+    } else {
+      math_heads_grad(be, x.rows);
+      dqkv_op = dqkv_bf16_.round(be, dqkv_.get(), std::size_t(rows) * 3 * d);
+    }
     be.gemm_epilogue(true, false, 3 * d, d, rows, dqkv_op, 3 * d, x_bf16_.take(x.data), d,
                      g + in_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + in_bias_);

@@ -6,7 +6,8 @@
 // (Backend::gemm_epilogue). Where the backend rounds GEMM operands to bf16
 // (rounded_operand.hpp), x and dy are each rounded once for the two
 // products that read them (x: forward and the weight gradient, kept from
-// forward; dy: both gradients). Inside a block, where the backend fuses
+// forward; dy: both gradients), and the loss rounds dy itself where the
+// layer is the model's last (output_grad_bf16). Inside a block, where the backend fuses
 // GEMM epilogues, a gelu:tanh after the layer is folded into its forward
 // GEMM (bias, then GELU, the pre-activation kept for the activation's
 // backward) and a gelu:tanh before it into its input gradient's GEMM
@@ -46,6 +47,7 @@ class Dense final : public Layer {
 
   std::string spec() const override { return "dense:" + std::to_string(out_); }
   bool backward_reads_output() const override { return false; }  // x, W and dy only
+  std::uint16_t* output_grad_bf16() const override { return dy_bf16_.slot(); }
 
   void allocate(Backend& be, int max_rows) override {
     folds_gelu_ = be.caps().fused_gemm_epilogues;
@@ -84,7 +86,7 @@ class Dense final : public Layer {
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
     // dW[out,in] = dy^T [out,rows] . x [rows,in], db = dy's column sums
     const int rows = x.rows * positions_;
-    const GemmOperand dy_op = dy_bf16_.round(be, dy.data, std::size_t(rows) * out_);
+    const GemmOperand dy_op = dy_bf16_.round(be, dy, std::size_t(rows) * out_);
     be.gemm_epilogue(true, false, out_, in_, rows, dy_op, out_, x_bf16_.take(x.data), in_,
                      arenas().grads + weight_, in_, Backend::GemmEpilogue::kBiasGradA,
                      arenas().grads + bias_);

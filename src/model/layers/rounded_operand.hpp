@@ -6,6 +6,9 @@
 // reserved by the layer in allocate(); elsewhere the operand is the fp32
 // tensor alone and nothing is reserved. Rounding is the GEMM's own (round
 // to nearest even), so the products and their bits are those of before.
+// A producer that writes the copy itself in the pass that makes the tensor
+// (the loss's gradient; the fused attention's output and dqkv) writes it
+// into the slot, and no rounding pass runs.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +18,7 @@
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/model/activation_arena.hpp"
+#include "dptrain/model/tensor.hpp"
 
 namespace dptrain {
 
@@ -33,6 +37,28 @@ class RoundedOperand {
     be.kernels<ConvertKernels>().to_bf16(x, slot_.get(), n);
     of_ = x;
     return {x, slot_.get()};
+  }
+  // The same for a view whose producer already wrote the copy into this
+  // slot (x.bf16 == slot(): the loss's gradient, Layer::output_grad_bf16):
+  // no pass of its own.
+  GemmOperand round(Backend& be, ConstTensorView x, std::size_t n) {
+    if (!on_ || !x.bf16 || x.bf16 != slot_.get()) return round(be, x.data, n);
+    of_ = x.data;
+    return {x.data, slot_.get()};
+  }
+  // Where a kernel that makes x writes its rounding in the same pass, in
+  // place of round(): the slot, now held for x as round() holds it (then
+  // read through held() and take()), or nullptr when off.
+  std::uint16_t* slot_for(const float* x) {
+    if (!on_) return nullptr;
+    of_ = x;
+    return slot_.get();
+  }
+  // The slot, whatever it holds (nullptr when off).
+  std::uint16_t* slot() const { return on_ ? slot_.get() : nullptr; }
+  // The operand for x with the copy the slot holds for it, not given out.
+  GemmOperand held(const float* x) const {
+    return on_ && of_ == x ? GemmOperand{x, slot_.get()} : GemmOperand{x};
   }
   // The operand for x with the copy round() made of it, if the last round()
   // was of x and nothing took it since; x alone otherwise. The copy is

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "dptrain/backends/kernel_family.hpp"
@@ -41,15 +42,29 @@ class FusedAttentionKernels : public KernelFamily {
 
   // o = softmax(scale · q kᵀ + mask) v per head, mask −∞ above the diagonal
   // when causal; lse [N·H, T] = the log-sum-exp of each scaled, masked score
-  // row, kept for the backward pass.
+  // row, kept for the backward pass. o_bf16, where not null, also receives
+  // o rounded to bf16 (bf16_bits of each value), made in the same pass: the
+  // output projection's GEMM operand under --precision bf16.
   virtual void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
-                       float* lse) = 0;
+                       float* lse, std::uint16_t* o_bf16) = 0;
   // dqkv (overwritten) from qkv, the forward's o and lse, and do. The
   // tiles are recomputed from q, k, v and lse. `rowdot` is device scratch
-  // of N·H·T floats (Σ do ∘ o per row).
+  // of N·H·T floats (Σ do ∘ o per row). o_bf16, where not null, is the
+  // forward's rounding of o (a table that reads o in bf16 reads it there);
+  // dqkv_bf16, where not null, receives dqkv rounded to bf16 as o_bf16 o.
   virtual void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
-                        const HeadShape& s, float scale, bool causal, float* rowdot,
-                        float* dqkv) = 0;
+                        const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
+                        const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) = 0;
+
+  // The same without bf16 copies.
+  void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+               float* lse) {
+    forward(qkv, s, scale, causal, o, lse, nullptr);
+  }
+  void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+                const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv) {
+    backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv, nullptr, nullptr);
+  }
 };
 
 }  // namespace dptrain

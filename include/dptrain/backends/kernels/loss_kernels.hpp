@@ -22,13 +22,27 @@ class LossKernels : public KernelFamily {
   // equals the label. Numerically stable (max subtracted). Labels are
   // already range-checked. dlogits may be null (evaluation) or logits
   // itself (the gradient written over the logits, Model::output_grad).
+  // dlogits_bf16, where not null (and dlogits is not), also receives the
+  // gradient rounded to bf16 (bf16_bits of each dlogits value), written in
+  // the same pass: the last dense layer's GEMMs read it under --precision
+  // bf16 (Model::output_grad_bf16) instead of rounding dlogits again.
   virtual void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
-                            float grad_scale, float* dlogits, float* stats) = 0;
+                            float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
+                            float* stats) = 0;
+  void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
+                    float grad_scale, float* dlogits, float* stats) {
+    softmax_xent(logits, labels, rows, cols, grad_scale, dlogits, nullptr, stats);
+  }
   // Mean squared error; per-sample loss = mean over cols of (pred - target)^2.
   // dpred = grad_scale * 2 * (pred - target) / cols. stats[0] += loss sum;
-  // stats[1] is left unchanged. dpred may be null or pred itself.
+  // stats[1] is left unchanged. dpred may be null or pred itself;
+  // dpred_bf16 as dlogits_bf16 above.
   virtual void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
-                   float* dpred, float* stats) = 0;
+                   float* dpred, std::uint16_t* dpred_bf16, float* stats) = 0;
+  void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
+           float* dpred, float* stats) {
+    mse(pred, target, rows, cols, grad_scale, dpred, nullptr, stats);
+  }
 };
 
 }  // namespace dptrain

@@ -7,10 +7,12 @@
 // cuDNN runs SDPA in bf16 (and fp16) only, so this table exists under
 // --precision bf16: the fp32 qkv is rounded to bf16 into staging, cuDNN
 // reads Q, K and V from it through strides and writes O into a bf16
-// [N, T, H, hd] buffer, expanded to the fp32 o; its Stats are the fp32 lse.
-// Backward rounds qkv, o and do again (a later layer's forward may have
-// reused the staging), writes dQ, dK and dV through strides into a bf16
-// [N, T, 3, H, hd] buffer, expanded to the fp32 dqkv; Σ dO ∘ O lands in the
+// [N, T, H, hd] buffer (the layer's bf16 copy of o where it keeps one,
+// else staging), expanded to the fp32 o; its Stats are the fp32 lse.
+// Backward rounds qkv and do again, and o where the layer kept no copy (a
+// later layer's forward may have reused the staging), writes dQ, dK and dV
+// through strides into a bf16 [N, T, 3, H, hd] buffer (the layer's copy of
+// dqkv, or staging), expanded to the fp32 dqkv; Σ dO ∘ O lands in the
 // layer's rowdot scratch. The staging and cuDNN's workspace are counted
 // with the backend's DeviceBuffers (Backend::count_buffer: the start-up
 // summary's memory line and peak_device). Both graphs and their plans are made the first
@@ -26,9 +28,9 @@
 // (against the tensor's largest magnitude m: o 1e-2·m, lse 1e-4·m, dqkv
 // 3e-2·m; tests/gpu/test_cudnn_attention.cpp derives them). Where cuDNN's
 // results are further off, or not finite where the fused ones are, or its
-// first execution of a plan answers an error, the table says so once, keeps
-// the fused kernels' results for that call and runs the shape on them from
-// then on. The check costs one fused pass and
+// first execution of a plan answers an error, the table says so once, runs
+// the fused kernels again for that call's results (and bf16 copies) and
+// runs the shape on them from then on. The check costs one fused pass and
 // a few downloads per shape, once.
 #include <algorithm>
 #include <cmath>
@@ -97,62 +99,85 @@ class CudnnAttention final : public FusedAttentionKernels {
   }
 
   void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
-               float* lse) override {
+               float* lse, std::uint16_t* o_bf16) override {
     SdpaPlans* plans = plans_for(s, causal);
-    if (!plans) return fused_->forward(qkv, s, scale, causal, o, lse);
-    auto run = [&] { run_forward(plans, qkv, s, scale, causal, o, lse); };
+    auto fused = [&] { fused_->forward(qkv, s, scale, causal, o, lse, o_bf16); };
+    if (!plans) return fused();
+    auto run = [&] { run_forward(plans, qkv, s, scale, causal, o, lse, o_bf16); };
     if (plans->forward_checked) return run();
     plans->forward_checked = true;
-    if (!first_run(s, causal, "forward", run)) return fused_->forward(qkv, s, scale, causal, o, lse);
-    check_forward(qkv, s, scale, causal, o, lse);
+    if (!first_run(s, causal, "forward", run)) return fused();
+    if (!forward_agrees(qkv, s, scale, causal, o, lse)) fused();
   }
 
   void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
-                const HeadShape& s, float scale, bool causal, float* rowdot,
-                float* dqkv) override {
+                const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
+                const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) override {
     SdpaPlans* plans = plans_for(s, causal);
-    if (!plans) return fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
-    auto run = [&] { run_backward(plans, qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv); };
+    auto fused = [&] {
+      fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv, o_bf16, dqkv_bf16);
+    };
+    if (!plans) return fused();
+    auto run = [&] {
+      run_backward(plans, {qkv, o, lse, d_o, o_bf16}, s, scale, causal, rowdot, dqkv, dqkv_bf16);
+    };
     if (plans->backward_checked) return run();
     plans->backward_checked = true;
-    if (!first_run(s, causal, "backward", run))
-      return fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv);
-    check_backward(qkv, o, lse, d_o, s, scale, causal, dqkv);
+    if (!first_run(s, causal, "backward", run)) return fused();
+    if (!backward_agrees(qkv, o, lse, d_o, s, scale, causal, dqkv)) fused();
   }
 
  private:
   using ShapeKey = std::tuple<int, int, int, int, bool>;
+  // What backward reads: o_bf16 may be null (o is rounded then).
+  struct BackwardInputs {
+    const float *qkv, *o, *lse, *d_o;
+    const std::uint16_t* o_bf16;
+  };
 
+  // O is written in bf16 into o_bf16 where the caller keeps that copy (else
+  // the staging) and expanded into o.
   void run_forward(const SdpaPlans* plans, const float* qkv, const HeadShape& s, float scale,
-                   bool causal, float* o, float* lse) {
+                   bool causal, float* o, float* lse, std::uint16_t* o_bf16) {
     to_bf16(launch_, qkv, qkv16_.get(), qkv_values(s));
+    void* o16 = o_bf16 ? static_cast<void*>(o_bf16) : o16_.get();
     float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
     std::vector<std::int64_t> uids{kSdpaQ, kSdpaK, kSdpaV, kSdpaO, kSdpaStats, kSdpaScale};
-    std::vector<void*> at{qkv16(s, 0), qkv16(s, 1), qkv16(s, 2), o16_.get(), lse, &scale_value};
+    std::vector<void*> at{qkv16(s, 0), qkv16(s, 1), qkv16(s, 2), o16, lse, &scale_value};
     if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
     execute(handle(), plans->forward, uids, at, workspace_.get());
-    from_bf16(launch_, o16_.get(), o, head_values(s));
+    from_bf16(launch_, o16, o, head_values(s));
   }
 
-  void run_backward(const SdpaPlans* plans, const float* qkv, const float* o, const float* lse,
-                    const float* d_o, const HeadShape& s, float scale, bool causal,
-                    float* rowdot, float* dqkv) {
+  // O is read from the caller's bf16 copy where it has one; dQ, dK and dV
+  // are written into dqkv_bf16 where given (else the staging), expanded
+  // into dqkv.
+  void run_backward(const SdpaPlans* plans, const BackwardInputs& in, const HeadShape& s,
+                    float scale, bool causal, float* rowdot, float* dqkv,
+                    std::uint16_t* dqkv_bf16) {
+    const float *qkv = in.qkv, *lse = in.lse;
     to_bf16(launch_, qkv, qkv16_.get(), qkv_values(s));
-    to_bf16_pair(launch_, o, o16_.get(), head_values(s), d_o, do16_.get(), head_values(s));
+    void* o16 = const_cast<std::uint16_t*>(in.o_bf16);
+    if (o16) to_bf16(launch_, in.d_o, do16_.get(), head_values(s));
+    else {
+      o16 = o16_.get();
+      to_bf16_pair(launch_, in.o, o16, head_values(s), in.d_o, do16_.get(), head_values(s));
+    }
+    void* dqkv16 = dqkv_bf16 ? static_cast<void*>(dqkv_bf16) : dqkv16_.get();
     DPT_CUDA_CHECK(cudaMemsetAsync(dq_accum_.get(), 0, head_values(s) * sizeof(float),
                                    launch_.stream));
     float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
     std::vector<std::int64_t> uids{kSdpaQ,  kSdpaK,     kSdpaKRows, kSdpaV,      kSdpaO,
                                    kSdpaDO, kSdpaStats, kSdpaScale, kSdpaRowDot, kSdpaDQAccum};
     std::vector<void*> at{qkv16(s, 0),  qkv16(s, 1),          qkv16(s, 1), qkv16(s, 2),
-                          o16_.get(),   do16_.get(),          const_cast<float*>(lse),
+                          o16,          do16_.get(),          const_cast<float*>(lse),
                           &scale_value, rowdot,               dq_accum_.get()};
     if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
-    bind(uids, at, kSdpaDQ, dqkv16(s, 0));
-    bind(uids, at, kSdpaDK, dqkv16(s, 1));
-    bind(uids, at, kSdpaDV, dqkv16(s, 2));
+    bind(uids, at, kSdpaDQ, slice(dqkv16, s, 0));
+    bind(uids, at, kSdpaDK, slice(dqkv16, s, 1));
+    bind(uids, at, kSdpaDV, slice(dqkv16, s, 2));
     execute(handle(), plans->backward, uids, at, workspace_.get());
-    from_bf16(launch_, dqkv16_.get(), dqkv, qkv_values(s));
+    from_bf16(launch_, dqkv16, dqkv, qkv_values(s));
   }
 
   // The first run of a plan: false, the shape rejected, where cuDNN
@@ -171,30 +196,30 @@ class CudnnAttention final : public FusedAttentionKernels {
   }
 
   // The first forward of a shape against the fused kernels' o and lse;
-  // where cuDNN's are off, theirs replace them and the shape runs fused.
-  void check_forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
-                     float* lse) {
+  // false where cuDNN's are off: the shape runs fused from now on, and the
+  // caller runs the fused kernels again for this call's results.
+  bool forward_agrees(const float* qkv, const HeadShape& s, float scale, bool causal,
+                      const float* o, const float* lse) {
     const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.tokens;
     DeviceBuffer<float> want_o(backend_, head_values(s)), want_lse(backend_, rows);
     fused_->forward(qkv, s, scale, causal, want_o.get(), want_lse.get());
     const double gap_o = relative_gap(download(o, want_o.size()), download(want_o));
     const double gap_lse = relative_gap(download(lse, rows), download(want_lse));
-    if (gap_o <= kOutputBound && gap_lse <= kLseBound) return;
+    if (gap_o <= kOutputBound && gap_lse <= kLseBound) return true;
     reject(s, causal, differs("forward", "o " + number(gap_o) + ", lse " + number(gap_lse)));
-    backend_.copy_device(o, want_o.get(), want_o.size() * sizeof(float));
-    backend_.copy_device(lse, want_lse.get(), rows * sizeof(float));
+    return false;
   }
 
-  // The first backward of a shape against the fused kernels' dqkv.
-  void check_backward(const float* qkv, const float* o, const float* lse, const float* d_o,
-                      const HeadShape& s, float scale, bool causal, float* dqkv) {
+  // The first backward of a shape against the fused kernels' dqkv, as above.
+  bool backward_agrees(const float* qkv, const float* o, const float* lse, const float* d_o,
+                       const HeadShape& s, float scale, bool causal, const float* dqkv) {
     const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.tokens;
     DeviceBuffer<float> want(backend_, qkv_values(s)), rowdot(backend_, rows);
     fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot.get(), want.get());
     const double gap = relative_gap(download(dqkv, want.size()), download(want));
-    if (gap <= kGradientBound) return;
+    if (gap <= kGradientBound) return true;
     reject(s, causal, differs("backward", "dqkv " + number(gap)));
-    backend_.copy_device(dqkv, want.get(), want.size() * sizeof(float));
+    return false;
   }
 
   std::vector<float> download(const float* p, std::size_t n) {
@@ -229,12 +254,12 @@ class CudnnAttention final : public FusedAttentionKernels {
     uids.push_back(uid);
     at.push_back(p);
   }
-  // Q, K or V (which = 0, 1, 2) in the bf16 qkv staging, and their gradients'.
-  void* qkv16(const HeadShape& s, int which) const { return slice(qkv16_, s, which); }
-  void* dqkv16(const HeadShape& s, int which) const { return slice(dqkv16_, s, which); }
-  static void* slice(const GrowingBuffer& b, const HeadShape& s, int which) {
+  // Q, K or V (which = 0, 1, 2) in the bf16 qkv staging, or in a bf16
+  // tensor of qkv's layout (their gradients').
+  void* qkv16(const HeadShape& s, int which) const { return slice(qkv16_.get(), s, which); }
+  static void* slice(void* qkv_layout, const HeadShape& s, int which) {
     const SdpaShape shape{s.batch, s.heads, s.tokens, s.head_dim, false};
-    return static_cast<char*>(b.get()) + sdpa_qkv_offset(shape, which) * kBf16Bytes;
+    return static_cast<char*>(qkv_layout) + sdpa_qkv_offset(shape, which) * kBf16Bytes;
   }
 
   cudnnHandle_t handle() {

@@ -1,0 +1,148 @@
+// Implements: the loss's gradient handed to the last dense layer in bf16
+// (Model::output_grad_bf16, LossKernels' bf16 copy). Under --precision
+// bf16 on CUDA the last dense layer's GEMMs read dy in bf16; the loss
+// writes that copy in the pass that writes the gradient, into the slot
+// where the layer would have rounded dy itself, so no rounding pass runs.
+//
+// Checked here: the copy each loss kernel writes is the rounding of the
+// gradient it wrote, bit for bit, in place or apart, on the GPU and the
+// CPU; the model offers a slot only where its last layer rounds dy (a
+// dense layer under bf16 on CUDA); a step with the copy ends with the
+// gradients of a step without it, bit for bit; and the layer reads the
+// copy it is given — a copy of 2·dy doubles every gradient exactly (a
+// power of two scales each bf16 product and fp32 sum exactly), which a
+// layer that rounded dy again, or read the fp32 values, would not.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
+#include "dptrain/backends/kernels/loss_kernels.hpp"
+#include "dptrain/model/model.hpp"
+#include "gpu_env.hpp"
+#include "training_support.hpp"
+
+namespace {
+
+using dptrain::Backend;
+using dptrain::DeviceBuffer;
+using dptrain::LossKernels;
+using dptrain::Model;
+using dptrain::Precision;
+using gpu_test::download;
+using gpu_test::upload;
+
+constexpr std::uint16_t kNotWritten = 0x7fc1;  // a NaN no rounding makes
+
+bool is_rounding(const std::vector<std::uint16_t>& copy, const std::vector<float>& values) {
+  if (copy.size() != values.size()) return false;
+  for (std::size_t i = 0; i < copy.size(); ++i)
+    if (copy[i] != dptrain::bf16_bits(values[i])) return false;
+  return true;
+}
+
+// Both loss kernels on `be`, apart and in place, for every width class of
+// the fused classifier (a warp, 128 and 512 threads a row).
+void expect_copies_are_roundings(Backend& be) {
+  LossKernels& loss = be.kernels<LossKernels>();
+  for (auto [rows, cols] : {std::pair{7, 10}, std::pair{5, 3000}, std::pair{3, 20000}}) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
+    const std::size_t n = std::size_t(rows) * cols;
+    const auto z = gpu_test::random_vector(n, 5, -4.0f, 4.0f);
+    std::vector<std::int32_t> labels(rows);
+    for (int r = 0; r < rows; ++r) labels[r] = (r * 7919) % cols;
+    auto dz = upload(be, z);
+    auto dl = upload(be, labels);
+    auto targets = upload(be, gpu_test::random_vector(n, 6));
+    auto stats = upload(be, std::vector<float>{0.0f, 0.0f});
+    DeviceBuffer<float> d(be, n);
+    auto d16 = upload(be, std::vector<std::uint16_t>(n, kNotWritten));
+    loss.softmax_xent(dz.get(), dl.get(), rows, cols, 0.25f, d.get(), d16.get(), stats.get());
+    EXPECT_TRUE(is_rounding(download(be, d16), download(be, d))) << "xent";
+    auto in_place16 = upload(be, std::vector<std::uint16_t>(n, kNotWritten));
+    loss.softmax_xent(dz.get(), dl.get(), rows, cols, 0.25f, dz.get(), in_place16.get(),
+                      stats.get());
+    EXPECT_EQ(download(be, in_place16), download(be, d16)) << "xent in place";
+    auto m16 = upload(be, std::vector<std::uint16_t>(n, kNotWritten));
+    loss.mse(dz.get(), targets.get(), rows, cols, 0.5f, d.get(), m16.get(), stats.get());
+    EXPECT_TRUE(is_rounding(download(be, m16), download(be, d))) << "mse";
+  }
+}
+
+TEST(Bf16OutputGrad, TheLossCopyIsTheGradientsRoundingOnTheGpu) {
+  expect_copies_are_roundings(*gpu_test::make_gpu(Precision::kBf16));
+}
+
+TEST(Bf16OutputGrad, TheLossCopyIsTheGradientsRoundingOnTheCpu) {
+  expect_copies_are_roundings(*gpu_test::make_cpu());
+}
+
+constexpr int kRows = 24, kIn = 12, kClasses = 10;
+
+std::unique_ptr<Model> make_model(Backend& be, const char* spec) {
+  auto m = std::make_unique<Model>(be, dptrain::parse_model_spec(spec), kIn, kRows);
+  m->init(3);
+  return m;
+}
+
+TEST(Bf16OutputGrad, OnlyALastDenseThatRoundsOffersASlot) {
+  auto bf16 = gpu_test::make_gpu(Precision::kBf16);
+  EXPECT_NE(make_model(*bf16, "dense:16,relu,dense:10")->output_grad_bf16(), nullptr);
+  // A --model ends in dense:N; a model of layers may end in another kind.
+  std::vector<std::unique_ptr<dptrain::Layer>> layers;
+  dptrain::LayerBuilder builder;
+  layers.push_back(builder.build({"dense", {"6"}, "dense:6"}, dptrain::Shape{kIn}));
+  layers.push_back(builder.build({"tanh", {}, "tanh"}, dptrain::Shape{6}));
+  EXPECT_EQ(Model(*bf16, std::move(layers), dptrain::Shape{kIn}, kRows).output_grad_bf16(),
+            nullptr);
+  for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+    auto gpu = gpu_test::make_gpu(p);
+    EXPECT_EQ(make_model(*gpu, "dense:16,relu,dense:10")->output_grad_bf16(), nullptr);
+  }
+  auto cpu = gpu_test::make_cpu();
+  EXPECT_EQ(make_model(*cpu, "dense:16,relu,dense:10")->output_grad_bf16(), nullptr);
+}
+
+// One forward, loss and backward of a fresh model; the gradient arena.
+// copy: the loss writes its bf16 copy and backward gets it; doubled: the
+// copy is then replaced by the rounding of 2·dy.
+std::vector<float> gradients(Backend& be, bool copy, bool doubled) {
+  auto m = make_model(be, "dense:16,gelu:tanh,dense:10");
+  const auto x = upload(be, gpu_test::random_vector(std::size_t(kRows) * kIn, 8));
+  const auto y = upload(be, gpu_test::random_labels(kRows, kClasses, 9));
+  DeviceBuffer<float> stats(be, 2);
+  std::uint16_t* dy16 = copy ? m->output_grad_bf16() : nullptr;
+  const float* logits = m->forward(x.get(), kRows);
+  be.kernels<LossKernels>().softmax_xent(logits, y.get(), kRows, kClasses, 1.0f / kRows,
+                                         m->output_grad(), dy16, stats.get());
+  if (doubled) {
+    const std::size_t n = std::size_t(kRows) * kClasses;
+    std::vector<float> dy2 = download(be, m->output_grad(), n);
+    std::vector<std::uint16_t> bits(n);
+    for (std::size_t i = 0; i < n; ++i) bits[i] = dptrain::bf16_bits(2.0f * dy2[i]);
+    be.copy_to_device(dy16, bits.data(), n * sizeof(std::uint16_t));
+  }
+  m->backward(x.get(), m->output_grad(), kRows, nullptr, dy16);
+  return download(be, m->grads(), m->num_params());
+}
+
+TEST(Bf16OutputGrad, AStepWithTheCopyHasTheBitsOfOneWithout) {
+  auto gpu = gpu_test::make_gpu(Precision::kBf16);
+  EXPECT_EQ(gradients(*gpu, true, false), gradients(*gpu, false, false));
+}
+
+TEST(Bf16OutputGrad, TheLastDenseReadsTheCopyItIsGiven) {
+  auto gpu = gpu_test::make_gpu(Precision::kBf16);
+  const std::vector<float> plain = gradients(*gpu, false, false);
+  const std::vector<float> doubled = gradients(*gpu, true, true);
+  ASSERT_EQ(plain.size(), doubled.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    if (doubled[i] != 2.0f * plain[i]) ++differ;
+  EXPECT_EQ(differ, 0u) << "of " << plain.size() << " gradients, not doubled exactly";
+}
+
+}  // namespace
