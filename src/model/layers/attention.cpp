@@ -15,7 +15,8 @@
 // input gradient. Where the backend rounds GEMM operands to bf16
 // (rounded_operand.hpp), each operand of two projection GEMMs is rounded
 // once: x and merged in forward (kept for the weight gradients), dy and
-// dqkv in backward; the fused kernels write merged's and dqkv's copies in
+// dqkv in backward, the weights in forward (kept for the input
+// gradients); the fused kernels write merged's and dqkv's copies in
 // the pass that writes them, so only the math path rounds those two.
 // Nothing allocates after allocate().
 #include <cmath>
@@ -73,6 +74,12 @@ class Attention final : public Layer {
       merged_bf16_ = slot(seq, Lifetime::kSaved);
       dy_bf16_ = slot(seq, Lifetime::kPass);
       dqkv_bf16_ = slot(3 * seq, Lifetime::kPass);
+      auto weight = [&](std::size_t n) {
+        return RoundedOperand(reserve_bytes<std::uint16_t>(
+            be, max_rows, RoundedOperand::weight_bytes(n), Lifetime::kSaved));
+      };
+      in_w_bf16_ = weight(3 * std::size_t(dim_) * dim_);
+      out_w_bf16_ = weight(std::size_t(dim_) * dim_);
     }
     if (fused_) {
       const std::size_t row_stats = std::size_t(heads_) * tokens_;
@@ -99,8 +106,9 @@ class Attention final : public Layer {
     const int rows = x.rows * tokens_, d = dim_;
     const float* p = arenas().params;
     const std::size_t n = std::size_t(rows) * d;
-    be.gemm_epilogue(false, true, rows, 3 * d, d, x_bf16_.round(be, x.data, n), d, p + in_weight_, d,
-                     qkv_.get(), 3 * d,
+    const std::size_t dd = std::size_t(d) * d;
+    be.gemm_epilogue(false, true, rows, 3 * d, d, x_bf16_.round(be, x.data, n), d,
+                     in_w_bf16_.round(be, p + in_weight_, 3 * dd), d, qkv_.get(), 3 * d,
                      Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
     GemmOperand merged_op = merged_.get();
     if (fused_) {  // the kernels write merged's bf16 copy themselves
@@ -111,7 +119,8 @@ class Attention final : public Layer {
       math_heads(be, x.rows);
       merged_op = merged_bf16_.round(be, merged_.get(), n);
     }
-    be.gemm_epilogue(false, true, rows, d, d, merged_op, d, p + out_weight_, d, y.data, d,
+    be.gemm_epilogue(false, true, rows, d, d, merged_op, d,
+                     out_w_bf16_.round(be, p + out_weight_, dd), d, y.data, d,
                      Backend::GemmEpilogue::kBias, arenas().params + out_bias_);
   }
 
@@ -142,8 +151,8 @@ class Attention final : public Layer {
     be.gemm_epilogue(true, false, d, d, rows, dy_op, d, merged_op, d, g + out_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + out_bias_);
     float* d_merged = fused_ ? d_heads_.get() : merged_.get();
-    be.gemm(false, false, rows, d, d, 1.0f, dy_bf16_.take(dy.data), d, p + out_weight_, d, 0.0f,
-            d_merged, d);
+    be.gemm(false, false, rows, d, d, 1.0f, dy_bf16_.take(dy.data), d,
+            out_w_bf16_.take(p + out_weight_), d, 0.0f, d_merged, d);
     // Input projection: dqkv and, from the fused kernels, its bf16 copy.
     GemmOperand dqkv_op = dqkv_.get();
     if (fused_) {
@@ -184,7 +193,7 @@ class Attention final : public Layer {
                       TensorView dx) override {
     const int d = dim_;
     be.gemm(false, false, x.rows * tokens_, d, 3 * d, 1.0f, dqkv_bf16_.take(dqkv_.get()), 3 * d,
-            arenas().params + in_weight_, d, 0.0f, dx.data, d);
+            in_w_bf16_.take(arenas().params + in_weight_), d, 0.0f, dx.data, d);
   }
 
  private:
@@ -227,8 +236,9 @@ class Attention final : public Layer {
   ArenaBuffer<float> d_heads_, dp_, dq_, dk_, dv_, dqkv_;
   ArenaBuffer<float> lse_, rowdot_;
   // Where the backend rounds operands: x and merged kept from forward, dy
-  // and dqkv per pass.
-  RoundedOperand x_bf16_, merged_bf16_, dy_bf16_, dqkv_bf16_;
+  // and dqkv per pass; the two weights rounded in forward, kept for the
+  // input gradients.
+  RoundedOperand x_bf16_, merged_bf16_, dy_bf16_, dqkv_bf16_, in_w_bf16_, out_w_bf16_;
 };
 
 LayerSpec parse_attention(const std::string& token) {

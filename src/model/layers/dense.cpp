@@ -7,7 +7,8 @@
 // (rounded_operand.hpp), x and dy are each rounded once for the two
 // products that read them (x: forward and the weight gradient, kept from
 // forward; dy: both gradients), and the loss rounds dy itself where the
-// layer is the model's last (output_grad_bf16). Inside a block, where the backend fuses
+// layer is the model's last (output_grad_bf16); the weight is rounded in
+// forward and its copy kept for the input gradient. Inside a block, where the backend fuses
 // GEMM epilogues, a gelu:tanh after the layer is folded into its forward
 // GEMM (bias, then GELU, the pre-activation kept for the activation's
 // backward) and a gelu:tanh before it into its input gradient's GEMM
@@ -54,6 +55,8 @@ class Dense final : public Layer {
     if (!RoundedOperand::wanted(be)) return;
     x_bf16_ = RoundedOperand(
         reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * in_, Lifetime::kSaved));
+    w_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
+        be, max_rows, RoundedOperand::weight_bytes(std::size_t(in_) * out_), Lifetime::kSaved));
     dy_bf16_ = RoundedOperand(
         reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * out_, Lifetime::kPass));
   }
@@ -96,14 +99,14 @@ class Dense final : public Layer {
                       TensorView dx) override {
     // dx[rows,in] = dy [rows,out] . W [out,in]
     be.gemm(false, false, x.rows * positions_, in_, out_, 1.0f, dy_bf16_.take(dy.data), out_,
-            arenas().params + weight_, in_, 0.0f, dx.data, in_);
+            w_bf16_.take(arenas().params + weight_), in_, 0.0f, dx.data, in_);
   }
   // prev_dx = (dy W) ∘ gelu:tanh'(prev_x): through the activation before.
   void backward_input_folding_previous(Backend& be, ConstTensorView x, ConstTensorView prev_x,
                                        ConstTensorView dy, TensorView prev_dx) override {
     // aux is only read by this epilogue.
     be.gemm_epilogue(false, false, x.rows * positions_, in_, out_, dy_bf16_.take(dy.data), out_,
-                     arenas().params + weight_, in_, prev_dx.data, in_,
+                     w_bf16_.take(arenas().params + weight_), in_, prev_dx.data, in_,
                      Backend::GemmEpilogue::kGeluTanhGrad, nullptr,
                      const_cast<float*>(prev_x.data));
   }
@@ -119,14 +122,17 @@ class Dense final : public Layer {
                float* aux) {
     const int rows = x.rows * positions_;
     const GemmOperand x_op = x_bf16_.round(be, x.data, std::size_t(rows) * in_);
-    be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, arenas().params + weight_, in_, out,
-                     out_, epilogue, arenas().params + bias_, aux);
+    const GemmOperand w_op =
+        w_bf16_.round(be, arenas().params + weight_, std::size_t(in_) * out_);
+    be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, w_op, in_, out, out_, epilogue,
+                     arenas().params + bias_, aux);
   }
 
   int positions_, in_, out_, index_;
   std::size_t weight_, bias_;  // arena offsets
   RoundedOperand x_bf16_;   // forward's rounding of x, for the weight gradient
   RoundedOperand dy_bf16_;  // backward_params' rounding of dy, for backward_input
+  RoundedOperand w_bf16_;   // forward's rounding of the weight, for the input gradient
   bool folds_gelu_ = false;  // the backend fuses GEMM epilogues (set by allocate)
 };
 
