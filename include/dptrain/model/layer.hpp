@@ -144,6 +144,13 @@ class Layer {
   // the loss's gradient (the logits' gradient written over the logits), so
   // that no second [rows, output] buffer exists.
   virtual bool backward_reads_output() const { return true; }
+  // False for a layer whose backward never reads its input x (tanh,
+  // sigmoid), or reads it only through a copy it keeps itself, known after
+  // allocate(): dense and attn where the backend rounds GEMM operands to
+  // bf16 (RoundedOperand) keep x's rounding for their weight gradients.
+  // Inside a block, the part before such a layer then keeps its output only
+  // for a pass, not until backward (Residual).
+  virtual bool backward_reads_input() const { return true; }
   // Where this layer's backward would round its output gradient dy to bf16
   // for its GEMMs (RoundedOperand; CUDA under --precision bf16), known
   // after allocate(); nullptr where it rounds nothing. As the model's last

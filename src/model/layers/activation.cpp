@@ -21,6 +21,10 @@ class ActivationLayer final : public Layer {
   bool rectifies() const override {
     return f_ == Activation::kRelu || f_ == Activation::kGelu || f_ == Activation::kGeluTanh;
   }
+  // tanh and sigmoid take the derivative from y, relu and gelu from x
+  // (ActivationKernels::backward).
+  bool backward_reads_output() const override { return from_output(); }
+  bool backward_reads_input() const override { return !from_output(); }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
     be.kernels<ActivationKernels>().forward(f_, x.data, y.data, x.count());
@@ -32,6 +36,8 @@ class ActivationLayer final : public Layer {
   }
 
  private:
+  bool from_output() const { return f_ == Activation::kTanh || f_ == Activation::kSigmoid; }
+
   Activation f_;
 };
 

@@ -50,6 +50,10 @@ class Attention final : public Layer {
   std::string spec() const override {
     return "attn:" + std::to_string(heads_) + (causal_ ? ":causal" : "");
   }
+  bool backward_reads_output() const override { return false; }
+  // Where x is rounded, the input projection's weight gradient reads the
+  // rounding kept.
+  bool backward_reads_input() const override { return !x_bf16_.on(); }
   void implementations(std::vector<std::string>& out) const override {
     out.push_back(fused_ ? "attention fused" : "attention math");
   }
@@ -164,7 +168,7 @@ class Attention final : public Layer {
       math_heads_grad(be, x.rows);
       dqkv_op = dqkv_bf16_.round(be, dqkv_.get(), std::size_t(rows) * 3 * d);
     }
-    be.gemm_epilogue(true, false, 3 * d, d, rows, dqkv_op, 3 * d, x_bf16_.take(x.data), d,
+    be.gemm_epilogue(true, false, 3 * d, d, rows, dqkv_op, 3 * d, x_bf16_.take_kept(x.data), d,
                      g + in_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + in_bias_);
   }

@@ -48,6 +48,8 @@ class Dense final : public Layer {
 
   std::string spec() const override { return "dense:" + std::to_string(out_); }
   bool backward_reads_output() const override { return false; }  // x, W and dy only
+  // Where x is rounded, the weight gradient reads the rounding kept.
+  bool backward_reads_input() const override { return !x_bf16_.on(); }
   std::uint16_t* output_grad_bf16() const override { return dy_bf16_.slot(); }
 
   void allocate(Backend& be, int max_rows) override {
@@ -90,7 +92,7 @@ class Dense final : public Layer {
     // dW[out,in] = dy^T [out,rows] . x [rows,in], db = dy's column sums
     const int rows = x.rows * positions_;
     const GemmOperand dy_op = dy_bf16_.round(be, dy, std::size_t(rows) * out_);
-    be.gemm_epilogue(true, false, out_, in_, rows, dy_op, out_, x_bf16_.take(x.data), in_,
+    be.gemm_epilogue(true, false, out_, in_, rows, dy_op, out_, x_bf16_.take_kept(x.data), in_,
                      arenas().grads + weight_, in_, Backend::GemmEpilogue::kBiasGradA,
                      arenas().grads + bias_);
   }

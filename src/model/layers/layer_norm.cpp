@@ -23,6 +23,7 @@ class LayerNorm final : public Layer {
         bias_(add_param("bias", {std::size_t(dim_)})) {}
 
   std::string spec() const override { return "ln"; }
+  bool backward_reads_output() const override { return false; }  // x and its statistics
 
   void allocate(Backend& be, int max_rows) override {
     const SequenceKernels* seq = &be.kernels<SequenceKernels>();

@@ -4,8 +4,9 @@
 // projection shortcut of ResNet), named res<j>/proj and res<j>/proj_bn.
 // The parts are built by the model's LayerBuilder, so they are named and
 // laid out in spec order among the model's layers; the block reserves
-// their activations (saved) and its gradient buffers (per pass) in the
-// model's activation arena. Where a part folds its neighbour into its GEMM
+// their activations and its gradient buffers (per pass) in the model's
+// activation arena: a part's output is saved for backward only where a
+// backward reads it (Layer::backward_reads_output, backward_reads_input). Where a part folds its neighbour into its GEMM
 // (Layer::folds_next / folds_previous: dense and a gelu:tanh, on a backend
 // that fuses epilogues), the chain makes the one call for both; the
 // neighbour's output buffer is written all the same.
@@ -66,10 +67,13 @@ class Residual final : public Layer {
   void allocate(Backend& be, int max_rows) override {
     std::size_t widest = input_shape().size();
     for (auto* parts : {&body_, &shortcut_})
-      for (const auto& p : *parts) {
-        p->allocate(be, max_rows);
-        acts_.push_back(reserve<float>(be, max_rows, p->output_shape().size(), Lifetime::kSaved));
-        widest = std::max(widest, p->output_shape().size());
+      for (const auto& p : *parts) p->allocate(be, max_rows);
+    for (auto* parts : {&body_, &shortcut_})
+      for (std::size_t i = 0; i < parts->size(); ++i) {
+        const Layer& p = *(*parts)[i];
+        acts_.push_back(
+            reserve<float>(be, max_rows, p.output_shape().size(), output_lifetime(*parts, i)));
+        widest = std::max(widest, p.output_shape().size());
       }
     for (std::size_t first : {std::size_t(0), body_.size()})
       note_folds(first == 0 ? body_ : shortcut_, first);
@@ -140,6 +144,17 @@ class Residual final : public Layer {
       const bool next = i + 1 < parts.size() ? parts[i + 1]->rectifies() : last_next_rectifies;
       parts[i]->init(seed, next, host);
     }
+  }
+
+  // A part's output is kept from forward to backward where a backward
+  // reads it: the part's own, or the next part's (whose input it is). The
+  // chain's last output (f) is read by no other: the sum's gradient is dy
+  // itself. Else it lives for the pass, which the forward's next parts
+  // read it in (dense and attn under bf16 keep their input's rounding).
+  static Lifetime output_lifetime(const Parts& parts, std::size_t i) {
+    const bool read = parts[i]->backward_reads_output() ||
+                      (i + 1 < parts.size() && parts[i + 1]->backward_reads_input());
+    return read ? Lifetime::kSaved : Lifetime::kPass;
   }
 
   // Which parts fold a neighbour into their GEMM (Layer::folds_next,

@@ -17,6 +17,7 @@
 
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/backends/kernels/convert_kernels.hpp"
+#include "dptrain/common/error.hpp"
 #include "dptrain/model/activation_arena.hpp"
 #include "dptrain/model/tensor.hpp"
 
@@ -60,6 +61,16 @@ class RoundedOperand {
     if (!on_) return nullptr;
     of_ = x;
     return slot_.get();
+  }
+  bool on() const { return on_; }
+  // The operand for x, as take(), where the caller's fp32 x may no longer
+  // hold its values (the layer said its backward does not read x,
+  // Layer::backward_reads_input): the copy must be there. Error(kOther)
+  // where it is not (a backward without its forward).
+  GemmOperand take_kept(const float* x) {
+    if (on_ && of_ != x)
+      throw Error(ExitCode::kOther, "a layer's backward ran without the bf16 copy of its input");
+    return take(x);
   }
   // The slot, whatever it holds (nullptr when off).
   std::uint16_t* slot() const { return on_ ? slot_.get() : nullptr; }
