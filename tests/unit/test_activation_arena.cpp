@@ -134,6 +134,28 @@ TEST(ModelPlan, EqualsWhatAModelOfThoseRowsAllocates) {
   expect_plan_is_allocation("dense:17,tanh,dropout:0.3,dense:3", Shape{6}, 0, false);
 }
 
+// A block keeps a part's output for backward only where a backward reads
+// it (Layer::backward_reads_output / backward_reads_input). In
+// res(dense:8,tanh,dense:8): the first dense's output is tanh's input,
+// which tanh's backward does not read (it takes the derivative from its
+// output), so it lives for a pass; tanh's output is read by its own
+// backward and kept; the last dense's output (the block's f) is read by no
+// backward. The model keeps every top-level output. 64 rows: every buffer
+// a multiple of the alignment, so the plan is the sum.
+TEST(ModelPlan, ABlockKeepsOnlyTheOutputsABackwardReads) {
+  auto be = make_cpu_backend(BackendOptions{});
+  const int rows = 64;
+  Model m(*be, parse_model_spec("dense:8,res(dense:8,tanh,dense:8),dense:3"), Shape{5}, rows);
+  const std::size_t model_outputs = 8 + 8 + 3, block_outputs = 8;  // floats a row
+  EXPECT_EQ(m.activation_plan(rows, Recompute::kNone).kept,
+            (model_outputs + block_outputs) * rows * sizeof(float));
+  // With relu, whose backward reads its input, the first dense's output is
+  // kept, and relu's too: the next dense's weight gradient reads it (fp32).
+  Model r(*be, parse_model_spec("dense:8,res(dense:8,relu,dense:8),dense:3"), Shape{5}, rows);
+  EXPECT_EQ(r.activation_plan(rows, Recompute::kNone).kept,
+            (model_outputs + 2 * block_outputs) * rows * sizeof(float));
+}
+
 std::vector<float> download(Backend& be, const float* p, std::size_t n) {
   std::vector<float> out(n);
   be.copy_to_host(out.data(), p, n * sizeof(float));
