@@ -149,8 +149,12 @@ def extra_md(micro_raw):
             gemm = f"{f['gemm_ms']:.2f} ({f['gemm_calls']})" if f["gemm_calls"] else "–"
             batched = f"{f['batched_ms']:.2f} ({f['batched_calls']})" if f["batched_calls"] else "–"
             fwd = f["forward_ms"] + (f["update_ms"] if f["family"] == "optimizer" else 0.0)
+            if f.get("folded_calls") and f["ms"] <= 0:
+                rest = f"folded into dense's GEMMs ({f['folded_calls']} calls)"
+            else:
+                rest = f"{rest:.2f}"
             lines.append(f"| {f['family']} | {f['ms']:.2f} | {100 * f['share']:.1f}% | {fwd:.2f} | "
-                         f"{f['backward_ms']:.2f} | {gemm} | {batched} | {rest:.2f} |")
+                         f"{f['backward_ms']:.2f} | {gemm} | {batched} | {rest} |")
     if calls:
         lines += ["", "## The GPT step's GEMMs, each alone (bare, through the Backend)", "",
                   "| m×n×k, op | calls per step | ms per call | GFLOP/s |", "|---|---|---|---|"]

@@ -159,6 +159,16 @@ class Layer {
   // slot of the per-pass region, so valid from the loss to this layer's
   // backward, which nothing runs in between.
   virtual std::uint16_t* output_grad_bf16() const { return nullptr; }
+  // The same for forward's input: where this layer rounds x to bf16 for its
+  // GEMMs and keeps the copy for backward (dense, attn), known after
+  // allocate(); nullptr where it rounds nothing. Inside a block, a part
+  // before it that writes_output_bf16() gets this slot as y.bf16 and writes
+  // the rounding there in the pass that writes y; this layer's forward then
+  // finds it in x.bf16 and makes no pass of its own.
+  virtual std::uint16_t* input_bf16() const { return nullptr; }
+  // True where forward writes y's bf16 rounding into y.bf16 when the view
+  // carries one (ln).
+  virtual bool writes_output_bf16() const { return false; }
 
   // Called once by the model after construction: a layer that saves
   // buffers for its backward (masks, statistics) reserves them here, for

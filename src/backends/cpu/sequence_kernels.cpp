@@ -14,6 +14,7 @@
 
 #include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/row_kernels.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 
 namespace dptrain {
@@ -80,14 +81,18 @@ class CpuSequenceKernels final : public SequenceKernels {
     }
   }
 
+  // y_bf16 is rounded after the rows (the CPU's own GEMMs round inside, so
+  // training never asks for it here).
   void layer_norm(const float* x, const float* weight, const float* bias, int rows, int dim,
-                  float eps, float* y, float* mean, float* rstd) override {
+                  float eps, float* y, float* mean, float* rstd, std::uint16_t* y_bf16) override {
 #pragma omp parallel if (at(rows, dim) > kParallelValues)
     {
       int r0, r1;
       thread_range(rows, r0, r1);
       cpu_rows::layer_norm(x, weight, bias, r0, r1, dim, eps, y, mean, rstd);
     }
+    if (y_bf16)
+      for (std::size_t i = 0, n = at(rows, dim); i < n; ++i) y_bf16[i] = bf16_bits(y[i]);
   }
 
   void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,

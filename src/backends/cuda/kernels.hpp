@@ -118,8 +118,9 @@ void embed_grad(const Launch& l, const std::int32_t* ids, const float* dy, int r
 void add_positions(const Launch& l, const float* x, const float* pos, int batch, int tokens,
                    int dim, float* y);
 void position_grad(const Launch& l, const float* dy, int batch, int tokens, int dim, float* dpos);
+// y16 (may be null): y's bf16 copy, written with it.
 void layer_norm(const Launch& l, const float* x, const float* w, const float* b, int rows, int dim,
-                float eps, float* y, float* mean, float* rstd);
+                float eps, float* y, float* mean, float* rstd, std::uint16_t* y16);
 void layer_norm_grad(const Launch& l, const float* x, const float* dy, const float* w,
                      const float* mean, const float* rstd, int rows, int dim, float* dx);
 // Layer norm's parameter gradients sum each column over chunks of `rows`

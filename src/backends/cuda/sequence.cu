@@ -18,6 +18,7 @@
 //  - Layer norm's parameter gradients: per column, fixed chunks of rows each
 //    summed in order by one thread, then the chunks in order (one chunk, and
 //    so the CPU's bits, up to kParamRows rows).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -110,7 +111,8 @@ __global__ void position_grad_kernel(const float* dy, int batch, size_t per, flo
 // --- layer norm ---
 
 __global__ void layer_norm_kernel(const float* x, const float* w, const float* b, size_t rows,
-                                  int dim, float eps, float* y, float* mean, float* rstd) {
+                                  int dim, float eps, float* y, float* mean, float* rstd,
+                                  __nv_bfloat16* y16) {
   const size_t r = warp_row();
   if (r >= rows) return;
   const float* xr = x + r * dim;
@@ -126,8 +128,11 @@ __global__ void layer_norm_kernel(const float* x, const float* w, const float* b
   const float m = static_cast<float>(mu);
   const float s = static_cast<float>(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, eps))));
   float* yr = y + r * dim;
-  for (int c = lane(); c < dim; c += kWarp)
+  __nv_bfloat16* yr16 = y16 ? y16 + r * dim : nullptr;
+  for (int c = lane(); c < dim; c += kWarp) {
     yr[c] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[c], m), s), w[c]), b[c]);
+    if (yr16) yr16[c] = __float2bfloat16_rn(yr[c]);
+  }
   if (lane() == 0) {
     mean[r] = m;
     rstd[r] = s;
@@ -337,10 +342,10 @@ void position_grad(const Launch& l, const float* dy, int batch, int tokens, int 
 }
 
 void layer_norm(const Launch& l, const float* x, const float* w, const float* b, int rows, int dim,
-                float eps, float* y, float* mean, float* rstd) {
+                float eps, float* y, float* mean, float* rstd, std::uint16_t* y16) {
   if (rows <= 0) return;
-  layer_norm_kernel<<<row_blocks(rows), kRowWarps * kWarp, 0, l.stream>>>(x, w, b, rows, dim, eps,
-                                                                          y, mean, rstd);
+  layer_norm_kernel<<<row_blocks(rows), kRowWarps * kWarp, 0, l.stream>>>(
+      x, w, b, rows, dim, eps, y, mean, rstd, reinterpret_cast<__nv_bfloat16*>(y16));
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -32,8 +32,8 @@ class CudaSequenceKernels final : public SequenceKernels {
     cuda::position_grad(launch_, dy, batch, tokens, dim, dpos);
   }
   void layer_norm(const float* x, const float* weight, const float* bias, int rows, int dim,
-                  float eps, float* y, float* mean, float* rstd) override {
-    cuda::layer_norm(launch_, x, weight, bias, rows, dim, eps, y, mean, rstd);
+                  float eps, float* y, float* mean, float* rstd, std::uint16_t* y_bf16) override {
+    cuda::layer_norm(launch_, x, weight, bias, rows, dim, eps, y, mean, rstd, y_bf16);
   }
   void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
                        const float* rstd, int rows, int dim, float* dx) override {

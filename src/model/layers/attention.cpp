@@ -54,6 +54,7 @@ class Attention final : public Layer {
   // Where x is rounded, the input projection's weight gradient reads the
   // rounding kept.
   bool backward_reads_input() const override { return !x_bf16_.on(); }
+  std::uint16_t* input_bf16() const override { return x_bf16_.slot(); }
   void implementations(std::vector<std::string>& out) const override {
     out.push_back(fused_ ? "attention fused" : "attention math");
   }
@@ -111,7 +112,7 @@ class Attention final : public Layer {
     const float* p = arenas().params;
     const std::size_t n = std::size_t(rows) * d;
     const std::size_t dd = std::size_t(d) * d;
-    be.gemm_epilogue(false, true, rows, 3 * d, d, x_bf16_.round(be, x.data, n), d,
+    be.gemm_epilogue(false, true, rows, 3 * d, d, x_bf16_.round(be, x, n), d,
                      in_w_bf16_.round(be, p + in_weight_, 3 * dd), d, qkv_.get(), 3 * d,
                      Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
     GemmOperand merged_op = merged_.get();

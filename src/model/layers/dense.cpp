@@ -51,6 +51,7 @@ class Dense final : public Layer {
   // Where x is rounded, the weight gradient reads the rounding kept.
   bool backward_reads_input() const override { return !x_bf16_.on(); }
   std::uint16_t* output_grad_bf16() const override { return dy_bf16_.slot(); }
+  std::uint16_t* input_bf16() const override { return x_bf16_.slot(); }
 
   void allocate(Backend& be, int max_rows) override {
     folds_gelu_ = be.caps().fused_gemm_epilogues;
@@ -123,7 +124,7 @@ class Dense final : public Layer {
   void product(Backend& be, ConstTensorView x, float* out, Backend::GemmEpilogue epilogue,
                float* aux) {
     const int rows = x.rows * positions_;
-    const GemmOperand x_op = x_bf16_.round(be, x.data, std::size_t(rows) * in_);
+    const GemmOperand x_op = x_bf16_.round(be, x, std::size_t(rows) * in_);
     const GemmOperand w_op =
         w_bf16_.round(be, arenas().params + weight_, std::size_t(in_) * out_);
     be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, w_op, in_, out, out_, epilogue,

@@ -2,7 +2,8 @@
 // last dimension of a sequence [N, T, D], per sample on flat [N, F]:
 // y = (x − μ) / sqrt(σ² + 1e-5) · weight + bias with the biased variance
 // (torch.nn.LayerNorm(D): weight ones, bias zeros). The forward keeps each
-// row's mean and 1/σ for the backward pass.
+// row's mean and 1/σ for the backward pass, and writes y's bf16 rounding
+// too where the block hands it the next layer's slot (writes_output_bf16).
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
@@ -24,6 +25,7 @@ class LayerNorm final : public Layer {
 
   std::string spec() const override { return "ln"; }
   bool backward_reads_output() const override { return false; }  // x and its statistics
+  bool writes_output_bf16() const override { return true; }
 
   void allocate(Backend& be, int max_rows) override {
     const SequenceKernels* seq = &be.kernels<SequenceKernels>();
@@ -45,7 +47,7 @@ class LayerNorm final : public Layer {
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
     be.kernels<SequenceKernels>().layer_norm(x.data, arenas().params + weight_,
                                              arenas().params + bias_, x.rows * positions_, dim_,
-                                             kEps, y.data, mean_.get(), rstd_.get());
+                                             kEps, y.data, mean_.get(), rstd_.get(), y.bf16);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {

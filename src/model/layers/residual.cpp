@@ -9,7 +9,10 @@
 // backward reads it (Layer::backward_reads_output, backward_reads_input). Where a part folds its neighbour into its GEMM
 // (Layer::folds_next / folds_previous: dense and a gelu:tanh, on a backend
 // that fuses epilogues), the chain makes the one call for both; the
-// neighbour's output buffer is written all the same.
+// neighbour's output buffer is written all the same. A part that can write
+// its output's bf16 rounding (ln) writes it into the next part's slot for
+// its input (dense, attn under bf16: Layer::input_bf16), which then rounds
+// nothing.
 #include <algorithm>
 #include <string>
 
@@ -158,11 +161,14 @@ class Residual final : public Layer {
   }
 
   // Which parts fold a neighbour into their GEMM (Layer::folds_next,
-  // folds_previous), by part index as acts_ counts them.
+  // folds_previous) and which write their output's bf16 copy when asked
+  // (Layer::writes_output_bf16), by part index as acts_ counts them.
   void note_folds(const Parts& parts, std::size_t first) {
     folds_next_.resize(first + parts.size(), false);
     folds_previous_.resize(first + parts.size(), false);
+    writes_bf16_.resize(first + parts.size(), false);
     for (std::size_t i = 0; i < parts.size(); ++i) {
+      writes_bf16_[first + i] = parts[i]->writes_output_bf16();
       folds_next_[first + i] = i + 1 < parts.size() && parts[i]->folds_next(*parts[i + 1]);
       folds_previous_[first + i] = i >= 1 && parts[i]->folds_previous(*parts[i - 1]);
     }
@@ -186,8 +192,11 @@ class Residual final : public Layer {
         ++i;
         continue;
       }
-      parts[i]->forward(be, in, out, mode);
-      in = out;
+      // The next part's bf16 slot for its input, where this part fills it.
+      TensorView y = out;
+      if (writes_bf16_[first + i] && i + 1 < parts.size()) y.bf16 = parts[i + 1]->input_bf16();
+      parts[i]->forward(be, in, y, mode);
+      in = y;
     }
     return in;
   }
@@ -222,6 +231,7 @@ class Residual final : public Layer {
   Parts body_, shortcut_;
   std::vector<ArenaBuffer<float>> acts_;  // each part's output: body's, then the shortcut's
   std::vector<bool> folds_next_, folds_previous_;  // by part, as acts_ (set by allocate)
+  std::vector<bool> writes_bf16_;  // the part writes its output's bf16 copy when asked
   ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only; dx_ with a projection shortcut
   const float* df_ = nullptr;  // the body's input gradient, from backward_params to backward_input
 };

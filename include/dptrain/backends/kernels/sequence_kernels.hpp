@@ -53,9 +53,16 @@ class SequenceKernels : public KernelFamily {
   // --- layer normalization over the last dimension (torch.nn.LayerNorm) ---
   // y = (x - μ) · rstd · weight + bias per row of `dim` values, μ the mean
   // and rstd = 1 / sqrt(biased variance + eps); mean and rstd ([rows]) are
-  // kept for the backward pass.
+  // kept for the backward pass. y_bf16, where not null, also receives y
+  // rounded to bf16 (bf16_bits of each value), written in the same pass:
+  // the next layer's GEMM operand under --precision bf16.
   virtual void layer_norm(const float* x, const float* weight, const float* bias, int rows,
-                          int dim, float eps, float* y, float* mean, float* rstd) = 0;
+                          int dim, float eps, float* y, float* mean, float* rstd,
+                          std::uint16_t* y_bf16) = 0;
+  void layer_norm(const float* x, const float* weight, const float* bias, int rows, int dim,
+                  float eps, float* y, float* mean, float* rstd) {
+    layer_norm(x, weight, bias, rows, dim, eps, y, mean, rstd, nullptr);
+  }
   // dx from dy and the saved statistics.
   virtual void layer_norm_grad(const float* x, const float* dy, const float* weight,
                                const float* mean, const float* rstd, int rows, int dim,

@@ -1,5 +1,8 @@
-// Implements: the loss's gradient handed to the last dense layer in bf16
-// (Model::output_grad_bf16, LossKernels' bf16 copy). Under --precision
+// Implements: bf16 copies written by the kernel that writes the tensor, for
+// the next GEMM to read: the layer norm's output (SequenceKernels::
+// layer_norm's y_bf16, which a block hands to the next part's slot,
+// Layer::input_bf16), and the loss's gradient handed to the last dense
+// layer (Model::output_grad_bf16, LossKernels' bf16 copy). Under --precision
 // bf16 on CUDA the last dense layer's GEMMs read dy in bf16; the loss
 // writes that copy in the pass that writes the gradient, into the slot
 // where the layer would have rounded dy itself, so no rounding pass runs.
@@ -21,6 +24,7 @@
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/loss_kernels.hpp"
+#include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/model/model.hpp"
 #include "gpu_env.hpp"
 #include "training_support.hpp"
@@ -78,6 +82,27 @@ TEST(Bf16OutputGrad, TheLossCopyIsTheGradientsRoundingOnTheGpu) {
 
 TEST(Bf16OutputGrad, TheLossCopyIsTheGradientsRoundingOnTheCpu) {
   expect_copies_are_roundings(*gpu_test::make_cpu());
+}
+
+TEST(Bf16LayerNormCopy, IsTheOutputsRounding) {
+  std::unique_ptr<Backend> backends[] = {gpu_test::make_gpu(Precision::kBf16),
+                                         gpu_test::make_cpu()};
+  for (auto& be : backends) {
+    const int rows = 37, dim = 200;
+    const std::size_t n = std::size_t(rows) * dim;
+    auto x = upload(*be, gpu_test::random_vector(n, 3, -3.0f, 3.0f));
+    auto w = upload(*be, gpu_test::random_vector(dim, 4, 0.5f, 1.5f));
+    auto b = upload(*be, gpu_test::random_vector(dim, 5));
+    DeviceBuffer<float> y(*be, n), y_plain(*be, n), mean(*be, rows), rstd(*be, rows);
+    auto y16 = upload(*be, std::vector<std::uint16_t>(n, kNotWritten));
+    auto& seq = be->kernels<dptrain::SequenceKernels>();
+    seq.layer_norm(x.get(), w.get(), b.get(), rows, dim, 1e-5f, y.get(), mean.get(), rstd.get(),
+                   y16.get());
+    seq.layer_norm(x.get(), w.get(), b.get(), rows, dim, 1e-5f, y_plain.get(), mean.get(),
+                   rstd.get());
+    EXPECT_EQ(download(*be, y), download(*be, y_plain)) << be->name();
+    EXPECT_TRUE(is_rounding(download(*be, y16), download(*be, y))) << be->name();
+  }
 }
 
 constexpr int kRows = 24, kIn = 12, kClasses = 10;
