@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dptrain/backends/kernels/activation_kernels.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/dense_kernels.hpp"
 #include "dptrain/backends/kernels/optimizer_kernels.hpp"
 #include "dptrain/common/error.hpp"
@@ -42,13 +43,14 @@ void Backend::throw_missing_family(const std::string& what) const {
   throw Error(ExitCode::kUsage, "the " + name() + " backend has no " + what);
 }
 
-void Backend::sum(const float* a, const float* b, float* y, std::size_t n) {
+void Backend::sum(const float* a, const float* b, float* y, std::size_t n, std::uint16_t* y16) {
   if (y == b) {
     add(a, y, n);
-    return;
+  } else {
+    copy_device(y, a, n * sizeof(float));
+    add(b, y, n);
   }
-  copy_device(y, a, n * sizeof(float));
-  add(b, y, n);
+  if (y16) kernels<ConvertKernels>().to_bf16(y, y16, n);
 }
 
 Backend::GradientCheck Backend::check_gradients(const float* g, std::size_t n, bool norm) {

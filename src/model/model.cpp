@@ -98,6 +98,12 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     dout_ = model_buffer(output_shape().size(), Lifetime::kPass);
   dbuf_a_ = model_buffer(max_input, Lifetime::kPass);
   dbuf_b_ = model_buffer(max_input, Lifetime::kPass);
+  if (be_.caps().rounds_gemm_operands) {
+    const RowBytes bytes = [max_input](int rows) { return std::size_t(rows) * max_input * 2; };
+    for (ArenaBuffer<std::uint16_t>* b : {&dbuf16_a_, &dbuf16_b_})
+      *b = ArenaBuffer<std::uint16_t>(&arena_, arena_.reserve(bytes, Lifetime::kPass),
+                                      bytes(max_rows_) / 2);
+  }
   // Buffers layers allocate themselves (per channel, a few floats).
   own_layer_bytes_ = be_.buffer_bytes() - held_before;
   if (storage_ == ModelStorage::kPlanOnly) {
@@ -250,8 +256,13 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
       if (events) events->grads_ready(l.params().front().offset);
       if (li == first_trained_) break;
     }
-    const TensorView dx{dy.data == dbuf_a_.get() ? dbuf_b_.get() : dbuf_a_.get(), rows,
-                        l.input_shape()};
+    // dbuf_a_ or dbuf_b_, whichever dy is not in, with its bf16 copy where
+    // the layer writes one (else null: the layer before rounds dx itself).
+    const bool in_a = dy.data != dbuf_a_.get();
+    std::uint16_t* dx16 = !l.writes_input_grad_bf16() ? nullptr
+                          : in_a                      ? dbuf16_a_.get()
+                                                      : dbuf16_b_.get();
+    const TensorView dx{in_a ? dbuf_a_.get() : dbuf_b_.get(), rows, l.input_shape(), dx16};
     l.backward_input(be_, x_in, {acts_[li].get(), rows, l.output_shape()}, dy, dx);
     if (events) events->between_layers();
     dy = dx;

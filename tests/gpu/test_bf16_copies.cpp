@@ -1,8 +1,10 @@
 // Implements: bf16 copies written by the kernel that writes the tensor, for
 // the next GEMM to read: the layer norm's output (SequenceKernels::
 // layer_norm's y_bf16, which a block hands to the next part's slot,
-// Layer::input_bf16), and the loss's gradient handed to the last dense
-// layer (Model::output_grad_bf16, LossKernels' bf16 copy). Under --precision
+// Layer::input_bf16), a block's input gradient (Backend::sum's y16, which
+// the model hands to the block before as its dy), and the loss's gradient
+// handed to the last dense layer (Model::output_grad_bf16, LossKernels'
+// bf16 copy). Under --precision
 // bf16 on CUDA the last dense layer's GEMMs read dy in bf16; the loss
 // writes that copy in the pass that writes the gradient, into the slot
 // where the layer would have rounded dy itself, so no rounding pass runs.
@@ -100,6 +102,24 @@ TEST(Bf16LayerNormCopy, IsTheOutputsRounding) {
                    y16.get());
     seq.layer_norm(x.get(), w.get(), b.get(), rows, dim, 1e-5f, y_plain.get(), mean.get(),
                    rstd.get());
+    EXPECT_EQ(download(*be, y), download(*be, y_plain)) << be->name();
+    EXPECT_TRUE(is_rounding(download(*be, y16), download(*be, y))) << be->name();
+  }
+}
+
+// A residual block's sum of gradients (Backend::sum) writes the copy the
+// block before reads as its dy.
+TEST(Bf16SumCopy, IsTheSumsRounding) {
+  std::unique_ptr<Backend> backends[] = {gpu_test::make_gpu(Precision::kBf16),
+                                         gpu_test::make_cpu()};
+  for (auto& be : backends) {
+    const std::size_t n = 1000;
+    auto a = upload(*be, gpu_test::random_vector(n, 7));
+    auto b = upload(*be, gpu_test::random_vector(n, 8));
+    DeviceBuffer<float> y(*be, n), y_plain(*be, n);
+    auto y16 = upload(*be, std::vector<std::uint16_t>(n, kNotWritten));
+    be->sum(a.get(), b.get(), y.get(), n, y16.get());
+    be->sum(a.get(), b.get(), y_plain.get(), n);
     EXPECT_EQ(download(*be, y), download(*be, y_plain)) << be->name();
     EXPECT_TRUE(is_rounding(download(*be, y16), download(*be, y))) << be->name();
   }

@@ -176,8 +176,9 @@ class InstrumentedBackend final : public Backend {
   void mark(int i) override { inner_.mark(i); }
   double marker_ms(int from, int to) override { return inner_.marker_ms(from, to); }
   void add(const float* x, float* y, std::size_t n) override { inner_.add(x, y, n); }
-  void sum(const float* a, const float* b, float* y, std::size_t n) override {
-    inner_.sum(a, b, y, n);
+  using Backend::sum;
+  void sum(const float* a, const float* b, float* y, std::size_t n, std::uint16_t* y16) override {
+    inner_.sum(a, b, y, n, y16);
   }
   std::size_t count_nonfinite(const float* x, std::size_t n) override {
     return inner_.count_nonfinite(x, n);

@@ -81,6 +81,9 @@ class DrivenGpt {
         if (!l->params().empty()) first_trained_ = i;
     for (DeviceBuffer<float>* b : {&ga_, &gb_, &gc_, &gd_})
       *b = DeviceBuffer<float>(be, rows * widest);
+    if (be.caps().rounds_gemm_operands)
+      for (DeviceBuffer<std::uint16_t>* b : {&ga16_, &gb16_})
+        *b = DeviceBuffer<std::uint16_t>(be, rows * widest);
   }
 
   const Model& model() const { return *model_; }
@@ -173,8 +176,12 @@ class DrivenGpt {
         g = dx;
       }
       if (i == first_trained_) break;
-      const TensorView dx{dy.data == ga_.get() ? gb_.get() : ga_.get(), rows, x.shape};
-      timed(acc, kResAdds, kBackward, [&] { be_.sum(g.data, dy.data, dx.data, x.count()); });
+      // dx with its bf16 copy for the block before, as the model hands it on.
+      const bool in_a = dy.data != ga_.get();
+      const TensorView dx{in_a ? ga_.get() : gb_.get(), rows, x.shape,
+                          in_a ? ga16_.get() : gb16_.get()};
+      timed(acc, kResAdds, kBackward,
+            [&] { be_.sum(g.data, dy.data, dx.data, x.count(), dx.bf16); });
       dy = dx;
     }
     timed(acc, kOptimizer, kUpdate, [&] {
@@ -224,6 +231,7 @@ class DrivenGpt {
   double device_step_ms_ = 0.0;  // this step's calls, device-timed
   std::map<Layer*, DeviceBuffer<float>> outputs_;
   DeviceBuffer<float> ga_, gb_, gc_, gd_;  // Model's and the block's gradient buffers
+  DeviceBuffer<std::uint16_t> ga16_, gb16_;  // the copies of ga_ and gb_, where rounded
 };
 
 std::string format_ms(double ms) {

@@ -178,9 +178,12 @@ class Backend {
   // y += x, elementwise over n values.
   virtual void add(const float* x, float* y, std::size_t n) = 0;
   // y = a + b, elementwise over n values, in one pass (a residual block's
-  // sum of branches, and of their gradients); y may be a or b. The default
-  // is a copy and add(), the same sums.
-  virtual void sum(const float* a, const float* b, float* y, std::size_t n);
+  // sum of branches, and of their gradients); y may be a or b. y16, where
+  // not null, also receives y rounded to bf16 (ConvertKernels::to_bf16's
+  // bits): the gradient the next block's GEMMs read under bf16. The default
+  // is a copy and add(), the same sums, then the rounding.
+  virtual void sum(const float* a, const float* b, float* y, std::size_t n, std::uint16_t* y16);
+  void sum(const float* a, const float* b, float* y, std::size_t n) { sum(a, b, y, n, nullptr); }
 
   // Number of NaN/Inf values in x (returned to the host).
   virtual std::size_t count_nonfinite(const float* x, std::size_t n) = 0;

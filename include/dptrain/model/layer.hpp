@@ -169,6 +169,10 @@ class Layer {
   // True where forward writes y's bf16 rounding into y.bf16 when the view
   // carries one (ln).
   virtual bool writes_output_bf16() const { return false; }
+  // True where backward_input writes dx's bf16 rounding into dx.bf16 when
+  // the view carries one (res with the identity shortcut: its sum). The
+  // model then hands it on with dx to the layer before, as its dy.
+  virtual bool writes_input_grad_bf16() const { return false; }
 
   // Called once by the model after construction: a layer that saves
   // buffers for its backward (masks, statistics) reserves them here, for

@@ -198,6 +198,10 @@ class Model {
   // gradient w.r.t. a layer's input; a container layer keeps its inner
   // gradients in buffers of its own, so two suffice at this level.
   ArenaBuffer<float> dout_, dbuf_a_, dbuf_b_;
+  // Where the backend rounds GEMM operands: the bf16 copies of dbuf_a_ and
+  // dbuf_b_ that a layer writing its input gradient's rounding
+  // (Layer::writes_input_grad_bf16) fills for the layer before it.
+  ArenaBuffer<std::uint16_t> dbuf16_a_, dbuf16_b_;
 };
 
 }  // namespace dptrain

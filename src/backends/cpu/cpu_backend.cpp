@@ -210,8 +210,11 @@ class CpuBackend final : public Backend {
   }
 
   void add(const float* x, float* y, std::size_t n) override { add_to(x, y, n); }
-  void sum(const float* a, const float* b, float* y, std::size_t n) override {
+  using Backend::sum;
+  void sum(const float* a, const float* b, float* y, std::size_t n, std::uint16_t* y16) override {
     for (std::size_t i = 0; i < n; ++i) y[i] = a[i] + b[i];  // y may be a or b
+    if (y16)  // never asked for in training: the CPU's GEMMs round inside
+      for (std::size_t i = 0; i < n; ++i) y16[i] = bf16_bits(y[i]);
   }
 
   std::size_t count_nonfinite(const float* x, std::size_t n) override {

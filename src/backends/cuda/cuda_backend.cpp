@@ -324,8 +324,9 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void sum(const float* a, const float* b, float* y, std::size_t n) override {
-    cuda::sum(launch_, a, b, y, n);
+  using Backend::sum;
+  void sum(const float* a, const float* b, float* y, std::size_t n, std::uint16_t* y16) override {
+    cuda::sum(launch_, a, b, y, n, y16);
   }
 
   std::size_t count_nonfinite(const float* x, std::size_t n) override {

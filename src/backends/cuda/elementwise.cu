@@ -33,8 +33,13 @@ __global__ void fill_kernel(float* x, float value, std::size_t n) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) x[i] = value;
 }
 
-__global__ void sum_kernel(const float* a, const float* b, float* y, std::size_t n) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = a[i] + b[i];
+__global__ void sum_kernel(const float* a, const float* b, float* y, std::size_t n,
+                           __nv_bfloat16* y16) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const float v = a[i] + b[i];
+    y[i] = v;
+    if (y16) y16[i] = __float2bfloat16_rn(v);
+  }
 }
 
 __global__ void scale_matrix_kernel(float* c, int m, int n, int ldc, float beta) {
@@ -183,9 +188,11 @@ void fill(const Launch& l, float* x, float value, std::size_t n) {
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
-void sum(const Launch& l, const float* a, const float* b, float* y, std::size_t n) {
+void sum(const Launch& l, const float* a, const float* b, float* y, std::size_t n,
+         std::uint16_t* y16) {
   if (n == 0) return;
-  sum_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(a, b, y, n);
+  sum_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(a, b, y, n,
+                                                        reinterpret_cast<__nv_bfloat16*>(y16));
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,14 +5,13 @@
 //    tiles in order (those wholly above the diagonal skipped when causal),
 //    S = Q Kᵀ into shared memory, an online softmax in fp32 (row maximum and
 //    sum, the output rescaled when the maximum grows), O += P V. It writes
-//    O / sum in the output projection's layout and the row's log-sum-exp,
-//    and, where asked, O's bf16 copy for that projection's GEMM.
+//    O / sum in the output projection's layout and the row's log-sum-exp.
 //  - Backward: the tiles are recomputed from Q, K, V and the log-sum-exp.
 //    One block owns a key tile and accumulates its dK and dV over the query
 //    tiles in order; a second kernel owns a query tile and accumulates dQ
 //    over the key tiles in order. No atomics: the same bits every run.
-//    Where asked, dQ, dK and dV are also written rounded to bf16 (the input
-//    projection's GEMM operand) as they leave.
+//  - O, dQ, dK and dV also leave rounded to bf16 where asked (the
+//    projections' GEMM operands under --precision bf16).
 //  - Products: 16 × 16 tiles from operands in shared memory (warp_tiles.hpp).
 //    Under --precision bf16 the operands are rounded to bf16 as they are
 //    staged and multiplied on the tensor cores (wmma, fp32 accumulation);
@@ -102,11 +101,6 @@ __device__ void fill_row_numbers(float* tile) {
   for (int i = threadIdx.x; i < kTileElements; i += blockDim.x) tile[i] = static_cast<float>(i / 16);
 }
 
-// The head of block bh in a bf16 copy laid out as its fp32 tensor (null: none).
-__device__ inline bf16* at(bf16* copy, const HeadShape& s, size_t bh, int part) {
-  return copy ? copy + head_offset(s, bh, part) : nullptr;
-}
-
 __device__ inline bool attends(int row, int key, int tokens, bool causal) {
   return row < tokens && key < tokens && (!causal || key <= row);
 }
@@ -184,7 +178,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) o[i] = o[i] / row_sum[i / HDP];
   __syncthreads();
   write_rows<TILE, HDP>(out + head_offset(s, bh, -1), head_ld(s, -1), t, s.head_dim, o, q0,
-                        at(out16, s, bh, -1));
+                        head_copy(out16, s, bh, -1));
   for (int r = threadIdx.x; r < TILE; r += blockDim.x)
     if (q0 + r < t) lse[bh * t + q0 + r] = row_max[r] + logf(row_sum[r]);
 }
@@ -268,12 +262,12 @@ __global__ void __launch_bounds__(kBlockThreads)
   dk.store(dkv, HDP);
   __syncthreads();
   write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 1), head_ld(s, 1), t, s.head_dim, dkv, k0,
-                        at(dqkv16, s, bh, 1));
+                        head_copy(dqkv16, s, bh, 1));
   __syncthreads();
   dv.store(dkv, HDP);
   __syncthreads();
   write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 2), head_ld(s, 2), t, s.head_dim, dkv, k0,
-                        at(dqkv16, s, bh, 2));
+                        head_copy(dqkv16, s, bh, 2));
 }
 
 // dQ of one query tile: over the key tiles in order, dQ += dS K.
@@ -322,7 +316,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   acc.store(dq, HDP);
   __syncthreads();
   write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 0), head_ld(s, 0), t, s.head_dim, dq, q0,
-                        at(dqkv16, s, bh, 0));
+                        head_copy(dqkv16, s, bh, 0));
 }
 
 // One block per head and tile of rows.

@@ -44,6 +44,11 @@ __device__ inline std::size_t head_offset(const HeadShape& s, std::size_t bh, in
 __device__ inline std::size_t head_ld(const HeadShape& s, int part) {
   return (part < 0 ? 1 : 3) * std::size_t(s.heads) * s.head_dim;
 }
+// The same head in a bf16 copy laid out as its fp32 tensor (null: no copy).
+__device__ inline __nv_bfloat16* head_copy(__nv_bfloat16* copy, const HeadShape& s,
+                                           std::size_t bh, int part) {
+  return copy ? copy + head_offset(s, bh, part) : nullptr;
+}
 
 // dst[ROWS × HDP], rows LD apart = rows t0 .. t0 + ROWS of the head, zero
 // past its end and past its width, rounded to E (the LD - HDP values after

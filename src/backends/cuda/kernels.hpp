@@ -35,7 +35,9 @@ inline unsigned grid_for(std::size_t n, const Launch& l) {
 // --- elementwise.cu ---
 void fill(const Launch& l, float* x, float value, std::size_t n);
 // y = a + b elementwise; y may be a or b.
-void sum(const Launch& l, const float* a, const float* b, float* y, std::size_t n);
+// y16 (may be null): y's bf16 copy, written with it.
+void sum(const Launch& l, const float* a, const float* b, float* y, std::size_t n,
+         std::uint16_t* y16);
 // C[m, n] (row stride ldc) = beta * C, and exactly 0 when beta == 0 (C unread).
 void scale_matrix(const Launch& l, float* c, int m, int n, int ldc, float beta);
 // y[i] = bf16(x[i]), round to nearest even; y is __nv_bfloat16[n].

@@ -110,17 +110,19 @@ class Residual final : public Layer {
     be.add(ds.data, dx_.get(), x.count());
   }
 
-  // dx = df + dy (the identity shortcut's gradient) in one pass, or the
-  // sum backward_params made. A block without parameters gets no
+  // dx = df + dy (the identity shortcut's gradient) in one pass, with its
+  // bf16 rounding where the model asks (dx.bf16), or the sum
+  // backward_params made. A block without parameters gets no
   // backward_params call from the model: its chains run here.
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
     if (!df_) backward_params(be, x, dy);
-    if (shortcut_.empty()) be.sum(df_, dy.data, dx.data, x.count());
+    if (shortcut_.empty()) be.sum(df_, dy.data, dx.data, x.count(), dx.bf16);
     else be.copy_device(dx.data, dx_.get(), x.count() * sizeof(float));
     df_ = nullptr;
   }
 
+  bool writes_input_grad_bf16() const override { return shortcut_.empty(); }
   void forward_empty(Backend& be) override {
     for (auto* parts : {&body_, &shortcut_})
       for (const auto& p : *parts)

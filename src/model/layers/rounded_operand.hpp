@@ -43,23 +43,23 @@ class RoundedOperand {
   GemmOperand round(Backend& be, const float* x, std::size_t n) {
     if (!on_) return x;
     be.kernels<ConvertKernels>().to_bf16(x, slot_.get(), n);
-    of_ = x;
-    return {x, slot_.get()};
+    hold(x, slot_.get());
+    return {x, copy_};
   }
-  // The same for a view whose producer already wrote the copy into this
-  // slot (x.bf16 == slot(): the loss's gradient, Layer::output_grad_bf16):
-  // no pass of its own.
+  // The same for a view whose producer already wrote its rounding (x.bf16:
+  // into this slot, or into a buffer of its own that outlives this layer's
+  // backward): no pass of its own, and the copy read is the producer's.
   GemmOperand round(Backend& be, ConstTensorView x, std::size_t n) {
-    if (!on_ || !x.bf16 || x.bf16 != slot_.get()) return round(be, x.data, n);
-    of_ = x.data;
-    return {x.data, slot_.get()};
+    if (!on_ || !x.bf16) return round(be, x.data, n);
+    hold(x.data, x.bf16);
+    return {x.data, copy_};
   }
   // Where a kernel that makes x writes its rounding in the same pass, in
   // place of round(): the slot, now held for x as round() holds it (then
   // read through held() and take()), or nullptr when off.
   std::uint16_t* slot_for(const float* x) {
     if (!on_) return nullptr;
-    of_ = x;
+    hold(x, slot_.get());
     return slot_.get();
   }
   bool on() const { return on_; }
@@ -76,7 +76,7 @@ class RoundedOperand {
   std::uint16_t* slot() const { return on_ ? slot_.get() : nullptr; }
   // The operand for x with the copy the slot holds for it, not given out.
   GemmOperand held(const float* x) const {
-    return on_ && of_ == x ? GemmOperand{x, slot_.get()} : GemmOperand{x};
+    return on_ && of_ == x ? GemmOperand{x, copy_} : GemmOperand{x};
   }
   // The operand for x with the copy round() made of it, if the last round()
   // was of x and nothing took it since; x alone otherwise. The copy is
@@ -85,13 +85,19 @@ class RoundedOperand {
   GemmOperand take(const float* x) {
     const bool rounded = on_ && of_ == x;
     of_ = nullptr;
-    return rounded ? GemmOperand{x, slot_.get()} : GemmOperand{x};
+    return rounded ? GemmOperand{x, copy_} : GemmOperand{x};
   }
 
  private:
+  void hold(const float* x, const std::uint16_t* copy) {
+    of_ = x;
+    copy_ = copy;
+  }
+
   ArenaBuffer<std::uint16_t> slot_;
   bool on_ = false;
-  const float* of_ = nullptr;  // what the slot holds, until taken
+  const float* of_ = nullptr;             // whose copy is held, until taken
+  const std::uint16_t* copy_ = nullptr;  // where: the slot, or the producer's buffer
 };
 
 }  // namespace dptrain
