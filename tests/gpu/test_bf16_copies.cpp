@@ -4,7 +4,8 @@
 // Layer::input_bf16), a block's input gradient (Backend::sum's y16, which
 // the model hands to the block before as its dy), and the loss's gradient
 // handed to the last dense layer (Model::output_grad_bf16, LossKernels'
-// bf16 copy). Under --precision
+// bf16 copy); and a convolution plan reading the copies the conv layer
+// hands it (ConvPlan's GemmOperands). Under --precision
 // bf16 on CUDA the last dense layer's GEMMs read dy in bf16; the loss
 // writes that copy in the pass that writes the gradient, into the slot
 // where the layer would have rounded dy itself, so no rounding pass runs.
@@ -29,6 +30,7 @@
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/model/model.hpp"
 #include "gpu_env.hpp"
+#include "spatial_support.hpp"
 #include "training_support.hpp"
 
 namespace {
@@ -123,6 +125,42 @@ TEST(Bf16SumCopy, IsTheSumsRounding) {
     EXPECT_EQ(download(*be, y), download(*be, y_plain)) << be->name();
     EXPECT_TRUE(is_rounding(download(*be, y16), download(*be, y))) << be->name();
   }
+}
+
+// A convolution's plan reads the bf16 copies it is given under bf16 (the
+// conv layer's roundings, made once a step), in every pass: with copies of
+// 2·x, 2·w and 2·dy (exact doublings of the roundings) and a zero bias, y,
+// dx and dw double exactly; a plan that rounded the fp32 values again
+// would give the plain results.
+TEST(Bf16ConvOperands, ThePlanReadsTheCopiesGiven) {
+  using gpu_test::ConvInputs;
+  using gpu_test::ConvOutputs;
+  const dptrain::ConvGeometry g = gpu_test::conv_geometry(2, 3, 4, {6, 6}, 3, 1, 1, 2);
+  const int rows = 2;
+  auto be = gpu_test::make_gpu(Precision::kBf16);
+  auto plan = be->kernels<dptrain::SpatialKernels>().conv_plan(g);
+  ConvInputs in = gpu_test::random_conv_inputs(g, rows, 11);
+  in.b.assign(in.b.size(), 0.0f);
+  const ConvOutputs plain = gpu_test::run_conv(*be, *plan, g, rows, in);
+  auto doubled = [&](const std::vector<float>& v) {
+    std::vector<std::uint16_t> bits(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) bits[i] = dptrain::bf16_bits(2.0f * v[i]);
+    return upload(*be, bits);
+  };
+  auto x = upload(*be, in.x), w = upload(*be, in.w), b = upload(*be, in.b), dy = upload(*be, in.dy);
+  const auto x2 = doubled(in.x), w2 = doubled(in.w), dy2 = doubled(in.dy);
+  DeviceBuffer<float> y(*be, plain.y.size()), dx(*be, in.x.size()), dw(*be, in.w.size()),
+      db(*be, in.b.size());
+  plan->forward({x.get(), x2.get()}, {w.get(), w2.get()}, b.get(), y.get(), rows);
+  plan->backward_data({dy.get(), dy2.get()}, w.get(), dx.get(), rows);
+  plan->backward_weights({x.get(), x2.get()}, dy.get(), dw.get(), db.get(), rows);
+  auto twice = [](std::vector<float> v) {
+    for (float& f : v) f *= 2.0f;
+    return v;
+  };
+  EXPECT_EQ(download(*be, y), twice(twice(plain.y)));  // x and w doubled: 4x
+  EXPECT_EQ(download(*be, dx), twice(plain.dx));
+  EXPECT_EQ(download(*be, dw), twice(plain.dw));
 }
 
 constexpr int kRows = 24, kIn = 12, kClasses = 10;

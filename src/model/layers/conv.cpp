@@ -2,13 +2,17 @@
 // of K×K (K×K×K on volumes), stride S [1], zero padding P [(K-1)/2], with
 // bias; torch.nn.Conv2d / Conv3d's parameters (weight [out, in, k, k(, k)],
 // bias [out]) and output size floor((in + 2P - K) / S) + 1. The passes are
-// the backend's convolution plan, made once at allocate. Init as dense:
+// the backend's convolution plan, made once at allocate. Under bf16 on CUDA
+// x, the weight and dy are each rounded once a step and handed to the
+// passes that read them (RoundedOperand), where the plan rounded each in
+// every pass. Init as dense:
 // He-uniform before a rectifier, else Glorot-uniform, zero bias.
 #include <algorithm>
 #include <cmath>
 
 #include "dptrain/backends/kernels/spatial_kernels.hpp"
 #include "dptrain/common/random.hpp"
+#include "model/layers/rounded_operand.hpp"
 #include "model/layers/spatial_shape.hpp"
 
 namespace dptrain {
@@ -84,6 +88,12 @@ class Conv final : public Layer {
     ConvGeometry g = geometry_;
     g.max_rows = std::max(1, max_rows);
     plan_ = plan_for(name(), [&] { return be.kernels<SpatialKernels>().conv_plan(g); });
+    if (!RoundedOperand::wanted(be)) return;
+    x_bf16_ = RoundedOperand(reserve<std::uint16_t>(be, max_rows, input_shape().size(), Lifetime::kSaved));
+    dy_bf16_ =
+        RoundedOperand(reserve<std::uint16_t>(be, max_rows, output_shape().size(), Lifetime::kPass));
+    w_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
+        be, max_rows, RoundedOperand::weight_bytes(params().front().count), Lifetime::kSaved));
   }
 
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
@@ -98,18 +108,21 @@ class Conv final : public Layer {
       w[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * limit);
   }
 
-  void forward(Backend&, ConstTensorView x, TensorView y, Mode) override {
-    plan_->forward(x.data, arenas().params + weight_, arenas().params + bias_, y.data, x.rows);
+  void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
+    const float* w = arenas().params + weight_;
+    plan_->forward(x_bf16_.round(be, x, x.count()), w_bf16_.round(be, w, params().front().count),
+                   arenas().params + bias_, y.data, x.rows);
   }
 
-  void backward_params(Backend&, ConstTensorView x, ConstTensorView dy) override {
-    plan_->backward_weights(x.data, dy.data, arenas().grads + weight_, arenas().grads + bias_,
-                            x.rows);
+  void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
+    plan_->backward_weights(x_bf16_.take(x.data), dy_bf16_.round(be, dy, dy.count()),
+                            arenas().grads + weight_, arenas().grads + bias_, x.rows);
   }
 
   void backward_input(Backend&, ConstTensorView, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    plan_->backward_data(dy.data, arenas().params + weight_, dx.data, dy.rows);
+    plan_->backward_data(dy_bf16_.take(dy.data), w_bf16_.take(arenas().params + weight_),
+                         dx.data, dy.rows);
   }
 
  private:
@@ -124,6 +137,10 @@ class Conv final : public Layer {
   int index_;
   std::size_t weight_, bias_;  // arena offsets
   std::unique_ptr<ConvPlan> plan_;
+  // Where the backend rounds operands to bf16: x and the weight rounded in
+  // forward and kept (for the weight and the input gradient), dy in
+  // backward_params for both gradients; each once a step.
+  RoundedOperand x_bf16_, dy_bf16_, w_bf16_;
 };
 
 LayerSpec parse_conv(const std::string& token) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "dptrain/backends/backend.hpp"
 #include "dptrain/backends/kernel_family.hpp"
 
 namespace dptrain {
@@ -70,13 +71,18 @@ class ConvPlan {
   ConvPlan(const ConvPlan&) = delete;
   ConvPlan& operator=(const ConvPlan&) = delete;
 
+  // The operands x, weight and dy are GemmOperands: where one carries its
+  // bf16 rounding and the plan runs the pass in bf16, the plan reads that
+  // copy instead of rounding the values again (the same bits: the conv
+  // layer rounds each once per step, as the dense layer does); elsewhere
+  // it reads the fp32 values.
   // y = conv(x, weight) + bias.
-  virtual void forward(const float* x, const float* weight, const float* bias, float* y,
+  virtual void forward(GemmOperand x, GemmOperand weight, const float* bias, float* y,
                        int rows) = 0;
   // dx = the gradient w.r.t. x from dy (overwritten).
-  virtual void backward_data(const float* dy, const float* weight, float* dx, int rows) = 0;
+  virtual void backward_data(GemmOperand dy, GemmOperand weight, float* dx, int rows) = 0;
   // dweight and dbias from x and dy, summed over the rows (overwritten).
-  virtual void backward_weights(const float* x, const float* dy, float* dweight, float* dbias,
+  virtual void backward_weights(GemmOperand x, GemmOperand dy, float* dweight, float* dbias,
                                 int rows) = 0;
   // Backend objects made so far (primitives and their argument memories):
   // unchanged by a pass whose row count was seen before.

@@ -65,19 +65,23 @@ class OnednnConvPlan final : public ConvPlan {
     passes(g.max_rows);  // the largest buffers exist before the first step
   }
 
-  void forward(const float* x, const float* weight, const float* bias, float* y,
+  // The CPU reads the fp32 operands (its bf16 primitives round inside).
+  void forward(GemmOperand xo, GemmOperand weight, const float* bias, float* y,
                int rows) override {
+    const float* x = xo.data;
     Pass& p = passes(rows)[0];
-    run(p, x, weight, y, const_cast<float*>(bias), false);
+    run(p, x, weight.data, y, const_cast<float*>(bias), false);
     x_held_ = Held::of(p.operands[0], x, rows);
   }
-  void backward_data(const float* dy, const float* weight, float* dx, int rows) override {
+  void backward_data(GemmOperand dyo, GemmOperand weight, float* dx, int rows) override {
+    const float* dy = dyo.data;
     Pass& p = passes(rows)[1];
-    run(p, dy, weight, dx, nullptr, dy_held_.holds(p.operands[0], dy, rows));
+    run(p, dy, weight.data, dx, nullptr, dy_held_.holds(p.operands[0], dy, rows));
     dy_held_ = {};  // once: a later call may bring new values at the same address
   }
-  void backward_weights(const float* x, const float* dy, float* dweight, float* dbias,
+  void backward_weights(GemmOperand xo, GemmOperand dyo, float* dweight, float* dbias,
                         int rows) override {
+    const float *x = xo.data, *dy = dyo.data;
     Pass& p = passes(rows)[2];
     run(p, x, dy, dweight, dbias, x_held_.holds(p.operands[0], x, rows));
     x_held_ = {};

@@ -87,7 +87,7 @@ class CudnnConvPlan final : public ConvPlan {
     row_plan(g.max_rows);  // the largest buffers exist before the first step
   }
 
-  void forward(const float* x, const float* weight, const float* bias, float* y,
+  void forward(GemmOperand x, GemmOperand weight, const float* bias, float* y,
                int rows) override {
     const RowPlan& p = row_plan(rows);
     const void* xs = operand(p, x, in_elements(rows), 0);
@@ -101,7 +101,7 @@ class CudnnConvPlan final : public ConvPlan {
     DPT_CUDNN_CHECK(cudnnAddTensor(c_.handle(), &kOne, bias_.get(), bias, &kOne, p.fp32_y(), y));
   }
 
-  void backward_data(const float* dy, const float* weight, float* dx, int rows) override {
+  void backward_data(GemmOperand dy, GemmOperand weight, float* dx, int rows) override {
     const RowPlan& p = row_plan(rows);
     const void* dys = operand(p, dy, out_elements(rows), 0);
     const void* ws = weight_operand(p, weight);
@@ -113,7 +113,7 @@ class CudnnConvPlan final : public ConvPlan {
     if (p.bf16()) from_bf16(c_.launch(), out, dx, in_elements(rows));
   }
 
-  void backward_weights(const float* x, const float* dy, float* dweight, float* dbias,
+  void backward_weights(GemmOperand x, GemmOperand dy, float* dweight, float* dbias,
                         int rows) override {
     const RowPlan& p = row_plan(rows);
     const void* xs = operand(p, x, in_elements(rows), 0);
@@ -128,7 +128,7 @@ class CudnnConvPlan final : public ConvPlan {
     if (staged)
       DPT_CUDA_CHECK(cudaMemcpyAsync(dweight, out, weight_elements() * sizeof(float),
                                      cudaMemcpyDeviceToDevice, c_.launch().stream));
-    DPT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c_.handle(), &kOne, p.fp32_y(), dy, &kZero,
+    DPT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c_.handle(), &kOne, p.fp32_y(), dy.data, &kZero,
                                                  bias_.get(), dbias));
   }
 
@@ -154,11 +154,13 @@ class CudnnConvPlan final : public ConvPlan {
     return *slot;
   }
 
-  // src itself, or under bf16 its rounded copy in bf16 buffer `slot`.
-  const void* operand(const RowPlan& p, const float* src, std::size_t n, int slot) {
-    if (!p.bf16()) return src;
+  // src itself, or under bf16 the caller's rounding of it, or its rounded
+  // copy in bf16 buffer `slot`.
+  const void* operand(const RowPlan& p, GemmOperand src, std::size_t n, int slot) {
+    if (!p.bf16()) return src.data;
+    if (src.bf16) return src.bf16;
     void* copy = c_.bf16(slot).get();
-    to_bf16(c_.launch(), src, copy, n);
+    to_bf16(c_.launch(), src.data, copy, n);
     return copy;
   }
 
@@ -169,8 +171,9 @@ class CudnnConvPlan final : public ConvPlan {
 
   // The weight as a pass reads it: its bf16 copy, the weight itself, or an
   // aligned copy of it.
-  const void* weight_operand(const RowPlan& p, const float* weight) {
-    if (p.bf16()) return operand(p, weight, weight_elements(), 1);
+  const void* weight_operand(const RowPlan& p, GemmOperand w) {
+    if (p.bf16()) return operand(p, w, weight_elements(), 1);
+    const float* weight = w.data;
     if (aligned(weight)) return weight;
     void* copy = c_.aligned_weight().get();
     DPT_CUDA_CHECK(cudaMemcpyAsync(copy, weight, weight_elements() * sizeof(float),
