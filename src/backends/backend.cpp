@@ -43,6 +43,23 @@ void Backend::throw_missing_family(const std::string& what) const {
   throw Error(ExitCode::kUsage, "the " + name() + " backend has no " + what);
 }
 
+void Backend::gemm_gelu_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m, int n,
+                             int k, GemmOperand a, int lda, GemmOperand b, int ldb,
+                             std::uint16_t* c16, int ldc, std::uint16_t* aux16,
+                             const float* vector, const std::uint16_t*, float* scratch,
+                             float* scratch2) {
+  DPT_REQUIRE(ldc == n && (epilogue == GemmEpilogue::kBiasGeluTanh ||
+                           epilogue == GemmEpilogue::kGeluTanhGrad),
+              ExitCode::kOther, "gemm_gelu_bf16: a gelu:tanh epilogue with ldc == n");
+  ConvertKernels& convert = kernels<ConvertKernels>();
+  const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(n);
+  if (epilogue == GemmEpilogue::kGeluTanhGrad) convert.from_bf16(aux16, scratch2, values);
+  gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, scratch, ldc, epilogue,
+                const_cast<float*>(vector), scratch2);
+  if (epilogue == GemmEpilogue::kBiasGeluTanh) convert.to_bf16(scratch2, aux16, values);
+  convert.to_bf16(scratch, c16, values);
+}
+
 void Backend::sum(const float* a, const float* b, float* y, std::size_t n, std::uint16_t* y16) {
   if (y == b) {
     add(a, y, n);
@@ -74,7 +91,13 @@ void Backend::gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, Gem
       return;
     case GemmEpilogue::kBiasGradA:
       gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-      kernels<DenseKernels>().bias_grad(a.data, vector, k, m);  // op(A) = Aᵀ: A is [k, m]
+      // op(A) = Aᵀ: A is [k, m]. Under bf16 the GEMM read A's rounding, and
+      // the bias gradient sums it too (A's fp32 values may not exist: the
+      // bf16 MLP's hidden gradient).
+      if (a.bf16 && caps().rounds_gemm_operands)
+        kernels<DenseKernels>().bias_grad_bf16(a.bf16, vector, k, m);
+      else
+        kernels<DenseKernels>().bias_grad(a.data, vector, k, m);
       return;
     case GemmEpilogue::kBiasGeluTanh:
       gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, aux, ldc);

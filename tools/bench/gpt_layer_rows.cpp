@@ -82,8 +82,13 @@ class DrivenGpt {
     for (DeviceBuffer<float>* b : {&ga_, &gb_, &gc_, &gd_})
       *b = DeviceBuffer<float>(be, rows * widest);
     if (be.caps().rounds_gemm_operands)
-      for (DeviceBuffer<std::uint16_t>* b : {&ga16_, &gb16_})
+      for (DeviceBuffer<std::uint16_t>* b : {&ga16_, &gb16_, &dgelu16_})
         *b = DeviceBuffer<std::uint16_t>(be, rows * widest);
+    for (const Node& n : nodes_)
+      for (std::size_t j = 0; j < n.body.size(); ++j)
+        if (mlp_bf16(n, j))
+          hidden16_.emplace(n.body[j],
+                            DeviceBuffer<std::uint16_t>(be, rows * n.body[j]->output_shape().size()));
   }
 
   const Model& model() const { return *model_; }
@@ -106,17 +111,26 @@ class DrivenGpt {
       ConstTensorView cur = in;
       for (std::size_t j = 0; j < n.body.size(); ++j) {
         Layer* l = n.body[j];
-        const TensorView y = output(l);
+        TensorView y = output(l);
         if (n.block && j + 1 < n.body.size() && l->folds_next(*n.body[j + 1])) {
           // The part and the activation after it in one GEMM, as the block
-          // runs them: the time is the part's family's.
-          const TensorView next = output(n.body[++j]);
+          // runs them (in bf16 where it is a bf16 MLP): the time is the
+          // part's family's.
+          TensorView next = output(n.body[j + 1]);
+          if (mlp_bf16(n, j)) {
+            y.bf16 = hidden16_.at(l).get();
+            next.bf16 = n.body[j + 2]->input_bf16();
+          }
+          ++j;
           timed(acc, n.family[j - 1], kForward,
                 [&] { l->forward_folding_next(be_, cur, y, next, Mode::kTrain); });
           ++acc[n.family[j]].folded;
           cur = next;
           continue;
         }
+        // A layer norm writes the next part's input copy, as in the block.
+        if (n.block && j + 1 < n.body.size() && l->writes_output_bf16())
+          y.bf16 = n.body[j + 1]->input_bf16();
         timed(acc, n.family[j], kForward, [&] { l->forward(be_, cur, y, Mode::kTrain); });
         cur = y;
       }
@@ -164,9 +178,14 @@ class DrivenGpt {
         if (!l->params().empty()) timed(acc, f, kBackward, [&] { l->backward_params(be_, lin, g); });
         float* free = g.data == gc_.get() ? gd_.get() : gc_.get();
         if (j >= 1 && l->folds_previous(*n.body[j - 1])) {
-          const TensorView dx{free, rows, n.body[--j]->input_shape()};
+          TensorView dx{free, rows, n.body[--j]->input_shape()};
+          ConstTensorView prev_x = part_input(j);
+          if (j >= 1 && mlp_bf16(n, j - 1)) {  // the bf16 MLP's gradient, in bf16
+            prev_x.bf16 = hidden16_.at(n.body[j - 1]).get();
+            dx.bf16 = dgelu16_.get();
+          }
           timed(acc, f, kBackward,
-                [&] { l->backward_input_folding_previous(be_, lin, part_input(j), g, dx); });
+                [&] { l->backward_input_folding_previous(be_, lin, prev_x, g, dx); });
           ++acc[n.family[j]].folded;
           g = dx;
           continue;
@@ -201,6 +220,15 @@ class DrivenGpt {
     DeviceBuffer<float> out;       // a block's output
   };
 
+  // Whether block part j starts a bf16 MLP, as residual.cpp decides it: it
+  // folds the gelu:tanh after it, and the part after that folds it
+  // backward and keeps its input's rounding, where the backend rounds.
+  bool mlp_bf16(const Node& n, std::size_t j) const {
+    return n.block && be_.caps().rounds_gemm_operands && j + 2 < n.body.size() &&
+           n.body[j]->folds_next(*n.body[j + 1]) && n.body[j + 2]->folds_previous(*n.body[j + 1]) &&
+           !n.body[j + 2]->backward_reads_input();
+  }
+
   TensorView output(Layer* l) {
     return {outputs_.at(l).get(), a_.batch, l->output_shape()};
   }
@@ -232,6 +260,10 @@ class DrivenGpt {
   std::map<Layer*, DeviceBuffer<float>> outputs_;
   DeviceBuffer<float> ga_, gb_, gc_, gd_;  // Model's and the block's gradient buffers
   DeviceBuffer<std::uint16_t> ga16_, gb16_;  // the copies of ga_ and gb_, where rounded
+  // The bf16 MLP's hidden values: each first dense's output, and a pass's
+  // gradient of it (the model keeps them in the block's slots).
+  std::map<Layer*, DeviceBuffer<std::uint16_t>> hidden16_;
+  DeviceBuffer<std::uint16_t> dgelu16_;
 };
 
 std::string format_ms(double ms) {

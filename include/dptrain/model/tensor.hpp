@@ -50,8 +50,9 @@ class Shape {
 // values rounded to bf16 (nearest even, ConvertKernels::to_bf16's bits),
 // made by the tensor's producer in the pass that wrote it: a consumer whose
 // GEMMs read bf16 operands (RoundedOperand) reads that copy instead of
-// rounding the tensor again. Only a gradient handed to a layer's backward
-// carries one so far (the loss's, Layer::output_grad_bf16).
+// rounding the tensor again: the loss's gradient (Layer::output_grad_bf16),
+// a layer norm's output inside a block (Layer::input_bf16) and a block's
+// input gradient (Layer::writes_input_grad_bf16) carry one under bf16.
 template <typename T>
 struct BasicTensorView {
   using Bf16 = std::conditional_t<std::is_const_v<T>, const std::uint16_t, std::uint16_t>;

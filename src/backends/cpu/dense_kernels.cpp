@@ -7,6 +7,7 @@
 
 #include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/vector_clones.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/dense_kernels.hpp"
 
 namespace dptrain {
@@ -39,6 +40,13 @@ class CpuDenseKernels final : public DenseKernels {
 
   void bias_grad(const float* dy, float* db, int rows, int cols) override {
     sum_rows(dy, db, rows, cols);
+  }
+  // Never asked for in training (the CPU keeps no bf16 tensors); the rows
+  // in order, as sum_rows.
+  void bias_grad_bf16(const std::uint16_t* dy, float* db, int rows, int cols) override {
+    for (int c = 0; c < cols; ++c) db[c] = 0.0f;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) db[c] += bf16_value(dy[std::size_t(r) * cols + c]);
   }
 };
 

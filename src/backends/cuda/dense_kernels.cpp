@@ -15,6 +15,9 @@ class CudaDenseKernels final : public DenseKernels {
   void add_bias(float* y, const float* bias, int rows, int cols) override {
     cuda::add_bias(launch_, y, bias, rows, cols);
   }
+  void bias_grad_bf16(const std::uint16_t* dy, float* db, int rows, int cols) override {
+    cuda::bias_grad_bf16(launch_, dy, db, rows, cols);
+  }
   void bias_grad(const float* dy, float* db, int rows, int cols) override {
     cuda::bias_grad(launch_, dy, db, rows, cols);
   }

@@ -111,12 +111,18 @@ __global__ void add_bias_kernel(float* y, const float* bias, std::size_t total, 
 
 // Each thread sums a fixed subset of rows of one column, then row lane 0 adds
 // the 16 partials in order: the result does not depend on scheduling.
-__global__ void bias_grad_kernel(const float* dy, float* db, int rows, int cols) {
+__device__ inline float value_of(float v) { return v; }
+__device__ inline float value_of(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// T: float, or __nv_bfloat16 (the values of dy's rounding).
+template <typename T>
+__global__ void bias_grad_kernel(const T* dy, float* db, int rows, int cols) {
   __shared__ float part[kBiasRows][kBiasCols + 1];
   const int c = blockIdx.x * kBiasCols + threadIdx.x;
   float s = 0.0f;
   if (c < cols)
-    for (int r = threadIdx.y; r < rows; r += kBiasRows) s += dy[static_cast<std::size_t>(r) * cols + c];
+    for (int r = threadIdx.y; r < rows; r += kBiasRows)
+      s += value_of(dy[static_cast<std::size_t>(r) * cols + c]);
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
@@ -229,12 +235,20 @@ void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols) 
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
-void bias_grad(const Launch& l, const float* dy, float* db, int rows, int cols) {
+template <typename T>
+void bias_grad_of(const Launch& l, const T* dy, float* db, int rows, int cols) {
   if (cols <= 0) return;
   const unsigned blocks = static_cast<unsigned>((cols + kBiasCols - 1) / kBiasCols);
-  bias_grad_kernel<<<blocks, dim3(kBiasCols, kBiasRows), 0, l.stream>>>(dy, db, rows < 0 ? 0 : rows,
-                                                                        cols);
+  bias_grad_kernel<T><<<blocks, dim3(kBiasCols, kBiasRows), 0, l.stream>>>(
+      dy, db, rows < 0 ? 0 : rows, cols);
   DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void bias_grad(const Launch& l, const float* dy, float* db, int rows, int cols) {
+  bias_grad_of(l, dy, db, rows, cols);
+}
+void bias_grad_bf16(const Launch& l, const std::uint16_t* dy, float* db, int rows, int cols) {
+  bias_grad_of(l, reinterpret_cast<const __nv_bfloat16*>(dy), db, rows, cols);
 }
 
 void activation_forward(const Launch& l, Activation f, const float* x, float* y, std::size_t n) {

@@ -397,7 +397,8 @@ void fused_attention_backward(const Launch& l, bool bf16_operands, const float* 
   with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
     auto* copy = reinterpret_cast<bf16*>(dqkv16);
-    if (bf16_operands) backward_as<bf16, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
+    if (bf16_operands)
+      backward_as<bf16, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
     else if constexpr (HDP <= kFloatHeadDim)
       backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
   });

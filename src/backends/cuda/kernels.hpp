@@ -52,6 +52,7 @@ void to_bf16_pair(const Launch& l, const float* xa, void* ya, std::size_t na, co
 void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols);
 // Deterministic column sums (fixed summation order).
 void bias_grad(const Launch& l, const float* dy, float* db, int rows, int cols);
+void bias_grad_bf16(const Launch& l, const std::uint16_t* dy, float* db, int rows, int cols);
 void activation_forward(const Launch& l, Activation f, const float* x, float* y, std::size_t n);
 void activation_backward(const Launch& l, Activation f, const float* x, const float* y,
                          const float* dy, float* dx, std::size_t n);

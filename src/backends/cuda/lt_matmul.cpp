@@ -52,7 +52,7 @@ LtMatmul::~LtMatmul() {
   if (handle_) cublas_api().cublasLtDestroy_(handle_);
 }
 
-LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector, float* aux) {
+LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, void* vector, void* aux) {
   auto& slot = plans_[key];
   if (slot) return *slot;
   auto made = std::make_unique<Plan>();
@@ -61,15 +61,15 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector
   set(pl.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(p.op_a));
   set(pl.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(p.op_b));
   set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(p.epilogue));
-  set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(vector));
+  set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
   if (aux) {  // GELU's input, laid out as D
-    set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
+    set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
     set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(p.ldd));
   }
   const bool ta = p.op_a == CUBLAS_OP_T, tb = p.op_b == CUBLAS_OP_T;
   DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.a, p.type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda));
   DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.b, p.type, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb));
-  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.d, CUDA_R_32F, p.m, p.n, p.ldd));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate_(&pl.d, p.d_type, p.m, p.n, p.ldd));
   cublasLtMatmulPreference_t pref = nullptr;
   DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmulPreferenceCreate_(&pref));
   set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(kWorkspaceBytes));
@@ -89,15 +89,15 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, float* vector
   return pl;
 }
 
-bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, float* d, float* vector,
-                   float* aux) {
+bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, void* d, void* vector,
+                   void* aux) {
   const Key key{p.op_a, p.op_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.type,
                 p.compute * 4096 + p.epilogue, alignment(a), alignment(b), alignment(d),
-                alignment(vector), aux ? alignment(aux) : 0};
+                alignment(vector), aux ? alignment(aux) : 0, p.d_type};
   Plan& pl = plan(p, key, vector, aux);
   if (!pl.supported) return false;
-  set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(vector));
-  if (aux) set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
+  set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
+  if (aux) set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   const float one = 1.0f, zero = 0.0f;
   DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmul_(handle_, pl.desc, &one, a, pl.a, b, pl.b, &zero, d, pl.d, d,
                                   pl.d, &pl.algo, workspace_.get(), kWorkspaceBytes, stream_));

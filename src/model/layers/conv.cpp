@@ -89,9 +89,11 @@ class Conv final : public Layer {
     g.max_rows = std::max(1, max_rows);
     plan_ = plan_for(name(), [&] { return be.kernels<SpatialKernels>().conv_plan(g); });
     if (!RoundedOperand::wanted(be)) return;
-    x_bf16_ = RoundedOperand(reserve<std::uint16_t>(be, max_rows, input_shape().size(), Lifetime::kSaved));
-    dy_bf16_ =
-        RoundedOperand(reserve<std::uint16_t>(be, max_rows, output_shape().size(), Lifetime::kPass));
+    auto slot = [&](std::size_t per_row, Lifetime life) {
+      return RoundedOperand(reserve<std::uint16_t>(be, max_rows, per_row, life));
+    };
+    x_bf16_ = slot(input_shape().size(), Lifetime::kSaved);
+    dy_bf16_ = slot(output_shape().size(), Lifetime::kPass);
     w_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
         be, max_rows, RoundedOperand::weight_bytes(params().front().count), Lifetime::kSaved));
   }

@@ -6,14 +6,15 @@
 // (Backend::gemm_epilogue). Where the backend rounds GEMM operands to bf16
 // (rounded_operand.hpp), x and dy are each rounded once for the two
 // products that read them (x: forward and the weight gradient, kept from
-// forward; dy: both gradients), and the loss rounds dy itself where the
-// layer is the model's last (output_grad_bf16); the weight is rounded in
-// forward and its copy kept for the input gradient. Inside a block, where the backend fuses
-// GEMM epilogues, a gelu:tanh after the layer is folded into its forward
-// GEMM (bias, then GELU, the pre-activation kept for the activation's
-// backward) and a gelu:tanh before it into its input gradient's GEMM
-// (Layer::folds_next / folds_previous). Init is He-uniform before a
-// rectifier, else Glorot-uniform, with zero biases.
+// forward; dy: both gradients), the weight in forward (kept for the input
+// gradient); a producer that writes the rounding itself (the loss, a layer
+// norm or a block's gradient sum before it) hands it over in the view.
+// Inside a block, where the backend fuses GEMM epilogues, a gelu:tanh
+// after the layer is folded into its forward GEMM (bias, then GELU, the
+// pre-activation kept for the activation's backward) and a gelu:tanh
+// before it into its input gradient's GEMM (Layer::folds_next /
+// folds_previous). Init is He-uniform before a rectifier, else
+// Glorot-uniform, with zero biases.
 #include <charconv>
 #include <cmath>
 
@@ -62,6 +63,9 @@ class Dense final : public Layer {
         be, max_rows, RoundedOperand::weight_bytes(std::size_t(in_) * out_), Lifetime::kSaved));
     dy_bf16_ = RoundedOperand(
         reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * out_, Lifetime::kPass));
+    if (folds_gelu_)  // the bias as the bf16 GELU epilogue takes it
+      bias_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
+          be, max_rows, RoundedOperand::weight_bytes(std::size_t(out_)), Lifetime::kPass));
   }
 
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
@@ -83,10 +87,19 @@ class Dense final : public Layer {
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
     product(be, x, y.data, Backend::GemmEpilogue::kBias, nullptr);
   }
-  // y = x Wᵀ + b, the gelu:tanh's input; next_y = gelu:tanh(y).
+  // y = x Wᵀ + b, the gelu:tanh's input; next_y = gelu:tanh(y). Where the
+  // block hands both over with bf16 slots (the bf16 MLP), they are written
+  // in bf16 only, and y.data and next_y.data are scratch.
   void forward_folding_next(Backend& be, ConstTensorView x, TensorView y, TensorView next_y,
                             Mode) override {
-    product(be, x, next_y.data, Backend::GemmEpilogue::kBiasGeluTanh, y.data);
+    if (!y.bf16 || !next_y.bf16)
+      return product(be, x, next_y.data, Backend::GemmEpilogue::kBiasGeluTanh, y.data);
+    const int rows = x.rows * positions_;
+    const float* bias = arenas().params + bias_;
+    const GemmOperand bias16 = bias_bf16_.round(be, bias, std::size_t(out_));
+    be.gemm_gelu_bf16(Backend::GemmEpilogue::kBiasGeluTanh, false, true, rows, out_, in_,
+                      x_bf16_.round(be, x, std::size_t(rows) * in_), in_, weight_operand(be),
+                      in_, next_y.bf16, out_, y.bf16, bias, bias16.bf16, next_y.data, y.data);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
@@ -105,13 +118,20 @@ class Dense final : public Layer {
             w_bf16_.take(arenas().params + weight_), in_, 0.0f, dx.data, in_);
   }
   // prev_dx = (dy W) ∘ gelu:tanh'(prev_x): through the activation before.
+  // The bf16 MLP: prev_x comes as its bf16 copy alone (prev_x.data is
+  // scratch) and prev_dx is written into prev_dx.bf16 alone.
   void backward_input_folding_previous(Backend& be, ConstTensorView x, ConstTensorView prev_x,
                                        ConstTensorView dy, TensorView prev_dx) override {
-    // aux is only read by this epilogue.
-    be.gemm_epilogue(false, false, x.rows * positions_, in_, out_, dy_bf16_.take(dy.data), out_,
-                     w_bf16_.take(arenas().params + weight_), in_, prev_dx.data, in_,
-                     Backend::GemmEpilogue::kGeluTanhGrad, nullptr,
-                     const_cast<float*>(prev_x.data));
+    const int rows = x.rows * positions_;
+    const GemmOperand dy_op = dy_bf16_.take(dy.data);
+    const GemmOperand w_op = w_bf16_.take(arenas().params + weight_);
+    float* aux = const_cast<float*>(prev_x.data);  // only read by this epilogue
+    if (!prev_x.bf16 || !prev_dx.bf16)
+      return be.gemm_epilogue(false, false, rows, in_, out_, dy_op, out_, w_op, in_, prev_dx.data,
+                              in_, Backend::GemmEpilogue::kGeluTanhGrad, nullptr, aux);
+    be.gemm_gelu_bf16(Backend::GemmEpilogue::kGeluTanhGrad, false, false, rows, in_, out_, dy_op,
+                      out_, w_op, in_, prev_dx.bf16, in_, const_cast<std::uint16_t*>(prev_x.bf16),
+                      nullptr, nullptr, prev_dx.data, aux);
   }
 
  private:
@@ -125,10 +145,13 @@ class Dense final : public Layer {
                float* aux) {
     const int rows = x.rows * positions_;
     const GemmOperand x_op = x_bf16_.round(be, x, std::size_t(rows) * in_);
-    const GemmOperand w_op =
-        w_bf16_.round(be, arenas().params + weight_, std::size_t(in_) * out_);
-    be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, w_op, in_, out, out_, epilogue,
-                     arenas().params + bias_, aux);
+    be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, weight_operand(be), in_, out, out_,
+                     epilogue, arenas().params + bias_, aux);
+  }
+  // The weight for forward, rounded where the backend rounds (kept for the
+  // input gradient).
+  GemmOperand weight_operand(Backend& be) {
+    return w_bf16_.round(be, arenas().params + weight_, std::size_t(in_) * out_);
   }
 
   int positions_, in_, out_, index_;
@@ -136,6 +159,7 @@ class Dense final : public Layer {
   RoundedOperand x_bf16_;   // forward's rounding of x, for the weight gradient
   RoundedOperand dy_bf16_;  // backward_params' rounding of dy, for backward_input
   RoundedOperand w_bf16_;   // forward's rounding of the weight, for the input gradient
+  RoundedOperand bias_bf16_;  // the bias's rounding, for the bf16 MLP's forward
   bool folds_gelu_ = false;  // the backend fuses GEMM epilogues (set by allocate)
 };
 

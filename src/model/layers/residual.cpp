@@ -6,7 +6,8 @@
 // laid out in spec order among the model's layers; the block reserves
 // their activations and its gradient buffers (per pass) in the model's
 // activation arena: a part's output is saved for backward only where a
-// backward reads it (Layer::backward_reads_output, backward_reads_input). Where a part folds its neighbour into its GEMM
+// backward reads it (Layer::backward_reads_output, backward_reads_input).
+// Where a part folds its neighbour into its GEMM
 // (Layer::folds_next / folds_previous: dense and a gelu:tanh, on a backend
 // that fuses epilogues), the chain makes the one call for both; the
 // neighbour's output buffer is written all the same. A part that can write
@@ -71,15 +72,19 @@ class Residual final : public Layer {
     std::size_t widest = input_shape().size();
     for (auto* parts : {&body_, &shortcut_})
       for (const auto& p : *parts) p->allocate(be, max_rows);
-    for (auto* parts : {&body_, &shortcut_})
-      for (std::size_t i = 0; i < parts->size(); ++i) {
-        const Layer& p = *(*parts)[i];
-        acts_.push_back(
-            reserve<float>(be, max_rows, p.output_shape().size(), output_lifetime(*parts, i)));
-        widest = std::max(widest, p.output_shape().size());
-      }
     for (std::size_t first : {std::size_t(0), body_.size()})
-      note_folds(first == 0 ? body_ : shortcut_, first);
+      note_folds(first == 0 ? body_ : shortcut_, first, be.caps().rounds_gemm_operands);
+    for (std::size_t first : {std::size_t(0), body_.size()}) {
+      const Parts& parts = first == 0 ? body_ : shortcut_;
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        const std::size_t size = parts[i]->output_shape().size();
+        acts_.push_back(reserve<float>(be, max_rows, size, output_lifetime(parts, first, i)));
+        hidden16_.push_back(mlp_bf16_[first + i]
+                                ? reserve<std::uint16_t>(be, max_rows, size, Lifetime::kSaved)
+                                : ArenaBuffer<std::uint16_t>());
+        widest = std::max(widest, size);
+      }
+    }
     grad_a_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     grad_b_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     if (!shortcut_.empty()) dx_ = reserve<float>(be, max_rows, input_shape().size(), Lifetime::kPass);
@@ -156,24 +161,34 @@ class Residual final : public Layer {
   // chain's last output (f) is read by no other: the sum's gradient is dy
   // itself. Else it lives for the pass, which the forward's next parts
   // read it in (dense and attn under bf16 keep their input's rounding).
-  static Lifetime output_lifetime(const Parts& parts, std::size_t i) {
-    const bool read = parts[i]->backward_reads_output() ||
-                      (i + 1 < parts.size() && parts[i + 1]->backward_reads_input());
+  // A bf16 MLP's first output is kept in bf16 (hidden16_) instead.
+  Lifetime output_lifetime(const Parts& parts, std::size_t first, std::size_t i) const {
+    const bool read = !mlp_bf16_[first + i] &&
+                      (parts[i]->backward_reads_output() ||
+                       (i + 1 < parts.size() && parts[i + 1]->backward_reads_input()));
     return read ? Lifetime::kSaved : Lifetime::kPass;
   }
 
   // Which parts fold a neighbour into their GEMM (Layer::folds_next,
-  // folds_previous) and which write their output's bf16 copy when asked
-  // (Layer::writes_output_bf16), by part index as acts_ counts them.
-  void note_folds(const Parts& parts, std::size_t first) {
-    folds_next_.resize(first + parts.size(), false);
-    folds_previous_.resize(first + parts.size(), false);
-    writes_bf16_.resize(first + parts.size(), false);
+  // folds_previous), which write their output's bf16 copy when asked
+  // (Layer::writes_output_bf16), and which start a bf16 MLP, by part index
+  // as acts_ counts them. A bf16 MLP, where the backend rounds GEMM
+  // operands: a part that folds the gelu:tanh after it, followed by one
+  // that folds it backward and keeps its input's rounding (dense, gelu:tanh,
+  // dense): the gelu's input and output and the first dense's output
+  // gradient exist in bf16 only (Backend::gemm_gelu_bf16).
+  void note_folds(const Parts& parts, std::size_t first, bool rounds) {
+    const std::size_t end = first + parts.size();
+    for (auto* v : {&folds_next_, &folds_previous_, &writes_bf16_, &mlp_bf16_}) v->resize(end, false);
     for (std::size_t i = 0; i < parts.size(); ++i) {
       writes_bf16_[first + i] = parts[i]->writes_output_bf16();
       folds_next_[first + i] = i + 1 < parts.size() && parts[i]->folds_next(*parts[i + 1]);
       folds_previous_[first + i] = i >= 1 && parts[i]->folds_previous(*parts[i - 1]);
     }
+    for (std::size_t i = 0; i + 2 < parts.size(); ++i)
+      mlp_bf16_[first + i] = rounds && folds_next_[first + i] &&
+                             parts[i + 2]->folds_previous(*parts[i + 1]) &&
+                             !parts[i + 2]->backward_reads_input();
   }
 
   TensorView output(std::size_t at, int rows, const Layer& l) const {
@@ -188,8 +203,12 @@ class Residual final : public Layer {
     for (std::size_t i = 0; i < parts.size(); ++i) {
       const TensorView out = output(first + i, x.rows, *parts[i]);
       if (folds_next_[first + i]) {  // this part and the next in one call
-        const TensorView next = output(first + i + 1, x.rows, *parts[i + 1]);
-        parts[i]->forward_folding_next(be, in, out, next, mode);
+        TensorView y = out, next = output(first + i + 1, x.rows, *parts[i + 1]);
+        if (mlp_bf16_[first + i]) {  // both in bf16, the next's into the part after it
+          y.bf16 = hidden16_[first + i].get();
+          next.bf16 = parts[i + 2]->input_bf16();
+        }
+        parts[i]->forward_folding_next(be, in, y, next, mode);
         in = next;
         ++i;
         continue;
@@ -218,8 +237,13 @@ class Residual final : public Layer {
       float* free = g.data == grad_a_.get() ? grad_b_.get() : grad_a_.get();
       if (folds_previous_[first + i]) {  // through part i - 1 (no parameters) too
         --i;
-        const TensorView dx{free, x.rows, parts[i]->input_shape()};
-        l.backward_input_folding_previous(be, in, input(i), g, dx);
+        TensorView dx{free, x.rows, parts[i]->input_shape()};
+        ConstTensorView prev_x = input(i);
+        if (i >= 1 && mlp_bf16_[first + i - 1]) {  // in bf16, dx into the part before's slot
+          prev_x.bf16 = hidden16_[first + i - 1].get();
+          dx.bf16 = parts[i - 1]->output_grad_bf16();
+        }
+        l.backward_input_folding_previous(be, in, prev_x, g, dx);
         g = dx;
         continue;
       }
@@ -234,6 +258,8 @@ class Residual final : public Layer {
   std::vector<ArenaBuffer<float>> acts_;  // each part's output: body's, then the shortcut's
   std::vector<bool> folds_next_, folds_previous_;  // by part, as acts_ (set by allocate)
   std::vector<bool> writes_bf16_;  // the part writes its output's bf16 copy when asked
+  std::vector<bool> mlp_bf16_;     // the part starts a bf16 MLP (note_folds)
+  std::vector<ArenaBuffer<std::uint16_t>> hidden16_;  // a bf16 MLP's first output, in bf16
   ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only; dx_ with a projection shortcut
   const float* df_ = nullptr;  // the body's input gradient, from backward_params to backward_input
 };

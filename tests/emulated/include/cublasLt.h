@@ -15,6 +15,11 @@
 //         activation kernel (elementwise.cu), so the two agree bit for bit.
 //       CUBLASLT_EPILOGUE_DGELU: D[i, j] *= GELU'(aux[i, j]), the derivative
 //         as that kernel's backward computes it.
+//     D may be bf16 (with A and B bf16, beta 0) for the two GELU epilogues:
+//     the product and the epilogue run in fp32 as above, the bias and aux
+//     are then of D's type (bf16), as cuBLASLt takes them (cublasLt.h,
+//     BIAS_DATA_TYPE and EPILOGUE_AUX_DATA_TYPE default to D's type), and
+//     D and aux are stored rounded to nearest even.
 //   cublasLtMatmulAlgoGetHeuristic: one algorithm for DEFAULT, BIAS,
 //     BGRADB, GELU_AUX_BIAS and DGELU where AUX_LD is, as cuBLASLt requires,
 //     a multiple of 8 no less than D's rows (none for other epilogues, or for any while
@@ -34,6 +39,7 @@
 #include <map>
 
 #include "cublas_v2.h"
+#include "cuda_bf16.h"
 
 typedef struct cublasLtContextEmulated {
   int unused;
@@ -224,8 +230,9 @@ inline bool lt_shape(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtM
   *k = static_cast<int>(ta ? a->rows : a->cols);
   const std::uint64_t am = ta ? a->cols : a->rows, bk = tb ? b->cols : b->rows,
                       bn = tb ? b->rows : b->cols;
+  const bool d_bf16 = dl->type == CUDA_R_16BF && a->type == CUDA_R_16BF && lt_gelu(d->epilogue);
   return am == dl->rows && bk == std::uint64_t(*k) && bn == dl->cols && a->type == b->type &&
-         dl->type == CUDA_R_32F && d->scale == CUDA_R_32F &&
+         (dl->type == CUDA_R_32F || d_bf16) && d->scale == CUDA_R_32F &&
          (d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_FAST_TF32);
 }
 }  // namespace dptrain_emu
@@ -274,24 +281,44 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
   const bool gelu = dptrain_emu::lt_gelu(d->epilogue);
   if (gelu && (!d->aux || !dptrain_emu::is_device_pointer(d->aux) || d->aux_ld < m))
     return CUBLAS_STATUS_INVALID_VALUE;
+  const bool d_bf16 = dl->type == CUDA_R_16BF;
+  if (d_bf16 && *static_cast<const float*>(beta) != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;
   const bool tb = d->transb == CUBLAS_OP_T;
+  // A bf16 D: the product in fp32 into a buffer of its own (ld m), stored
+  // rounded after the epilogue.
+  auto* d16 = d_bf16 ? static_cast<__nv_bfloat16*>(D) : nullptr;
+  float* wide = d_bf16 ? new float[std::size_t(m) * std::size_t(n)] : static_cast<float*>(D);
   const dptrain_emu::GemmOperands g{d->transa == CUBLAS_OP_T, tb, d->compute == CUBLAS_COMPUTE_32F_FAST_TF32,
                                     m, n, k, static_cast<int>(a->ld), static_cast<int>(b->ld),
-                                    static_cast<int>(dl->ld), A, B, a->type, b->type,
+                                    d_bf16 ? m : static_cast<int>(dl->ld), A, B, a->type, b->type,
                                     *static_cast<const float*>(alpha),
-                                    *static_cast<const float*>(beta), static_cast<float*>(D)};
+                                    *static_cast<const float*>(beta), wide};
   const std::uint32_t epilogue = d->epilogue;
+  void* vector_any = d->bias;
   float* vector = static_cast<float*>(d->bias);
-  float* aux = static_cast<float*>(d->aux);
-  const std::size_t aux_ld = static_cast<std::size_t>(d->aux_ld);
+  void* aux_any = d->aux;
+  const std::size_t aux_ld = static_cast<std::size_t>(d->aux_ld), d_ld = dl->ld;
   ++dptrain_emu::lt_calls();
   ++dptrain_emu::lt_epilogue_calls(epilogue);
-  dptrain_emu::enqueue(stream, [g, epilogue, vector, aux, aux_ld, tb] {
+  dptrain_emu::enqueue(stream, [g, epilogue, vector, vector_any, aux_any, aux_ld, tb, d16, d_ld] {
     dptrain_emu::run_gemm(g);
     for (int j = 0; dptrain_emu::lt_gelu(epilogue) && j < g.n; ++j)
       for (int i = 0; i < g.m; ++i) {
         float& out = g.C[std::size_t(i) + std::size_t(j) * g.ldc];
-        float& in = aux[std::size_t(i) + std::size_t(j) * aux_ld];
+        const std::size_t at = std::size_t(i) + std::size_t(j) * aux_ld;
+        if (d16) {  // bias and aux in bf16
+          auto* aux16 = static_cast<__nv_bfloat16*>(aux_any);
+          if (epilogue == CUBLASLT_EPILOGUE_DGELU) {
+            out = dptrain_emu::lt_gelu_slope(__bfloat162float(aux16[at])) * out;
+          } else {
+            const float v =
+                out + __bfloat162float(static_cast<const __nv_bfloat16*>(vector_any)[i]);
+            aux16[at] = __float2bfloat16_rn(v);
+            out = dptrain_emu::lt_gelu_forward(v);
+          }
+          continue;
+        }
+        float& in = static_cast<float*>(aux_any)[at];
         if (epilogue == CUBLASLT_EPILOGUE_DGELU) {
           out = dptrain_emu::lt_gelu_slope(in) * out;
         } else {
@@ -299,6 +326,14 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
           out = dptrain_emu::lt_gelu_forward(in);
         }
       }
+    if (d16) {
+      for (int j = 0; j < g.n; ++j)
+        for (int i = 0; i < g.m; ++i)
+          d16[std::size_t(i) + std::size_t(j) * d_ld] =
+              __float2bfloat16_rn(g.C[std::size_t(i) + std::size_t(j) * g.ldc]);
+      delete[] g.C;
+      return;
+    }
     if (epilogue == CUBLASLT_EPILOGUE_BIAS)
       for (int j = 0; j < g.n; ++j)
         for (int i = 0; i < g.m; ++i) g.C[std::size_t(i) + std::size_t(j) * g.ldc] += vector[i];

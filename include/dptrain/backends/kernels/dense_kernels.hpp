@@ -3,6 +3,8 @@
 // themselves are Backend::gemm, shared with every family that needs one.
 #pragma once
 
+#include <cstdint>
+
 #include "dptrain/backends/kernel_family.hpp"
 
 namespace dptrain {
@@ -17,6 +19,10 @@ class DenseKernels : public KernelFamily {
   // db[c] = sum_r dy[r, c]  (overwrites db; rows == 0 gives zeros). The
   // summation order is fixed, so the same inputs give the same bits.
   virtual void bias_grad(const float* dy, float* db, int rows, int cols) = 0;
+  // The same over dy's bf16 values (bf16_value of each): the bias gradient
+  // where only dy's rounding exists (the bf16 MLP's hidden gradient),
+  // summed as the GEMM's epilogue sums it under bf16.
+  virtual void bias_grad_bf16(const std::uint16_t* dy, float* db, int rows, int cols) = 0;
 };
 
 }  // namespace dptrain
