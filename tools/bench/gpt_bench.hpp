@@ -104,10 +104,12 @@ struct GemmCall {
   // the replay hands its copies over too, so that the bare GEMMs round
   // what the step's GEMMs round, no more.
   bool a_rounded = false, b_rounded = false;
+  // A gelu epilogue with bf16 outputs (Backend::gemm_gelu_bf16, the bf16 MLP).
+  bool bf16_out = false;
 
   auto key() const {
     return std::make_tuple(batched, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, sa, sb, sc, batch,
-                           epilogue, a_rounded, b_rounded);
+                           epilogue, a_rounded, b_rounded, bf16_out);
   }
   double flops() const { return 2.0 * m * n * k * batch; }
   // By Backend::GemmEpilogue.
@@ -120,6 +122,7 @@ struct GemmCall {
     if (batched) s += " x" + std::to_string(batch) + " (batched)";
     if (epilogue >= 0)
       s += epilogue_names[epilogue];
+    if (bf16_out) s += " (bf16 out)";
     return s;
   }
 };
@@ -207,6 +210,21 @@ class InstrumentedBackend final : public Backend {
                        a.bf16 != nullptr, b.bf16 != nullptr});
     timed(false,
           [&] { inner_.gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector, aux); });
+    ++gemm_calls;
+  }
+  void gemm_gelu_bf16(GemmEpilogue e, bool ta, bool tb, int m, int n, int k, GemmOperand a, int lda,
+                      GemmOperand b, int ldb, std::uint16_t* c16, int ldc, std::uint16_t* aux16,
+                      const float* vector, const std::uint16_t* vector16, float* scratch,
+                      float* scratch2) override {
+    if (record) {
+      calls.push_back({false, ta, tb, m, n, k, 1.0f, 0.0f, lda, ldb, ldc, 0, 0, 0, 1, int(e),
+                       a.bf16 != nullptr, b.bf16 != nullptr});
+      calls.back().bf16_out = true;
+    }
+    timed(false, [&] {
+      inner_.gemm_gelu_bf16(e, ta, tb, m, n, k, a, lda, b, ldb, c16, ldc, aux16, vector, vector16,
+                            scratch, scratch2);
+    });
     ++gemm_calls;
   }
   void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
@@ -379,18 +397,25 @@ class Replay {
       const std::size_t c_n = extent(g.m, g.n, g.ldc, g.sc, g.batch);
       const bool gelu = g.epilogue == int(Backend::GemmEpilogue::kBiasGeluTanh) ||
                         g.epilogue == int(Backend::GemmEpilogue::kGeluTanhGrad);
+      const std::size_t vector_n = std::size_t(std::max(g.m, g.n));
       ops_.push_back({buffer(a_n), buffer(b_n), buffer(c_n),
-                      g.epilogue >= 0 ? buffer(std::size_t(std::max(g.m, g.n))) : nullptr,
+                      g.epilogue >= 0 ? buffer(vector_n) : nullptr,
                       gelu ? buffer(c_n) : nullptr,
                       g.a_rounded ? rounded(a_n) : nullptr,
-                      g.b_rounded ? rounded(b_n) : nullptr});
+                      g.b_rounded ? rounded(b_n) : nullptr,
+                      g.bf16_out ? rounded(c_n) : nullptr, g.bf16_out ? rounded(c_n) : nullptr,
+                      g.bf16_out ? rounded(vector_n) : nullptr});
       seen.emplace(g.key(), ops_.back());
     }
   }
   void run(std::size_t i) {
     const GemmCall& g = calls_[i];
     const Operands& o = ops_[i];
-    if (g.epilogue >= 0)
+    if (g.bf16_out)
+      be_.gemm_gelu_bf16(Backend::GemmEpilogue(g.epilogue), g.ta, g.tb, g.m, g.n, g.k,
+                         {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, o.c16, g.ldc, o.aux16,
+                         o.vector, o.vector16, o.c, o.aux);
+    else if (g.epilogue >= 0)
       be_.gemm_epilogue(g.ta, g.tb, g.m, g.n, g.k, {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, o.c,
                         g.ldc, Backend::GemmEpilogue(g.epilogue), o.vector, o.aux);
     else if (g.batched)
@@ -414,6 +439,8 @@ class Replay {
     float *c, *vector;  // vector: an epilogue's bias or bias gradient
     float* aux;         // the gelu epilogues' GELU input
     const std::uint16_t *a16, *b16;  // bf16 copies, where the step had them
+    std::uint16_t *c16, *aux16;       // the bf16 MLP fold's outputs
+    const std::uint16_t* vector16;    // and its bias
   };
   static std::size_t extent(int rows, int cols, int ld, std::size_t stride, int batch) {
     return std::size_t(batch - 1) * stride + std::size_t(rows - 1) * ld + std::size_t(cols);
@@ -428,7 +455,7 @@ class Replay {
   }
 
   // n bf16 values: the random pool's, rounded (only the time counts).
-  const std::uint16_t* rounded(std::size_t n) {
+  std::uint16_t* rounded(std::size_t n) {
     rounded_.emplace_back(be_, n);
     std::uint16_t* p = rounded_.back().get();
     std::vector<std::uint16_t> bits(std::min(pool_.size(), n));
