@@ -51,7 +51,8 @@ class FusedAttentionKernels : public KernelFamily {
   // tiles are recomputed from q, k, v and lse. `rowdot` is device scratch
   // of N·H·T floats (Σ do ∘ o per row). o_bf16, where not null, is the
   // forward's rounding of o (a table that reads o in bf16 reads it there);
-  // dqkv_bf16, where not null, receives dqkv rounded to bf16 as o_bf16 o.
+  // dqkv_bf16, where not null, receives dqkv rounded to bf16, as forward's
+  // o_bf16 receives o.
   virtual void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
                         const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                         const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) = 0;
