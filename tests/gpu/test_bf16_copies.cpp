@@ -1,23 +1,21 @@
-// Implements: bf16 copies written by the kernel that writes the tensor, for
-// the next GEMM to read: the layer norm's output (SequenceKernels::
-// layer_norm's y_bf16, which a block hands to the next part's slot,
-// Layer::input_bf16), a block's input gradient (Backend::sum's y16, which
-// the model hands to the block before as its dy), and the loss's gradient
-// handed to the last dense layer (Model::output_grad_bf16, LossKernels'
-// bf16 copy); and a convolution plan reading the copies the conv layer
-// hands it (ConvPlan's GemmOperands). Under --precision
-// bf16 on CUDA the last dense layer's GEMMs read dy in bf16; the loss
-// writes that copy in the pass that writes the gradient, into the slot
-// where the layer would have rounded dy itself, so no rounding pass runs.
+// Implements: bf16 copies written by the kernel that writes the tensor,
+// for the next GEMM to read (under --precision bf16 on CUDA), in place of a
+// rounding pass of the consumer's own: the loss's gradient for the last
+// dense layer (LossKernels' bf16 copy, Model::output_grad_bf16), a layer
+// norm's output (SequenceKernels::layer_norm's y_bf16, which a block hands
+// to the next part's slot, Layer::input_bf16), a block's input gradient
+// (Backend::sum's y16, which the model hands to the block before as its
+// dy); and a convolution plan reading the copies the conv layer hands it
+// (ConvPlan's GemmOperands).
 //
-// Checked here: the copy each loss kernel writes is the rounding of the
-// gradient it wrote, bit for bit, in place or apart, on the GPU and the
-// CPU; the model offers a slot only where its last layer rounds dy (a
-// dense layer under bf16 on CUDA); a step with the copy ends with the
-// gradients of a step without it, bit for bit; and the layer reads the
-// copy it is given — a copy of 2·dy doubles every gradient exactly (a
+// Checked here: each copy is the rounding of what its kernel wrote, bit
+// for bit (the loss in place and apart), on the GPU and the CPU; the model
+// offers a slot only where its last layer rounds dy (a dense layer under
+// bf16 on CUDA); a step with the loss's copy ends with the gradients of a
+// step without it, bit for bit; and the consumers read the copy they are
+// given — a copy of 2·dy (or 2·x, 2·w) doubles the gradients exactly (a
 // power of two scales each bf16 product and fp32 sum exactly), which a
-// layer that rounded dy again, or read the fp32 values, would not.
+// consumer that rounded the fp32 values again would not.
 #include <gtest/gtest.h>
 
 #include <cstdint>
