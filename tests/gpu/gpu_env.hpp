@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/backend_factory.hpp"
 
 namespace gpu_test {
@@ -107,6 +108,31 @@ class DeviceBusy {
   dptrain::DeviceBuffer<float> a_, c_;  // zeros: the time does not depend on the values
   double gemm_ms_ = 1.0;
 };
+
+// Built for the host emulation of CUDA (tests/emulated/), whose libraries
+// compute as the CUDA backend's kernels do: tests there can ask for bits.
+#if defined(DPTRAIN_EMULATED_DEVICE)
+inline constexpr bool kEmulated = true;
+#else
+inline constexpr bool kEmulated = false;
+#endif
+
+// What a bf16 buffer starts as to show whether it was written: a NaN that
+// no rounding makes (a rounded NaN is 0x7fff).
+inline constexpr std::uint16_t kNotWritten = 0x7fc1;
+
+// The bf16 rounding of scale · v, element by element.
+inline std::vector<std::uint16_t> bf16_bits_of(const std::vector<float>& v, float scale = 1.0f) {
+  std::vector<std::uint16_t> bits(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) bits[i] = dptrain::bf16_bits(scale * v[i]);
+  return bits;
+}
+
+// Whether copy is values rounded to bf16, bit for bit.
+inline bool is_bf16_rounding(const std::vector<std::uint16_t>& copy,
+                             const std::vector<float>& values) {
+  return copy == bf16_bits_of(values);
+}
 
 // Uniform in [lo, hi), reproducible from the seed.
 inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float lo = -1.0f,

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "dptrain/backends/backend_buffer.hpp"
-#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/model/model.hpp"
@@ -41,14 +40,8 @@ using dptrain::Precision;
 using gpu_test::download;
 using gpu_test::upload;
 
-constexpr std::uint16_t kNotWritten = 0x7fc1;  // a NaN no rounding makes
-
-bool is_rounding(const std::vector<std::uint16_t>& copy, const std::vector<float>& values) {
-  if (copy.size() != values.size()) return false;
-  for (std::size_t i = 0; i < copy.size(); ++i)
-    if (copy[i] != dptrain::bf16_bits(values[i])) return false;
-  return true;
-}
+using gpu_test::is_bf16_rounding;
+using gpu_test::kNotWritten;
 
 // Both loss kernels on `be`, apart and in place, for every width class of
 // the fused classifier (a warp, 128 and 512 threads a row).
@@ -67,14 +60,14 @@ void expect_copies_are_roundings(Backend& be) {
     DeviceBuffer<float> d(be, n);
     auto d16 = upload(be, std::vector<std::uint16_t>(n, kNotWritten));
     loss.softmax_xent(dz.get(), dl.get(), rows, cols, 0.25f, d.get(), d16.get(), stats.get());
-    EXPECT_TRUE(is_rounding(download(be, d16), download(be, d))) << "xent";
+    EXPECT_TRUE(is_bf16_rounding(download(be, d16), download(be, d))) << "xent";
     auto in_place16 = upload(be, std::vector<std::uint16_t>(n, kNotWritten));
     loss.softmax_xent(dz.get(), dl.get(), rows, cols, 0.25f, dz.get(), in_place16.get(),
                       stats.get());
     EXPECT_EQ(download(be, in_place16), download(be, d16)) << "xent in place";
     auto m16 = upload(be, std::vector<std::uint16_t>(n, kNotWritten));
     loss.mse(dz.get(), targets.get(), rows, cols, 0.5f, d.get(), m16.get(), stats.get());
-    EXPECT_TRUE(is_rounding(download(be, m16), download(be, d))) << "mse";
+    EXPECT_TRUE(is_bf16_rounding(download(be, m16), download(be, d))) << "mse";
   }
 }
 
@@ -103,7 +96,7 @@ TEST(Bf16LayerNormCopy, IsTheOutputsRounding) {
     seq.layer_norm(x.get(), w.get(), b.get(), rows, dim, 1e-5f, y_plain.get(), mean.get(),
                    rstd.get());
     EXPECT_EQ(download(*be, y), download(*be, y_plain)) << be->name();
-    EXPECT_TRUE(is_rounding(download(*be, y16), download(*be, y))) << be->name();
+    EXPECT_TRUE(is_bf16_rounding(download(*be, y16), download(*be, y))) << be->name();
   }
 }
 
@@ -121,7 +114,7 @@ TEST(Bf16SumCopy, IsTheSumsRounding) {
     be->sum(a.get(), b.get(), y.get(), n, y16.get());
     be->sum(a.get(), b.get(), y_plain.get(), n);
     EXPECT_EQ(download(*be, y), download(*be, y_plain)) << be->name();
-    EXPECT_TRUE(is_rounding(download(*be, y16), download(*be, y))) << be->name();
+    EXPECT_TRUE(is_bf16_rounding(download(*be, y16), download(*be, y))) << be->name();
   }
 }
 
@@ -141,9 +134,7 @@ TEST(Bf16ConvOperands, ThePlanReadsTheCopiesGiven) {
   in.b.assign(in.b.size(), 0.0f);
   const ConvOutputs plain = gpu_test::run_conv(*be, *plan, g, rows, in);
   auto doubled = [&](const std::vector<float>& v) {
-    std::vector<std::uint16_t> bits(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) bits[i] = dptrain::bf16_bits(2.0f * v[i]);
-    return upload(*be, bits);
+    return upload(*be, gpu_test::bf16_bits_of(v, 2.0f));
   };
   auto x = upload(*be, in.x), w = upload(*be, in.w), b = upload(*be, in.b), dy = upload(*be, in.dy);
   const auto x2 = doubled(in.x), w2 = doubled(in.w), dy2 = doubled(in.dy);
@@ -201,9 +192,7 @@ std::vector<float> gradients(Backend& be, bool copy, bool doubled) {
                                          m->output_grad(), dy16, stats.get());
   if (doubled) {
     const std::size_t n = std::size_t(kRows) * kClasses;
-    std::vector<float> dy2 = download(be, m->output_grad(), n);
-    std::vector<std::uint16_t> bits(n);
-    for (std::size_t i = 0; i < n; ++i) bits[i] = dptrain::bf16_bits(2.0f * dy2[i]);
+    const auto bits = gpu_test::bf16_bits_of(download(be, m->output_grad(), n), 2.0f);
     be.copy_to_device(dy16, bits.data(), n * sizeof(std::uint16_t));
   }
   m->backward(x.get(), m->output_grad(), kRows, nullptr, dy16);

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "dptrain/backends/backend_buffer.hpp"
-#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "gpu_env.hpp"
 #ifdef DPTRAIN_EMULATED_DEVICE
 #include <cublasLt.h>  // the emulation's: lt_refusal(), lt_epilogue_calls()
@@ -30,7 +29,9 @@ using dptrain::Backend;
 using dptrain::DeviceBuffer;
 using dptrain::Precision;
 using Epilogue = dptrain::Backend::GemmEpilogue;
+using gpu_test::bf16_bits_of;
 using gpu_test::download;
+using gpu_test::kEmulated;
 using gpu_test::random_vector;
 using gpu_test::upload;
 using Floats = std::vector<float>;
@@ -38,20 +39,9 @@ using Bits = std::vector<std::uint16_t>;
 
 constexpr int kRows = 67, kIn = 24, kOut = 40;  // kOut: a multiple of 8, as cuBLASLt's aux needs
 
-#ifdef DPTRAIN_EMULATED_DEVICE
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
-
 Floats rounded_values(const Floats& v) {
   Floats out(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) out[i] = dptrain::bf16_value(dptrain::bf16_bits(v[i]));
-  return out;
-}
-Bits bits_of(const Floats& v) {
-  Bits out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = dptrain::bf16_bits(v[i]);
   return out;
 }
 
@@ -88,7 +78,7 @@ void check_forward(Backend& gpu) {
   const Floats b = random_vector(kOut, 7), b_rounded = rounded_values(b);
   auto dx = upload(gpu, x), dw = upload(gpu, w), db = upload(gpu, b);
   auto db_rounded = upload(gpu, b_rounded);
-  auto b16 = upload(gpu, bits_of(b));
+  auto b16 = upload(gpu, bf16_bits_of(b));
   const std::size_t n = std::size_t(kRows) * kOut;
   DeviceBuffer<float> pre(gpu, n), act(gpu, n), scratch(gpu, n), scratch2(gpu, n);
   DeviceBuffer<std::uint16_t> aux16(gpu, n), c16(gpu, n);
@@ -109,7 +99,7 @@ void check_backward(Backend& gpu) {
   const Floats dy = random_vector(std::size_t(kRows) * kOut, 8), w = random_vector(std::size_t(kOut) * kIn, 9);
   const Floats pre = rounded_values(random_vector(std::size_t(kRows) * kIn, 10, -3.0f, 3.0f));
   auto ddy = upload(gpu, dy), dw = upload(gpu, w), dpre = upload(gpu, pre);
-  auto aux16 = upload(gpu, bits_of(pre));
+  auto aux16 = upload(gpu, bf16_bits_of(pre));
   const std::size_t n = std::size_t(kRows) * kIn;
   DeviceBuffer<float> want(gpu, n), scratch(gpu, n), scratch2(gpu, n);
   DeviceBuffer<std::uint16_t> c16(gpu, n);

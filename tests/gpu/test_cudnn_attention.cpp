@@ -37,7 +37,6 @@
 
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/backend_factory.hpp"
-#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 #include "gpu_env.hpp"
 #if defined(DPTRAIN_EMULATED_DEVICE)
@@ -70,14 +69,8 @@ struct Pass {
   bool copies = false;
 };
 
-constexpr std::uint16_t kNotWritten = 0x7fc1;  // a NaN no rounding makes
-
-bool is_rounding(const std::vector<std::uint16_t>& copy, const Floats& values) {
-  if (copy.size() != values.size()) return false;
-  for (std::size_t i = 0; i < copy.size(); ++i)
-    if (copy[i] != dptrain::bf16_bits(values[i])) return false;
-  return true;
-}
+using gpu_test::is_bf16_rounding;
+using gpu_test::kNotWritten;
 
 Pass run_pass(dptrain::Backend& be, const Case& c) {
   const HeadShape& s = c.shape;
@@ -95,8 +88,8 @@ Pass run_pass(dptrain::Backend& be, const Case& c) {
   k->backward(qkv.get(), o.get(), lse.get(), d_o.get(), s, scale, c.causal, rowdot.get(),
               dqkv.get(), o16.get(), dqkv16.get());
   Pass p{gpu_test::download(be, o), gpu_test::download(be, lse), gpu_test::download(be, dqkv)};
-  p.copies = is_rounding(gpu_test::download(be, o16), p.o) &&
-             is_rounding(gpu_test::download(be, dqkv16), p.dqkv);
+  p.copies = is_bf16_rounding(gpu_test::download(be, o16), p.o) &&
+             is_bf16_rounding(gpu_test::download(be, dqkv16), p.dqkv);
   return p;
 }
 

@@ -35,17 +35,13 @@ using dptrain::DeviceBuffer;
 using dptrain::Precision;
 using Epilogue = dptrain::Backend::GemmEpilogue;
 using gpu_test::download;
+using gpu_test::kEmulated;
 using gpu_test::random_vector;
 using gpu_test::upload;
 using Floats = std::vector<float>;
 
 constexpr int kRows = 67, kIn = 24, kOut = 40;  // aux's leading dimension kOut: a multiple of 8
 
-#ifdef DPTRAIN_EMULATED_DEVICE
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
 
 // |a - b| within tol · bound elementwise (equal bits on the emulation).
 ::testing::AssertionResult close(const Floats& got, const Floats& want, const Floats& bound,

@@ -32,11 +32,7 @@ constexpr int kRows = 129, kIn = 33, kOut = 65;
 
 // The bf16 rounding of scale · x, uploaded.
 DeviceBuffer<std::uint16_t> rounded(Backend& be, const std::vector<float>& x, float scale) {
-  std::vector<std::uint16_t> bits(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) bits[i] = dptrain::bf16_bits(scale * x[i]);
-  DeviceBuffer<std::uint16_t> out(be, bits.size());
-  be.copy_to_device(out.get(), bits.data(), bits.size() * sizeof(std::uint16_t));
-  return out;
+  return upload(be, gpu_test::bf16_bits_of(x, scale));
 }
 
 std::vector<float> times(std::vector<float> v, float s) {
