@@ -124,6 +124,17 @@ for a in "$build"/artifacts/*; do
     continue
   fi
   frame=$(fault_frame "$log")
+  # An out-of-memory report often has no stack: under allocator_may_return_null
+  # a huge malloc succeeds lazily and the RSS limit trips later, outside it.
+  # Replayed with ASan's default (a NULL return is an error) and a malloc
+  # limit, the report names the allocation that crossed the limit, and its
+  # caller decides as for a crash.
+  if [[ "$kind" == *"libFuzzer: out-of-memory"* && -z "$frame" ]]; then
+    ASAN_OPTIONS=detect_leaks=0 "$fuzzer" "${limits[@]}" -malloc_limit_mb=2048 "$a" >"$a.malloc.log" 2>&1 || true
+    frame=$(fault_frame "$a.malloc.log")
+    [[ -n "$frame" ]] && cat "$a.malloc.log" >>"$log"
+    rm -f "$a.malloc.log"
+  fi
   if [[ "$frame" == *libhdf5* ]]; then
     fn=$(sed -nE 's/.* in ([A-Za-z0-9_]+) .*/\1/p' <<<"$frame")
     echo "fuzz: known HDF5-internal: ${kind#ERROR: } in ${fn:-libhdf5} ($(basename "$a"))"
