@@ -5,6 +5,7 @@
 // the dense family's kernels.
 #include "dptrain/backends/backend.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -43,15 +44,28 @@ void Backend::throw_missing_family(const std::string& what) const {
   throw Error(ExitCode::kUsage, "the " + name() + " backend has no " + what);
 }
 
-void Backend::gemm_gelu_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m, int n,
-                             int k, GemmOperand a, int lda, GemmOperand b, int ldb,
-                             std::uint16_t* c16, int ldc, std::uint16_t* aux16,
-                             const float* vector, const std::uint16_t*, float* scratch,
-                             float* scratch2) {
-  DPT_REQUIRE(ldc == n && (epilogue == GemmEpilogue::kBiasGeluTanh ||
-                           epilogue == GemmEpilogue::kGeluTanhGrad),
-              ExitCode::kOther, "gemm_gelu_bf16: a gelu:tanh epilogue with ldc == n");
+void Backend::gemm_epilogue_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m,
+                                 int n, int k, GemmOperand a, int lda, GemmOperand b, int ldb,
+                                 std::uint16_t* c16, int ldc, std::uint16_t* aux16,
+                                 const float* vector, const std::uint16_t*, float* scratch,
+                                 float* scratch2, int scratch_rows) {
+  DPT_REQUIRE(ldc == n && epilogue != GemmEpilogue::kBiasGradA, ExitCode::kOther,
+              "gemm_epilogue_bf16: kBias or a gelu:tanh epilogue with ldc == n");
   ConvertKernels& convert = kernels<ConvertKernels>();
+  if (epilogue == GemmEpilogue::kBias) {
+    // Row chunks of op(A): rows of A, or columns where it is transposed.
+    const int chunk = scratch_rows > 0 ? std::min(scratch_rows, m) : m;
+    for (int r = 0; r < m; r += chunk) {
+      const int rows = std::min(chunk, m - r);
+      const std::size_t at = trans_a ? std::size_t(r) : std::size_t(r) * std::size_t(lda);
+      const GemmOperand part{a.data + at, a.bf16 ? a.bf16 + at : nullptr};
+      gemm_epilogue(trans_a, trans_b, rows, n, k, part, lda, b, ldb, scratch, ldc, epilogue,
+                    const_cast<float*>(vector));
+      convert.to_bf16(scratch, c16 + std::size_t(r) * std::size_t(ldc),
+                      std::size_t(rows) * std::size_t(n));
+    }
+    return;
+  }
   const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(n);
   if (epilogue == GemmEpilogue::kGeluTanhGrad) convert.from_bf16(aux16, scratch2, values);
   gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, scratch, ldc, epilogue,

@@ -20,11 +20,16 @@ int loss_terms_per_sample(LossKind loss, const Shape& output) {
 
 void apply_loss(Backend& be, LossKind loss, const float* out, const Shard& shard,
                 const Shape& output, float grad_scale, float* dout, float* stats,
-                std::uint16_t* dout_bf16) {
+                std::uint16_t* dout_bf16, std::uint16_t* out_bf16) {
   if (shard.rows == 0) return;
   const int terms = loss_terms_per_sample(loss, output);
   const int width = static_cast<int>(output.size()) / terms;
-  if (loss == LossKind::kXent)
+  DPT_REQUIRE(!out_bf16 || loss == LossKind::kXent, ExitCode::kOther,
+              "apply_loss: a bf16 output needs --loss xent");
+  if (out_bf16)
+    be.kernels<LossKernels>().softmax_xent_bf16(out_bf16, shard.labels, shard.rows * terms, width,
+                                                grad_scale, dout ? out_bf16 : nullptr, stats);
+  else if (loss == LossKind::kXent)
     be.kernels<LossKernels>().softmax_xent(out, shard.labels, shard.rows * terms, width, grad_scale,
                                            dout, dout_bf16, stats);
   else

@@ -32,12 +32,12 @@ Recompute parse_recompute(const std::string& name) {
 }
 
 Model::Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input,
-             int max_rows, int vocab, Recompute recompute, ModelStorage storage)
+             int max_rows, int vocab, Recompute recompute, ModelStorage storage, Logits logits)
     : Model(backend, build_layers(specs, input, vocab), input, max_rows, vocab, recompute,
-            storage) {}
+            storage, logits) {}
 
 Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
-             int max_rows, int vocab, Recompute recompute, ModelStorage storage)
+             int max_rows, int vocab, Recompute recompute, ModelStorage storage, Logits logits)
     : be_(backend),
       layers_(std::move(layers)),
       input_(input),
@@ -87,11 +87,24 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     // backward runs (output_grad), so its forward cannot run again there.
     const bool last = li + 1 == layers_.size();
     arena_.begin_layer(li, li >= first_trained_, !last || l.backward_reads_output());
+    if (last && logits == Logits::kBf16) output_bf16_ = l.write_output_bf16_only(be_);
     l.allocate(be_, max_rows_);
   }
   arena_.begin_model_scope();
-  for (const auto& l : layers_)
-    acts_.push_back(model_buffer(l->output_shape().size(), Lifetime::kSaved));
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const std::size_t per_row = layers_[li]->output_shape().size();
+    if (li + 1 < layers_.size() || !output_bf16_) {
+      acts_.push_back(model_buffer(per_row, Lifetime::kSaved));
+      continue;
+    }
+    // The head's output lives in its bf16 slot; this is the scratch of
+    // the epilogue's fallback, a few rows of it (layer.hpp).
+    const RowBytes bytes = [per_row](int rows) {
+      return std::size_t(bf16_output_scratch_samples(per_row, rows)) * per_row * sizeof(float);
+    };
+    acts_.emplace_back(&arena_, arena_.reserve(bytes, Lifetime::kPass),
+                       bytes(max_rows_) / sizeof(float));
+  }
   // The loss writes its gradient over the output where the last layer's
   // backward does not read the output (Layer::backward_reads_output).
   if (layers_.back()->backward_reads_output())

@@ -50,7 +50,7 @@ EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, Shar
   forward_pass(mpi, be, set, model, loss, batch_size, cache_bytes,
                [&](const BatchSlot&, const Shard& shard, const float* out) {
                  apply_loss(be, loss, out, shard, model.output_shape(), 0.0f, nullptr,
-                            stats.get());
+                            stats.get(), nullptr, model.output_bf16());
                },
                events);
   comm.allreduce_sum(stats.get(), 2);

@@ -50,7 +50,8 @@ void TrainingRun::print_memory_plan() {
   agree(mpi_.world(), [&] {
     model = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info), 1,
                                     model_vocab(train_.info), Recompute::kNone,
-                                    ModelStorage::kPlanOnly);
+                                    ModelStorage::kPlanOnly,
+                                    logits_precision(opts_.precision, loss_));
   });
   if (mpi_.rank() != 0) return;
   RankMemory mem = rank_memory(model->num_params(), state_arrays_of(optimizer_config(opts_)),

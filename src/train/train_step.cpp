@@ -42,7 +42,7 @@ void forward_backward(Backend& be, Model& model, LossKind loss, const Shard& sha
   if (o.replicas) o.replicas->set_phase(o.timer, Phase::kForward);
   const float* out = model.forward(shard.features, shard.rows, o.events);
   apply_loss(be, loss, out, shard, model.output_shape(), scale, model.output_grad(), stats,
-             model.output_grad_bf16());
+             model.output_grad_bf16(), model.output_bf16());
   lap(o, Phase::kForward);
   if (o.replicas) o.replicas->set_phase(o.timer, Phase::kBackward);
   o.sync->begin_backward(reduce, earlier);

@@ -218,7 +218,8 @@ void TrainingRun::build_model() {
     model_ = std::make_unique<Model>(
         *rt_.backend, layers_, sample_shape(train_.info), max_rows, model_vocab(train_.info),
         parse_recompute(opts_.recompute),
-        opts_.shard_params ? ModelStorage::kShardedParams : ModelStorage::kAllocated);
+        opts_.shard_params ? ModelStorage::kShardedParams : ModelStorage::kAllocated,
+        logits_precision(opts_.precision, loss_));
     model_->init(opts_.seed);
   });
   // Rank 0's weights are the reference: every tower starts bitwise identical.

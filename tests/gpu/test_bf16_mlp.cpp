@@ -1,6 +1,7 @@
-// Implements: the bf16 MLP's fold (Backend::gemm_gelu_bf16): the gelu:tanh
-// between two dense layers with its input, its output and the first
-// dense's output gradient held in bf16 only, as autocast holds them.
+// Implements: the folds with bf16 outputs (Backend::gemm_epilogue_bf16): the
+// bf16 MLP's gelu:tanh between two dense layers with its input, its output
+// and the first dense's output gradient held in bf16 only, as autocast
+// holds them, and the head's logits (kBias) in bf16 only.
 // Against the fp32 fold of the same backend (gemm_epilogue's kBiasGeluTanh
 // and kGeluTanhGrad, the same bf16 operands) given the bias's rounding and
 // the bf16 aux expanded: each bf16 output is that fp32 result rounded, bit
@@ -85,13 +86,34 @@ void check_forward(Backend& gpu) {
   gpu.gemm_epilogue(false, true, kRows, kOut, kIn, dx.get(), kIn, dw.get(), kIn, act.get(), kOut,
                     Epilogue::kBiasGeluTanh, db_rounded.get(), pre.get());
   // The fallback adds the fp32 bias it is given: here its rounding.
-  gpu.gemm_gelu_bf16(Epilogue::kBiasGeluTanh, false, true, kRows, kOut, kIn, dx.get(), kIn,
+  gpu.gemm_epilogue_bf16(Epilogue::kBiasGeluTanh, false, true, kRows, kOut, kIn, dx.get(), kIn,
                      dw.get(), kIn, c16.get(), kOut, aux16.get(), db_rounded.get(), b16.get(),
                      scratch.get(), scratch2.get());
   Floats terms = magnitudes(x, w, kRows, kOut, kIn, true);
   for (std::size_t i = 0; i < n; ++i) terms[i] += std::fabs(b[i % kOut]);
   EXPECT_TRUE(rounded_from(download(gpu, aux16), download(gpu, pre), terms, "aux"));
   EXPECT_TRUE(rounded_from(download(gpu, c16), download(gpu, act), terms, "gelu"));
+}
+
+// The head's logits: c16 = bf16(x wᵀ + b16) against the fp32 kBias with the
+// bias's rounding; the fallback folds in chunks of scratch_rows rows (the
+// scratch holds no more, and the rows past it are written all the same).
+void check_bias(Backend& gpu, int scratch_rows) {
+  const Floats x = random_vector(std::size_t(kRows) * kIn, 11), w = random_vector(std::size_t(kOut) * kIn, 12);
+  const Floats b = random_vector(kOut, 13), b_rounded = rounded_values(b);
+  auto dx = upload(gpu, x), dw = upload(gpu, w), db_rounded = upload(gpu, b_rounded);
+  auto b16 = upload(gpu, bf16_bits_of(b));
+  const std::size_t n = std::size_t(kRows) * kOut;
+  DeviceBuffer<float> want(gpu, n), scratch(gpu, std::size_t(scratch_rows) * kOut);
+  DeviceBuffer<std::uint16_t> c16(gpu, n);
+  gpu.gemm_epilogue(false, true, kRows, kOut, kIn, dx.get(), kIn, dw.get(), kIn, want.get(), kOut,
+                    Epilogue::kBias, db_rounded.get());
+  gpu.gemm_epilogue_bf16(Epilogue::kBias, false, true, kRows, kOut, kIn, dx.get(), kIn, dw.get(),
+                         kIn, c16.get(), kOut, nullptr, db_rounded.get(), b16.get(), scratch.get(),
+                         nullptr, scratch_rows);
+  Floats terms = magnitudes(x, w, kRows, kOut, kIn, true);
+  for (std::size_t i = 0; i < n; ++i) terms[i] += std::fabs(b[i % kOut]);
+  EXPECT_TRUE(rounded_from(download(gpu, c16), download(gpu, want), terms, "logits"));
 }
 
 // c16 = bf16((dy w) ∘ gelu'(aux16)) against the fp32 fold over aux16's values.
@@ -105,7 +127,7 @@ void check_backward(Backend& gpu) {
   DeviceBuffer<std::uint16_t> c16(gpu, n);
   gpu.gemm_epilogue(false, false, kRows, kIn, kOut, ddy.get(), kOut, dw.get(), kIn, want.get(), kIn,
                     Epilogue::kGeluTanhGrad, nullptr, dpre.get());
-  gpu.gemm_gelu_bf16(Epilogue::kGeluTanhGrad, false, false, kRows, kIn, kOut, ddy.get(), kOut,
+  gpu.gemm_epilogue_bf16(Epilogue::kGeluTanhGrad, false, false, kRows, kIn, kOut, ddy.get(), kOut,
                      dw.get(), kIn, c16.get(), kIn, aux16.get(), nullptr, nullptr, scratch.get(),
                      scratch2.get());
   Floats terms = magnitudes(dy, w, kRows, kIn, kOut, false);
@@ -117,6 +139,7 @@ TEST(Bf16Mlp, TheFoldsBf16OutputsAreTheFp32FoldRounded) {
   auto gpu = gpu_test::make_gpu(Precision::kBf16);
   check_forward(*gpu);
   check_backward(*gpu);
+  check_bias(*gpu, 5);
 }
 
 #ifdef DPTRAIN_EMULATED_DEVICE
@@ -124,11 +147,14 @@ TEST(Bf16Mlp, RunsOnCublasLtAndFallsBackWhereItHasNoAlgorithm) {
   auto gpu = gpu_test::make_gpu(Precision::kBf16);
   const long forward = dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
   const long backward = dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_DGELU);
+  const long bias = dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_BIAS);
   check_forward(*gpu);
   check_backward(*gpu);
+  check_bias(*gpu, kRows);
   // The references' fp32 folds and the bf16 ones: two calls each.
   EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), forward + 2);
   EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_DGELU), backward + 2);
+  EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_BIAS), bias + 2);
   struct Refusing {  // for this part only, however it ends
     Refusing() { dptrain_emu::lt_refusal() = true; }
     ~Refusing() { dptrain_emu::lt_refusal() = false; }
@@ -136,6 +162,8 @@ TEST(Bf16Mlp, RunsOnCublasLtAndFallsBackWhereItHasNoAlgorithm) {
   auto refused = gpu_test::make_gpu(Precision::kBf16);  // plans are made per backend
   check_forward(*refused);
   check_backward(*refused);
+  check_bias(*refused, 5);  // 67 rows in 14 chunks
+  EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_BIAS), bias + 2);
   EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), forward + 2);
   EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_DGELU), backward + 2);
 }

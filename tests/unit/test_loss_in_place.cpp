@@ -1,6 +1,7 @@
 // Implements: checks of the loss gradient written over the model's output —
 // the CPU loss kernels give bit for bit the same gradient and stats in place
-// as into a buffer of their own, and a model whose last layer does not read
+// as into a buffer of their own (the bf16 classifier too, which is the fp32
+// one on the logits' values), and a model whose last layer does not read
 // its output in backward (dense) trains from that one buffer exactly as a
 // model with a separate gradient buffer would.
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 #include "dptrain/common/random.hpp"
 #include "dptrain/model/layer_spec.hpp"
@@ -23,6 +25,40 @@ std::vector<float> uniform(std::size_t n, std::uint64_t seed, double scale) {
   std::vector<float> v(n);
   for (float& x : v) x = static_cast<float>(scale * (2.0 * rng.uniform() - 1.0));
   return v;
+}
+
+// The classifier over bf16 logits is the fp32 one over their values, the
+// gradient rounded: the same stats and bits, in place or apart. A kernel
+// that read the logits as fp32, skipped the rounding or dropped a row's
+// loss fails it.
+TEST(LossInPlace, TheBf16ClassifierIsTheFp32OneOnTheSameValues) {
+  auto be = make_backend("cpu", {});
+  LossKernels& loss = be->kernels<LossKernels>();
+  const int rows = 5, cols = 41;
+  std::vector<float> z = uniform(std::size_t(rows) * cols, 8, 6.0);
+  std::vector<std::uint16_t> z16(z.size());
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    z16[i] = bf16_bits(z[i]);
+    z[i] = bf16_value(z16[i]);
+  }
+  const std::vector<std::int32_t> labels{3, 40, 0, 3, 22};
+  std::vector<float> d(z.size()), stats{0, 0};
+  loss.softmax_xent(z.data(), labels.data(), rows, cols, 0.25f, d.data(), stats.data());
+  std::vector<std::uint16_t> apart(z.size()), in_place = z16;
+  std::vector<float> stats_apart{0, 0}, stats_in_place{0, 0};
+  loss.softmax_xent_bf16(z16.data(), labels.data(), rows, cols, 0.25f, apart.data(),
+                         stats_apart.data());
+  loss.softmax_xent_bf16(in_place.data(), labels.data(), rows, cols, 0.25f, in_place.data(),
+                         stats_in_place.data());
+  EXPECT_EQ(stats_apart, stats);
+  EXPECT_EQ(stats_in_place, stats);
+  for (std::size_t i = 0; i < d.size(); ++i) ASSERT_EQ(apart[i], bf16_bits(d[i])) << i;
+  EXPECT_EQ(in_place, apart);
+  std::vector<float> stats_eval{0, 0};  // no gradient: the stats alone, logits untouched
+  const std::vector<std::uint16_t> before = z16;
+  loss.softmax_xent_bf16(z16.data(), labels.data(), rows, cols, 0.25f, nullptr, stats_eval.data());
+  EXPECT_EQ(stats_eval, stats);
+  EXPECT_EQ(z16, before);
 }
 
 TEST(LossInPlace, CpuKernelsGiveTheSameBitsInPlace) {

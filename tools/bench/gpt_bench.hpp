@@ -104,7 +104,8 @@ struct GemmCall {
   // the replay hands its copies over too, so that the bare GEMMs round
   // what the step's GEMMs round, no more.
   bool a_rounded = false, b_rounded = false;
-  // A gelu epilogue with bf16 outputs (Backend::gemm_gelu_bf16, the bf16 MLP).
+  // An epilogue with bf16 outputs (Backend::gemm_epilogue_bf16: the bf16
+  // MLP, the head's bf16 logits).
   bool bf16_out = false;
 
   auto key() const {
@@ -212,18 +213,19 @@ class InstrumentedBackend final : public Backend {
           [&] { inner_.gemm_epilogue(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e, vector, aux); });
     ++gemm_calls;
   }
-  void gemm_gelu_bf16(GemmEpilogue e, bool ta, bool tb, int m, int n, int k, GemmOperand a, int lda,
-                      GemmOperand b, int ldb, std::uint16_t* c16, int ldc, std::uint16_t* aux16,
-                      const float* vector, const std::uint16_t* vector16, float* scratch,
-                      float* scratch2) override {
+  void gemm_epilogue_bf16(GemmEpilogue e, bool ta, bool tb, int m, int n, int k, GemmOperand a,
+                          int lda, GemmOperand b, int ldb, std::uint16_t* c16, int ldc,
+                          std::uint16_t* aux16, const float* vector,
+                          const std::uint16_t* vector16, float* scratch, float* scratch2,
+                          int scratch_rows) override {
     if (record) {
       calls.push_back({false, ta, tb, m, n, k, 1.0f, 0.0f, lda, ldb, ldc, 0, 0, 0, 1, int(e),
                        a.bf16 != nullptr, b.bf16 != nullptr});
       calls.back().bf16_out = true;
     }
     timed(false, [&] {
-      inner_.gemm_gelu_bf16(e, ta, tb, m, n, k, a, lda, b, ldb, c16, ldc, aux16, vector, vector16,
-                            scratch, scratch2);
+      inner_.gemm_epilogue_bf16(e, ta, tb, m, n, k, a, lda, b, ldb, c16, ldc, aux16, vector,
+                                vector16, scratch, scratch2, scratch_rows);
     });
     ++gemm_calls;
   }
@@ -311,7 +313,8 @@ struct Gpt {
       : be(be), args(a),
         model(be, parse_model_spec(a.model), Shape{a.tokens}, a.batch, a.vocab,
               parse_recompute(a.recompute),
-              a.shard_params ? ModelStorage::kShardedParams : ModelStorage::kAllocated),
+              a.shard_params ? ModelStorage::kShardedParams : ModelStorage::kAllocated,
+              logits_precision(a.precision, LossKind::kXent)),
         comm(a.shard_params ? be.make_communicator(MpiCommHandle{MPI_COMM_SELF})
                             : make_mpi_communicator(MPI_COMM_SELF)),
         sync(init_and_sync(a)), opt(be, adamw(a, model), model.num_params(), owned()),
@@ -412,7 +415,7 @@ class Replay {
     const GemmCall& g = calls_[i];
     const Operands& o = ops_[i];
     if (g.bf16_out)
-      be_.gemm_gelu_bf16(Backend::GemmEpilogue(g.epilogue), g.ta, g.tb, g.m, g.n, g.k,
+      be_.gemm_epilogue_bf16(Backend::GemmEpilogue(g.epilogue), g.ta, g.tb, g.m, g.n, g.k,
                          {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, o.c16, g.ldc, o.aux16,
                          o.vector, o.vector16, o.c, o.aux);
     else if (g.epilogue >= 0)

@@ -59,7 +59,9 @@ class DrivenGpt {
     for (const auto& l : layers) raw.push_back(l.get());
     std::size_t widest = input.size();
     for (Layer* l : raw) widest = std::max({widest, l->input_shape().size(), l->output_shape().size()});
-    model_ = std::make_unique<Model>(be, std::move(layers), input, a.batch, a.vocab);
+    model_ = std::make_unique<Model>(be, std::move(layers), input, a.batch, a.vocab,
+                                     Recompute::kNone, ModelStorage::kAllocated,
+                                     logits_precision(a.precision, LossKind::kXent));
     model_->init(1);
     opt_ = std::make_unique<Optimizer>(be, adamw(a, *model_), model_->num_params());
     const auto rows = static_cast<std::size_t>(a.batch);
@@ -145,7 +147,8 @@ class DrivenGpt {
     const float scale = 1.0f / static_cast<float>(std::uint64_t(rows) * std::uint64_t(terms));
     timed(acc, kLoss, kForward, [&] {
       apply_loss(be_, LossKind::kXent, in.data, shard, model_->output_shape(), scale,
-                 model_->output_grad(), stats_.get(), model_->output_grad_bf16());
+                 model_->output_grad(), stats_.get(), model_->output_grad_bf16(),
+                 model_->output_bf16());
     });
 
     ConstTensorView dy{model_->output_grad(), rows, model_->output_shape(),

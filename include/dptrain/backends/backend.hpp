@@ -175,22 +175,25 @@ class Backend {
                              int lda, GemmOperand b, int ldb, float* c, int ldc,
                              GemmEpilogue epilogue, float* vector, float* aux = nullptr);
 
-  // The gelu:tanh fold with an MLP's hidden tensors in bf16 (under bf16 on
-  // a backend that rounds GEMM operands: what autocast keeps in bf16), the
-  // outputs written only as bf16 (ldc their row stride):
+  // A GEMM's output written only as bf16 (ldc its row stride), under bf16
+  // on a backend that rounds GEMM operands:
+  //   kBias:         c16 = bf16(P + bias) (the head's logits, which
+  //                  nothing reads in fp32 under bf16)
   //   kBiasGeluTanh: t = P + bias, aux16 = bf16(t), c16 = bf16(gelu:tanh(t))
+  //                  (the bf16 MLP: what autocast keeps in bf16)
   //   kGeluTanhGrad: c16 = bf16(P ∘ gelu:tanh'(aux16))
-  // where the library fuses it (cuBLASLt), bias is vector16, the bias's
+  // Where the library fuses it (cuBLASLt), bias is vector16, the bias's
   // rounding, as its bf16 epilogues take it. The default, and the fallback
   // where the library has no algorithm, is gemm_epilogue's fp32 fold with
-  // the fp32 vector into scratch (c) and scratch2 (aux) [m, n], both
-  // ldc == n, then the roundings (kGeluTanhGrad expands aux16 into
-  // scratch2 first).
-  virtual void gemm_gelu_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m, int n,
-                              int k, GemmOperand a, int lda, GemmOperand b, int ldb,
-                              std::uint16_t* c16, int ldc, std::uint16_t* aux16,
-                              const float* vector, const std::uint16_t* vector16, float* scratch,
-                              float* scratch2);
+  // the fp32 vector into scratch (c) and scratch2 (aux), ldc == n, then the
+  // roundings (kGeluTanhGrad expands aux16 into scratch2 first). scratch
+  // and scratch2 hold [m, n]; for kBias scratch may hold only scratch_rows
+  // rows (0: m), and the fold runs in chunks of that many rows.
+  virtual void gemm_epilogue_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m, int n,
+                                  int k, GemmOperand a, int lda, GemmOperand b, int ldb,
+                                  std::uint16_t* c16, int ldc, std::uint16_t* aux16,
+                                  const float* vector, const std::uint16_t* vector16,
+                                  float* scratch, float* scratch2, int scratch_rows = 0);
 
   // y += x, elementwise over n values.
   virtual void add(const float* x, float* y, std::size_t n) = 0;

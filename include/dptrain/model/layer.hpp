@@ -6,6 +6,7 @@
 // the Backend it is handed, ranks not at all.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -103,6 +104,15 @@ struct StepInfo {
   ReplicaSum* replicas = nullptr;
 };
 
+// The samples of the fp32 scratch in which a layer writing its output only
+// as bf16 (Layer::write_output_bf16_only) folds an epilogue the library
+// cannot fuse (Backend::gemm_epilogue_bf16's chunks): as many as 16 MiB
+// holds, at least one, at most `rows`.
+inline int bf16_output_scratch_samples(std::size_t floats_per_sample, int rows) {
+  constexpr std::size_t kBytes = std::size_t(16) << 20;
+  const std::size_t fit = kBytes / (floats_per_sample * sizeof(float) + 1);
+  return static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(fit, std::size_t(rows))));
+}
 class LayerBuilder;
 
 // What a layer is built from besides its own spec.
@@ -174,6 +184,16 @@ class Layer {
   // model then hands it on with dx to the layer before, as its dy.
   virtual bool writes_input_grad_bf16() const { return false; }
 
+  // Asked by the model of its last layer, before allocate(), where the run
+  // wants the logits in bf16 (Model's Logits::kBf16: --precision bf16 with
+  // --loss xent): true where this layer will then write its output only as
+  // bf16, into output_grad_bf16()'s slot (the loss reads the logits there
+  // and writes their gradient over them; backward gets the slot as
+  // dy.bf16): a per-pass slot, since between the last layer's forward and
+  // its backward only the loss runs. forward's y.data is then scratch
+  // of bf16_output_scratch_samples() samples. Dense on a backend that
+  // rounds GEMM operands says yes; the default, no.
+  virtual bool write_output_bf16_only(Backend& /*be*/) { return false; }
   // Called once by the model after construction: a layer that saves
   // buffers for its backward (masks, statistics) reserves them here, for
   // max_rows rows (reserve), so that no step allocates. A layer whose

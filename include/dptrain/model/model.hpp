@@ -44,6 +44,13 @@ Recompute parse_recompute(const std::string& name);
 // parameters and a gradient buffer (bind_layer); init_params fills a slice.
 enum class ModelStorage { kAllocated, kPlanOnly, kShardedParams };
 
+// Logits::kBf16 (train under --precision bf16 with --loss xent): the last
+// layer keeps its output in bf16 only where it can on this backend
+// (Layer::write_output_bf16_only: the head dense on CUDA), as autocast
+// does; the loss then reads the bf16 logits and writes their gradient over
+// them (Model::output_bf16). kFp32: the output is fp32, as everywhere else.
+enum class Logits { kFp32, kBf16 };
+
 // A model's activation memory for some rows: what forward keeps for
 // backward (layer outputs, saved tensors: the activations proper) and the
 // workspace of a pass (gradient buffers, per-pass scratch).
@@ -61,11 +68,11 @@ class Model {
   // vocab > 0: samples are token ids [N, T] of that vocabulary (input {T}).
   Model(Backend& backend, const std::vector<LayerSpec>& specs, const Shape& input, int max_rows,
         int vocab = 0, Recompute recompute = Recompute::kNone,
-        ModelStorage storage = ModelStorage::kAllocated);
+        ModelStorage storage = ModelStorage::kAllocated, Logits logits = Logits::kFp32);
   // Layers already built for `input` (build_layers, or layers a test makes).
   Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const Shape& input,
         int max_rows, int vocab = 0, Recompute recompute = Recompute::kNone,
-        ModelStorage storage = ModelStorage::kAllocated);
+        ModelStorage storage = ModelStorage::kAllocated, Logits logits = Logits::kFp32);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -90,7 +97,9 @@ class Model {
   float* param_slice() const { return param_slice_; }
   ModelStorage storage() const { return storage_; }
 
-  // Forward over x[rows, input] (device); returns the output [rows, output].
+  // Forward over x[rows, input] (device); returns the output [rows, output]
+  // (where output_bf16() is not null, the output is there, in bf16 only,
+  // and the buffer returned is the head's scratch).
   // Keeps each layer's output, which backward reads. `events` (a listener,
   // or a LayerEvents list of them) hears before_forward of every top-level
   // layer, also on an empty shard, and between_layers after each.
@@ -130,6 +139,10 @@ class Model {
   // CUDA under --precision bf16); nullptr where the last layer rounds
   // nothing. The copy is then passed to backward as dout_bf16.
   std::uint16_t* output_grad_bf16() const { return layers_.back()->output_grad_bf16(); }
+  // Logits::kBf16 where the last layer writes its output in bf16 only: the
+  // output of forward [rows, output], which the loss overwrites with its
+  // gradient (the same buffer as output_grad_bf16()); else nullptr.
+  std::uint16_t* output_bf16() const { return output_bf16_ ? output_grad_bf16() : nullptr; }
   std::size_t num_params() const { return arena_size(params_layout_); }
   std::size_t num_buffers() const { return arena_size(buffers_layout_); }
   const Shape& input_shape() const { return input_; }
@@ -186,6 +199,7 @@ class Model {
   StepInfo step_;  // layers hold a pointer to it
   bool recompute_;
   ModelStorage storage_;
+  bool output_bf16_ = false;  // Logits::kBf16 and the last layer writes them so
   float* param_slice_ = nullptr;
   std::vector<float*> bound_grads_;  // kShardedParams: each layer's gradient base (bind_layer)
   std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0, own_layer_bytes_ = 0;

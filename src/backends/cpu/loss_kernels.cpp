@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/row_kernels.hpp"
@@ -33,6 +34,25 @@ class CpuLossKernels final : public LossKernels {
     cpu_rows::softmax_xent(logits, labels, 0, rows, cols, grad_scale, dlogits, &loss_sum,
                            &correct);
     round_gradient(dlogits, dlogits_bf16, rows, cols);
+    stats[0] += static_cast<float>(loss_sum);
+    stats[1] += static_cast<float>(correct);
+  }
+
+  // A row at a time: expanded to fp32, the row kernel above, the gradient
+  // rounded back (in place when dlogits16 is logits16).
+  void softmax_xent_bf16(const std::uint16_t* logits16, const std::int32_t* labels, int rows,
+                         int cols, float grad_scale, std::uint16_t* dlogits16,
+                         float* stats) override {
+    double loss_sum = 0.0;
+    std::int64_t correct = 0;
+    std::vector<float> row(static_cast<std::size_t>(cols > 0 ? cols : 0));
+    for (int r = 0; r < rows; ++r) {
+      const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(cols);
+      for (int c = 0; c < cols; ++c) row[std::size_t(c)] = bf16_value(logits16[base + std::size_t(c)]);
+      cpu_rows::softmax_xent(row.data(), labels + r, 0, 1, cols, grad_scale,
+                             dlogits16 ? row.data() : nullptr, &loss_sum, &correct);
+      if (dlogits16) round_gradient(row.data(), dlogits16 + base, 1, cols);
+    }
     stats[0] += static_cast<float>(loss_sum);
     stats[1] += static_cast<float>(correct);
   }

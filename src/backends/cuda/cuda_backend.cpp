@@ -313,12 +313,13 @@ class CudaBackend final : public Backend {
                            aux);
   }
 
-  // D, the aux matrix and the bias in bf16 (cuBLASLt's GELU epilogues take
+  // D, the aux matrix and the bias in bf16 (cuBLASLt's bf16 epilogues take
   // the bias and aux in D's type); the default where it has no algorithm.
-  void gemm_gelu_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m, int n, int k,
-                      GemmOperand a, int lda, GemmOperand b, int ldb, std::uint16_t* c16, int ldc,
-                      std::uint16_t* aux16, const float* vector, const std::uint16_t* vector16,
-                      float* scratch, float* scratch2) override {
+  void gemm_epilogue_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m, int n, int k,
+                          GemmOperand a, int lda, GemmOperand b, int ldb, std::uint16_t* c16,
+                          int ldc, std::uint16_t* aux16, const float* vector,
+                          const std::uint16_t* vector16, float* scratch, float* scratch2,
+                          int scratch_rows) override {
     if (precision_ == Precision::kBf16 && m > 0 && n > 0 && k > 0) {
       const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
       cuda::LtProblem p{in.op_b, in.op_a, n, m, k, ldb, lda, ldc, in.type, in.compute,
@@ -326,8 +327,8 @@ class CudaBackend final : public Backend {
       p.d_type = CUDA_R_16BF;
       if (lt_->run(p, in.b, in.a, c16, const_cast<std::uint16_t*>(vector16), aux16)) return;
     }
-    Backend::gemm_gelu_bf16(epilogue, trans_a, trans_b, m, n, k, a, lda, b, ldb, c16, ldc, aux16,
-                            vector, vector16, scratch, scratch2);
+    Backend::gemm_epilogue_bf16(epilogue, trans_a, trans_b, m, n, k, a, lda, b, ldb, c16, ldc,
+                                aux16, vector, vector16, scratch, scratch2, scratch_rows);
   }
 
   void add(const float* x, float* y, std::size_t n) override {

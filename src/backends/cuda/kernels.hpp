@@ -66,6 +66,10 @@ void count_nonfinite(const Launch& l, const float* x, std::size_t n,
 void softmax_xent(const Launch& l, const float* logits, const std::int32_t* labels, int rows,
                   int cols, float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
                   float* stats, double* partials);
+// The same over bf16 logits, the gradient written as bf16 (may be logits16).
+void softmax_xent_bf16(const Launch& l, const std::uint16_t* logits16,
+                       const std::int32_t* labels, int rows, int cols, float grad_scale,
+                       std::uint16_t* dlogits16, float* stats, double* partials);
 void mse(const Launch& l, const float* pred, const float* target, int rows, int cols,
          float grad_scale, float* dpred, std::uint16_t* dpred_bf16, float* stats,
          double* partials);

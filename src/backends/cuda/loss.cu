@@ -4,7 +4,9 @@
 // softmax's maximum and sum, one that writes the gradient (in place, if the
 // caller passes the logits' own buffer) and, where asked, its bf16 copy for
 // the last dense layer's GEMMs (__float2bfloat16_rn, the bits of
-// ConvertKernels::to_bf16) in the same pass. MSE: one warp per row. Each block
+// ConvertKernels::to_bf16) in the same pass. Over bf16 logits (the head's
+// output under bf16) the same kernel reads bf16 and writes the gradient as
+// bf16 only, in place: 2 bytes a logit where there were 6. MSE: one warp per row. Each block
 // writes its partial sums, and a one-warp launch adds them in block order,
 // so the sums are reproducible (no float atomics). The row math follows
 // src/backends/cpu/loss_kernels.cpp (the first maximum, the sums and the
@@ -87,22 +89,31 @@ __device__ RowStats block_stats(RowStats t, RowStats* shared) {
   return all;
 }
 
+__device__ inline float load(const float* p) { return *p; }
+__device__ inline float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ inline void store(float* p, float v) { *p = v; }
+__device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
 // The fused classifier: a block per row (grid-stride over rows), one read
 // of the row for its maximum and sum (online, each thread over its own
 // columns), a second that writes the gradient, which may overwrite the
 // logits in place (each element is read by the thread that writes it,
 // and the label's logit is read before the block agrees on the stats).
-// d16, where not null, receives the gradient rounded to bf16.
-__global__ void softmax_xent_kernel(const float* logits, const std::int32_t* labels, int rows,
-                                    int cols, float grad_scale, float* dlogits,
+// Logits and gradient are fp32 (In = Out = float; d16, where not null,
+// then receives the gradient rounded to bf16) or bf16 (the head's output
+// under bf16: values expanded to fp32 on load, the gradient rounded on
+// store); the row math is fp32 either way.
+template <typename In, typename Out>
+__global__ void softmax_xent_kernel(const In* logits, const std::int32_t* labels, int rows,
+                                    int cols, float grad_scale, Out* dlogits,
                                     __nv_bfloat16* d16, double* partials) {
   __shared__ RowStats shared[32];
   double loss = 0.0, correct = 0.0;
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* z = logits + static_cast<std::size_t>(r) * cols;
+    const In* z = logits + static_cast<std::size_t>(r) * cols;
     RowStats t{0.0f, -1, 0.0};
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float v = z[c];
+      const float v = load(z + c);
       if (t.arg < 0 || v > t.m) {
         t.s = t.arg < 0 ? 1.0 : t.s * exp(static_cast<double>(t.m - v)) + 1.0;
         t.m = v;
@@ -112,20 +123,20 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* lab
       }
     }
     const int label = labels[r];
-    const float z_label = threadIdx.x == 0 ? z[label] : 0.0f;
+    const float z_label = threadIdx.x == 0 ? load(z + label) : 0.0f;
     const RowStats row = block_stats(t, shared);
     if (threadIdx.x == 0) {
       loss += log(row.s) - static_cast<double>(z_label - row.m);
       correct += row.arg == label ? 1.0 : 0.0;
     }
     if (!dlogits) continue;
-    float* d = dlogits + static_cast<std::size_t>(r) * cols;
+    Out* d = dlogits + static_cast<std::size_t>(r) * cols;
     __nv_bfloat16* row16 = d16 ? d16 + static_cast<std::size_t>(r) * cols : nullptr;
     const float inv_sum = static_cast<float>(1.0 / row.s);
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      float v = grad_scale * (expf(z[c] - row.m) * inv_sum);
+      float v = grad_scale * (expf(load(z + c) - row.m) * inv_sum);
       if (c == label) v -= grad_scale;
-      d[c] = v;
+      store(d + c, v);
       if (row16) row16[c] = __float2bfloat16_rn(v);
     }
   }
@@ -176,23 +187,38 @@ unsigned loss_grid(int rows) {
   return static_cast<unsigned>(blocks < kMaxLossBlocks ? blocks : kMaxLossBlocks);
 }
 
+// A block per row, as wide as the row keeps busy (a warp for a few
+// classes, 512 threads for a vocabulary); the grid depends on rows and the
+// width on cols alone, so the summation order does too.
+template <typename In, typename Out>
+void launch_softmax_xent(const Launch& l, const In* logits, const std::int32_t* labels, int rows,
+                         int cols, float grad_scale, Out* dlogits, __nv_bfloat16* d16,
+                         float* stats, double* partials) {
+  if (rows <= 0 || cols <= 0) return;
+  const unsigned grid = static_cast<unsigned>(rows < kMaxLossBlocks ? rows : kMaxLossBlocks);
+  const unsigned threads = cols <= 1024 ? 32u : cols <= 8192 ? 128u : 512u;
+  softmax_xent_kernel<In, Out><<<grid, threads, 0, l.stream>>>(logits, labels, rows, cols,
+                                                               grad_scale, dlogits, d16, partials);
+  DPT_CUDA_CHECK(cudaGetLastError());
+  add_partials_kernel<<<1, 32, 0, l.stream>>>(partials, static_cast<int>(grid), stats, true);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 void softmax_xent(const Launch& l, const float* logits, const std::int32_t* labels, int rows,
                   int cols, float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
                   float* stats, double* partials) {
-  if (rows <= 0 || cols <= 0) return;
-  // A block per row, as wide as the row keeps busy (a warp for a few
-  // classes, 512 threads for a vocabulary); the grid depends on rows and
-  // the width on cols alone, so the summation order does too.
-  const unsigned grid = static_cast<unsigned>(rows < kMaxLossBlocks ? rows : kMaxLossBlocks);
-  const unsigned threads = cols <= 1024 ? 32u : cols <= 8192 ? 128u : 512u;
   auto* d16 = dlogits ? reinterpret_cast<__nv_bfloat16*>(dlogits_bf16) : nullptr;
-  softmax_xent_kernel<<<grid, threads, 0, l.stream>>>(logits, labels, rows, cols, grad_scale,
-                                                      dlogits, d16, partials);
-  DPT_CUDA_CHECK(cudaGetLastError());
-  add_partials_kernel<<<1, 32, 0, l.stream>>>(partials, static_cast<int>(grid), stats, true);
-  DPT_CUDA_CHECK(cudaGetLastError());
+  launch_softmax_xent(l, logits, labels, rows, cols, grad_scale, dlogits, d16, stats, partials);
+}
+
+void softmax_xent_bf16(const Launch& l, const std::uint16_t* logits16,
+                       const std::int32_t* labels, int rows, int cols, float grad_scale,
+                       std::uint16_t* dlogits16, float* stats, double* partials) {
+  launch_softmax_xent(l, reinterpret_cast<const __nv_bfloat16*>(logits16), labels, rows, cols,
+                      grad_scale, reinterpret_cast<__nv_bfloat16*>(dlogits16), nullptr, stats,
+                      partials);
 }
 
 void mse(const Launch& l, const float* pred, const float* target, int rows, int cols,

@@ -23,6 +23,12 @@ class CudaLossKernels final : public LossKernels {
     cuda::softmax_xent(launch_, logits, labels, rows, cols, grad_scale, dlogits, dlogits_bf16, stats,
                        static_cast<double*>(partials_.get()));
   }
+  void softmax_xent_bf16(const std::uint16_t* logits16, const std::int32_t* labels, int rows,
+                         int cols, float grad_scale, std::uint16_t* dlogits16,
+                         float* stats) override {
+    cuda::softmax_xent_bf16(launch_, logits16, labels, rows, cols, grad_scale, dlogits16, stats,
+                            static_cast<double*>(partials_.get()));
+  }
   void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
            float* dpred, std::uint16_t* dpred_bf16, float* stats) override {
     cuda::mse(launch_, pred, target, rows, cols, grad_scale, dpred, dpred_bf16, stats,

@@ -13,7 +13,8 @@
 // after the layer is folded into its forward GEMM (bias, then GELU, the
 // pre-activation kept for the activation's backward) and a gelu:tanh
 // before it into its input gradient's GEMM (Layer::folds_next /
-// folds_previous). Init is He-uniform before a rectifier, else
+// folds_previous). As the model's head under bf16 it writes the logits in
+// bf16 only (write_output_bf16_only). Init is He-uniform before a rectifier, else
 // Glorot-uniform, with zero biases.
 #include <charconv>
 #include <cmath>
@@ -54,6 +55,13 @@ class Dense final : public Layer {
   std::uint16_t* output_grad_bf16() const override { return dy_bf16_.slot(); }
   std::uint16_t* input_bf16() const override { return x_bf16_.slot(); }
 
+  // The model's head under bf16: the logits live in dy's slot from forward
+  // to backward.
+  bool write_output_bf16_only(Backend& be) override {
+    output_bf16_ = RoundedOperand::wanted(be);
+    return output_bf16_;
+  }
+
   void allocate(Backend& be, int max_rows) override {
     folds_gelu_ = be.caps().fused_gemm_epilogues;
     if (!RoundedOperand::wanted(be)) return;
@@ -61,9 +69,11 @@ class Dense final : public Layer {
         reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * in_, Lifetime::kSaved));
     w_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
         be, max_rows, RoundedOperand::weight_bytes(std::size_t(in_) * out_), Lifetime::kSaved));
+    // Per pass even where it holds the logits from forward to backward:
+    // between the head's forward and its backward only the loss runs.
     dy_bf16_ = RoundedOperand(
         reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * out_, Lifetime::kPass));
-    if (folds_gelu_)  // the bias as the bf16 GELU epilogue takes it
+    if (folds_gelu_ || output_bf16_)  // the bias as the bf16 epilogues take it
       bias_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
           be, max_rows, RoundedOperand::weight_bytes(std::size_t(out_)), Lifetime::kPass));
   }
@@ -84,8 +94,19 @@ class Dense final : public Layer {
     return folds_gelu_ && is_gelu_tanh(prev);
   }
 
+  // Under write_output_bf16_only, y = x Wᵀ + b is written into dy's slot
+  // in bf16 alone and y.data is the scratch of bf16_output_scratch_samples.
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    product(be, x, y.data, Backend::GemmEpilogue::kBias, nullptr);
+    if (!output_bf16_) return product(be, x, y.data, Backend::GemmEpilogue::kBias, nullptr);
+    const int rows = x.rows * positions_;
+    const float* bias = arenas().params + bias_;
+    const GemmOperand bias16 = bias_bf16_.round(be, bias, std::size_t(out_));
+    const int scratch_rows =
+        bf16_output_scratch_samples(std::size_t(positions_) * out_, x.rows) * positions_;
+    be.gemm_epilogue_bf16(Backend::GemmEpilogue::kBias, false, true, rows, out_, in_,
+                          x_bf16_.round(be, x, std::size_t(rows) * in_), in_, weight_operand(be),
+                          in_, dy_bf16_.slot(), out_, nullptr, bias, bias16.bf16, y.data, nullptr,
+                          scratch_rows);
   }
   // y = x Wᵀ + b, the gelu:tanh's input; next_y = gelu:tanh(y). Where the
   // block hands both over with bf16 slots (the bf16 MLP), they are written
@@ -97,7 +118,7 @@ class Dense final : public Layer {
     const int rows = x.rows * positions_;
     const float* bias = arenas().params + bias_;
     const GemmOperand bias16 = bias_bf16_.round(be, bias, std::size_t(out_));
-    be.gemm_gelu_bf16(Backend::GemmEpilogue::kBiasGeluTanh, false, true, rows, out_, in_,
+    be.gemm_epilogue_bf16(Backend::GemmEpilogue::kBiasGeluTanh, false, true, rows, out_, in_,
                       x_bf16_.round(be, x, std::size_t(rows) * in_), in_, weight_operand(be),
                       in_, next_y.bf16, out_, y.bf16, bias, bias16.bf16, next_y.data, y.data);
   }
@@ -129,7 +150,7 @@ class Dense final : public Layer {
     if (!prev_x.bf16 || !prev_dx.bf16)
       return be.gemm_epilogue(false, false, rows, in_, out_, dy_op, out_, w_op, in_, prev_dx.data,
                               in_, Backend::GemmEpilogue::kGeluTanhGrad, nullptr, aux);
-    be.gemm_gelu_bf16(Backend::GemmEpilogue::kGeluTanhGrad, false, false, rows, in_, out_, dy_op,
+    be.gemm_epilogue_bf16(Backend::GemmEpilogue::kGeluTanhGrad, false, false, rows, in_, out_, dy_op,
                       out_, w_op, in_, prev_dx.bf16, in_, const_cast<std::uint16_t*>(prev_x.bf16),
                       nullptr, nullptr, prev_dx.data, aux);
   }
@@ -161,6 +182,7 @@ class Dense final : public Layer {
   RoundedOperand w_bf16_;   // forward's rounding of the weight, for the input gradient
   RoundedOperand bias_bf16_;  // the bias's rounding, for the bf16 MLP's forward
   bool folds_gelu_ = false;  // the backend fuses GEMM epilogues (set by allocate)
+  bool output_bf16_ = false;  // the model's head, writing the logits in bf16 only
 };
 
 LayerSpec parse_dense(const std::string& token) {

@@ -176,7 +176,7 @@ class Residual final : public Layer {
   // operands: a part that folds the gelu:tanh after it, followed by one
   // that folds it backward and keeps its input's rounding (dense, gelu:tanh,
   // dense): the gelu's input and output and the first dense's output
-  // gradient exist in bf16 only (Backend::gemm_gelu_bf16).
+  // gradient exist in bf16 only (Backend::gemm_epilogue_bf16).
   void note_folds(const Parts& parts, std::size_t first, bool rounds) {
     const std::size_t end = first + parts.size();
     for (auto* v : {&folds_next_, &folds_previous_, &writes_bf16_, &mlp_bf16_}) v->resize(end, false);

@@ -15,8 +15,8 @@
 //         activation kernel (elementwise.cu), so the two agree bit for bit.
 //       CUBLASLT_EPILOGUE_DGELU: D[i, j] *= GELU'(aux[i, j]), the derivative
 //         as that kernel's backward computes it.
-//     D may be bf16 (with A and B bf16, beta 0) for the two GELU epilogues:
-//     the product and the epilogue run in fp32 as above, the bias and aux
+//     D may be bf16 (with A and B bf16, beta 0) for BIAS and the two GELU
+//     epilogues: the product and the epilogue run in fp32 as above, the bias and aux
 //     are then of D's type (bf16), as cuBLASLt takes them (cublasLt.h,
 //     BIAS_DATA_TYPE and EPILOGUE_AUX_DATA_TYPE default to D's type), and
 //     D and aux are stored rounded to nearest even.
@@ -230,7 +230,8 @@ inline bool lt_shape(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtM
   *k = static_cast<int>(ta ? a->rows : a->cols);
   const std::uint64_t am = ta ? a->cols : a->rows, bk = tb ? b->cols : b->rows,
                       bn = tb ? b->rows : b->cols;
-  const bool d_bf16 = dl->type == CUDA_R_16BF && a->type == CUDA_R_16BF && lt_gelu(d->epilogue);
+  const bool d_bf16 = dl->type == CUDA_R_16BF && a->type == CUDA_R_16BF &&
+                     (lt_gelu(d->epilogue) || d->epilogue == CUBLASLT_EPILOGUE_BIAS);
   return am == dl->rows && bk == std::uint64_t(*k) && bn == dl->cols && a->type == b->type &&
          (dl->type == CUDA_R_32F || d_bf16) && d->scale == CUDA_R_32F &&
          (d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_FAST_TF32);
@@ -327,10 +328,13 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
         }
       }
     if (d16) {
+      const auto* bias16 = static_cast<const __nv_bfloat16*>(vector_any);
       for (int j = 0; j < g.n; ++j)
-        for (int i = 0; i < g.m; ++i)
-          d16[std::size_t(i) + std::size_t(j) * d_ld] =
-              __float2bfloat16_rn(g.C[std::size_t(i) + std::size_t(j) * g.ldc]);
+        for (int i = 0; i < g.m; ++i) {
+          float v = g.C[std::size_t(i) + std::size_t(j) * g.ldc];
+          if (epilogue == CUBLASLT_EPILOGUE_BIAS) v += __bfloat162float(bias16[i]);
+          d16[std::size_t(i) + std::size_t(j) * d_ld] = __float2bfloat16_rn(v);
+        }
       delete[] g.C;
       return;
     }

@@ -33,6 +33,15 @@ class LossKernels : public KernelFamily {
                     float grad_scale, float* dlogits, float* stats) {
     softmax_xent(logits, labels, rows, cols, grad_scale, dlogits, nullptr, stats);
   }
+  // The fused classifier over bf16 logits (the head's output under
+  // --precision bf16 on a backend that rounds GEMM operands,
+  // Model::output_bf16): softmax_xent on the logits' values, the row math
+  // and the sums in the same precision and order as there; the gradient,
+  // where dlogits16 is not null, written only as bf16 (its rounding), in
+  // place when dlogits16 is logits16. No fp32 [rows, cols] buffer exists.
+  virtual void softmax_xent_bf16(const std::uint16_t* logits16, const std::int32_t* labels,
+                                 int rows, int cols, float grad_scale, std::uint16_t* dlogits16,
+                                 float* stats) = 0;
   // Mean squared error; per-sample loss = mean over cols of (pred - target)^2.
   // dpred = grad_scale * 2 * (pred - target) / cols. stats[0] += loss sum;
   // stats[1] is left unchanged. dpred may be null or pred itself;
