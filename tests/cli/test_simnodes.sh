@@ -22,7 +22,7 @@ mkdir -p "$SIMNODES_STATE"
 ompi_wireup_failed() { grep -q "Open MPI failed to TCP connect to a peer MPI process" "$1"; }
 wireup_retry_note() {
   echo "test_simnodes: Open MPI's TCP wire-up failed (attempt $1 of 3); starting the job again:" >&2
-  grep -A6 "failed to TCP connect" "$2" | sed 's/^/  | /' >&2
+  grep -A9 "failed to TCP connect" "$2" | sed 's/^/  | /' >&2
 }
 
 # simrun TIMEOUT ARGS... : dptrain on 2 nodes x 2 ranks; sets RC, OUT, ERR.
