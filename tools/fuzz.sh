@@ -124,13 +124,14 @@ for a in "$build"/artifacts/*; do
     continue
   fi
   frame=$(fault_frame "$log")
-  # An out-of-memory report often has no stack: under allocator_may_return_null
-  # a huge malloc succeeds lazily and the RSS limit trips later, outside it.
-  # Replayed with ASan's default (a NULL return is an error) and a malloc
-  # limit, the report names the allocation that crossed the limit, and its
-  # caller decides as for a crash.
+  # An out-of-memory report may have no stack: the RSS limit trips after the
+  # allocation, outside it. Replayed with a malloc limit, libFuzzer reports
+  # the allocation that crosses it, with its stack, and its caller decides
+  # as for a crash. (libFuzzer's malloc hooks, which the limit needs, are
+  # off under -detect_leaks=0: not among these flags.)
   if [[ "$kind" == *"libFuzzer: out-of-memory"* && -z "$frame" ]]; then
-    ASAN_OPTIONS=detect_leaks=0 "$fuzzer" "${limits[@]}" -malloc_limit_mb=2048 "$a" >"$a.malloc.log" 2>&1 || true
+    ASAN_OPTIONS=detect_leaks=0 "$fuzzer" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
+      "$a" >"$a.malloc.log" 2>&1 || true
     frame=$(fault_frame "$a.malloc.log")
     [[ -n "$frame" ]] && cat "$a.malloc.log" >>"$log"
     rm -f "$a.malloc.log"
