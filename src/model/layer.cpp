@@ -82,6 +82,12 @@ Layer::Layer(const LayerContext& ctx, const Shape& output)
       next_param_(ctx.param_offset),
       next_buffer_(ctx.buffer_offset) {}
 
+void Layer::backward_input_adding(Backend& be, ConstTensorView x, ConstTensorView y,
+                                  ConstTensorView dy, TensorView dx, ConstTensorView add) {
+  backward_input(be, x, y, dy, {dx.data, dx.rows, dx.shape});
+  be.sum(dx.data, add.data, dx.data, dx.count(), dx.bf16);
+}
+
 void Layer::throw_no_folding() const {
   throw Error(ExitCode::kOther, name_ + " folds no activation into its epilogue");
 }

@@ -150,6 +150,39 @@ TEST_F(CudaSequence, LayerNormMatchesTheCpuWithinFloatRounding) {
     }
 }
 
+// As a block's first part, the layer norm's input gradient adds the
+// shortcut's gradient and writes the bf16 copy in its own pass: on each
+// backend the bits of its plain gradient followed by Backend::sum (the
+// block's sum before the fold), the copy the sum's. A kernel that dropped
+// the add, added before its last rounding or rounded another value fails.
+TEST_F(CudaSequence, LayerNormGradientAddsTheShortcutsInItsPass) {
+  const float eps = 1e-5f;
+  for (int dim : {3, 64, 257}) {
+    const int rows = 13;
+    const Floats x = random_vector(at(rows, dim), 15), w = random_vector(dim, 16, 0.5f, 1.5f),
+                 b = random_vector(dim, 17), dy = random_vector(at(rows, dim), 18),
+                 add = random_vector(at(rows, dim), 19);
+    for (dptrain::Backend* be : {gpu_.get(), cpu_.get()}) {
+      SCOPED_TRACE(be->name() + " " + std::to_string(dim));
+      auto& k = be->kernels<dptrain::SequenceKernels>();
+      auto dx = upload(*be, x), dw = upload(*be, w), db = upload(*be, b), dg = upload(*be, dy),
+           da = upload(*be, add);
+      DeviceBuffer<float> y(*be, x.size()), mean(*be, rows), rstd(*be, rows), plain(*be, x.size()),
+          summed(*be, x.size()), fused(*be, x.size());
+      DeviceBuffer<std::uint16_t> sum16(*be, x.size()), fused16(*be, x.size());
+      k.layer_norm(dx.get(), dw.get(), db.get(), rows, dim, eps, y.get(), mean.get(), rstd.get());
+      k.layer_norm_grad(dx.get(), dg.get(), dw.get(), mean.get(), rstd.get(), rows, dim,
+                        plain.get());
+      be->sum(plain.get(), da.get(), summed.get(), x.size(), sum16.get());
+      k.layer_norm_grad(dx.get(), dg.get(), dw.get(), mean.get(), rstd.get(), rows, dim,
+                        fused.get(), da.get(), fused16.get());
+      EXPECT_EQ(download(*be, fused), download(*be, summed));
+      EXPECT_EQ(download(*be, fused16), download(*be, sum16));
+      EXPECT_NE(download(*be, fused), download(*be, plain));
+    }
+  }
+}
+
 // Above 64 rows the parameter gradients add chunks of 64 rows: another
 // order than the CPU's, within rows·2^-24·Σ|term| per column (a bound on
 // any summation order), and the same bits every run.

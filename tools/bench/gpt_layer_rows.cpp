@@ -169,7 +169,13 @@ class DrivenGpt {
       }
       // The block's chain, as residual.cpp runs it: its parts last first,
       // both passes of each (a part that folds the activation before it
-      // carries the gradient through both), then dx = df + dy in one pass.
+      // carries the gradient through both); the first part's input
+      // gradient with dy added, dx = df + dy, in its own pass (ln's), with
+      // the copy for the block before, as the model hands it on.
+      const bool adds_in_first = !(n.body.size() > 1 && n.body[1]->folds_previous(*n.body[0]));
+      const bool in_a = dy.data != ga_.get();
+      const TensorView block_dx{in_a ? ga_.get() : gb_.get(), rows, x.shape,
+                                in_a ? ga16_.get() : gb16_.get()};
       ConstTensorView g = dy;
       auto part_input = [&](std::size_t j) {
         return j == 0 ? x : ConstTensorView(output(n.body[j - 1]));
@@ -179,6 +185,14 @@ class DrivenGpt {
         const ConstTensorView lin = part_input(j);
         const Family f = n.family[j];
         if (!l->params().empty()) timed(acc, f, kBackward, [&] { l->backward_params(be_, lin, g); });
+        if (j == 0 && adds_in_first) {
+          if (i == first_trained_) break;
+          timed(acc, f, kBackward,
+                [&] { l->backward_input_adding(be_, lin, output(l), g, block_dx, dy); });
+          ++acc[kResAdds].folded;
+          g = block_dx;
+          break;
+        }
         float* free = g.data == gc_.get() ? gd_.get() : gc_.get();
         if (j >= 1 && l->folds_previous(*n.body[j - 1])) {
           TensorView dx{free, rows, n.body[--j]->input_shape()};
@@ -198,13 +212,10 @@ class DrivenGpt {
         g = dx;
       }
       if (i == first_trained_) break;
-      // dx with its bf16 copy for the block before, as the model hands it on.
-      const bool in_a = dy.data != ga_.get();
-      const TensorView dx{in_a ? ga_.get() : gb_.get(), rows, x.shape,
-                          in_a ? ga16_.get() : gb16_.get()};
-      timed(acc, kResAdds, kBackward,
-            [&] { be_.sum(g.data, dy.data, dx.data, x.count(), dx.bf16); });
-      dy = dx;
+      if (!adds_in_first)
+        timed(acc, kResAdds, kBackward,
+              [&] { be_.sum(g.data, dy.data, block_dx.data, x.count(), block_dx.bf16); });
+      dy = block_dx;
     }
     timed(acc, kOptimizer, kUpdate, [&] {
       if (be_.count_nonfinite(model_->grads(), model_->num_params()) == 0)
@@ -347,7 +358,9 @@ std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptA
     std::string note = "ours = " + clock + " per step in the " + std::string(kFamilyNames[f]) + " family (";
     if (f == kLoss) note += "softmax cross-entropy over every position, loss and its gradient";
     else if (f == kOptimizer) note += "NaN/Inf count of the gradients, clipping, AdamW";
-    else if (f == kResAdds) note += "the res blocks' y = f(x) + x and dx = df + dy, one pass each";
+    else if (f == kResAdds)
+      note += "the res blocks' y = f(x) + x, one pass each; dx = df + dy in the first part's "
+              "backward pass (ln's) for " + std::to_string(first.folded) + " blocks a step";
     else if (first.folded && ms <= 0.0)
       note += "folded into the dense family's GEMMs, " + std::to_string(first.folded) +
               " calls a step in cuBLASLt's epilogues: no kernel of its own";

@@ -214,6 +214,14 @@ class Layer {
   virtual void backward_input(Backend& be, ConstTensorView x, ConstTensorView y,
                               ConstTensorView dy, TensorView dx) = 0;
 
+  // backward_input with `add` added to dx (a block's identity shortcut's
+  // gradient, when this layer is the block's first part), and dx's bf16
+  // rounding into dx.bf16 where the view carries one: one pass where the
+  // layer's kernel can add (ln), else backward_input, then Backend::sum.
+  // The bits are those of backward_input into a buffer of its own and then
+  // the sum. dx may not alias dy or add.
+  virtual void backward_input_adding(Backend& be, ConstTensorView x, ConstTensorView y,
+                                     ConstTensorView dy, TensorView dx, ConstTensorView add);
   // Folding an activation into this layer's GEMM epilogue, inside a
   // block's chain of parts (res(...)), where the backend fuses epilogues:
   // folds_next(next) lets the block call forward_folding_next in place of

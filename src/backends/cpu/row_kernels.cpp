@@ -10,6 +10,7 @@
 
 #include "backends/cpu/vector_clones.hpp"
 #include "backends/cpu/vector_math.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 
 namespace dptrain::cpu_rows {
 namespace {
@@ -44,7 +45,8 @@ void layer_norm(const float* x, const float* weight, const float* bias, int r0, 
 
 DPT_VECTOR_CLONES
 void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
-                     const float* rstd, int r0, int r1, int dim, float* dx) {
+                     const float* rstd, int r0, int r1, int dim, float* dx, const float* add,
+                     std::uint16_t* dx_bf16) {
   for (int r = r0; r < r1; ++r) {
     const float* xr = x + at(r, dim);
     const float* g = dy + at(r, dim);
@@ -62,6 +64,11 @@ void layer_norm_grad(const float* x, const float* dy, const float* weight, const
       const float xh = (xr[c] - m) * s;
       d[c] = s * (g[c] * weight[c] - mean_g - xh * mean_gx);
     }
+    // The shortcut's gradient and the copy, while the row is in cache.
+    if (add)
+      for (int c = 0; c < dim; ++c) d[c] = d[c] + add[at(r, dim) + std::size_t(c)];
+    if (dx_bf16)
+      for (int c = 0; c < dim; ++c) dx_bf16[at(r, dim) + std::size_t(c)] = bf16_bits(d[c]);
   }
 }
 

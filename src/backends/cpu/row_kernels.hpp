@@ -18,7 +18,8 @@ void layer_norm(const float* x, const float* weight, const float* bias, int r0, 
 // Rows [r0, r1): dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)), ĝ = dy·weight,
 // x̂ = (x − mean)·rstd.
 void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
-                     const float* rstd, int r0, int r1, int dim, float* dx);
+                     const float* rstd, int r0, int r1, int dim, float* dx,
+                     const float* add = nullptr, std::uint16_t* dx_bf16 = nullptr);
 
 // Columns [c0, c1) of the parameter gradients, each summed over all rows in
 // row order: dweight = Σ dy·x̂, dbias = Σ dy.

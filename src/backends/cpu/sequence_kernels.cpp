@@ -96,12 +96,13 @@ class CpuSequenceKernels final : public SequenceKernels {
   }
 
   void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
-                       const float* rstd, int rows, int dim, float* dx) override {
+                       const float* rstd, int rows, int dim, float* dx, const float* add,
+                       std::uint16_t* dx_bf16) override {
 #pragma omp parallel if (at(rows, dim) > kParallelValues)
     {
       int r0, r1;
       thread_range(rows, r0, r1);
-      cpu_rows::layer_norm_grad(x, dy, weight, mean, rstd, r0, r1, dim, dx);
+      cpu_rows::layer_norm_grad(x, dy, weight, mean, rstd, r0, r1, dim, dx, add, dx_bf16);
     }
   }
 

@@ -128,8 +128,10 @@ void position_grad(const Launch& l, const float* dy, int batch, int tokens, int 
 // y16 (may be null): y's bf16 copy, written with it.
 void layer_norm(const Launch& l, const float* x, const float* w, const float* b, int rows, int dim,
                 float eps, float* y, float* mean, float* rstd, std::uint16_t* y16);
+// add, dx16 (may be null): added in the same pass, dx's bf16 copy.
 void layer_norm_grad(const Launch& l, const float* x, const float* dy, const float* w,
-                     const float* mean, const float* rstd, int rows, int dim, float* dx);
+                     const float* mean, const float* rstd, int rows, int dim, float* dx,
+                     const float* add, std::uint16_t* dx16);
 // Layer norm's parameter gradients sum each column over chunks of `rows`
 // rows (at least kParamRows: one chunk, the CPU's order, up to that many),
 // then over the `count` chunks: partials holds 2 · count · dim floats.

@@ -6,7 +6,8 @@
 // the last dense layer's GEMMs (__float2bfloat16_rn, the bits of
 // ConvertKernels::to_bf16) in the same pass. Over bf16 logits (the head's
 // output under bf16) the same kernel reads bf16 and writes the gradient as
-// bf16 only, in place: 2 bytes a logit where there were 6. MSE: one warp per row. Each block
+// bf16 only, in place: 2 bytes a logit where there were 6; a row of a
+// multiple of 8 is read and written 16 bytes a thread at a time. MSE: one warp per row. Each block
 // writes its partial sums, and a one-warp launch adds them in block order,
 // so the sums are reproducible (no float atomics). The row math follows
 // src/backends/cpu/loss_kernels.cpp (the first maximum, the sums and the
@@ -94,6 +95,31 @@ __device__ inline float load(const __nv_bfloat16* p) { return __bfloat162float(*
 __device__ inline void store(float* p, float v) { *p = v; }
 __device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
+// W consecutive values of a row, as one load and one store: W = 1 any
+// type; W = 8 bf16 (16 bytes, aligned), for a vocabulary's logits.
+struct alignas(16) Bf16x8 {
+  __nv_bfloat16 e[8];
+};
+template <int W, typename T>
+__device__ inline void load_group(const T* p, float* v) {
+  if constexpr (W == 1) {
+    v[0] = load(p);
+  } else {
+    const Bf16x8 g = *reinterpret_cast<const Bf16x8*>(p);
+    for (int j = 0; j < W; ++j) v[j] = __bfloat162float(g.e[j]);
+  }
+}
+template <int W, typename T>
+__device__ inline void store_group(T* p, const float* v) {
+  if constexpr (W == 1) {
+    store(p, v[0]);
+  } else {
+    Bf16x8 g;
+    for (int j = 0; j < W; ++j) g.e[j] = __float2bfloat16_rn(v[j]);
+    *reinterpret_cast<Bf16x8*>(p) = g;
+  }
+}
+
 // The fused classifier: a block per row (grid-stride over rows), one read
 // of the row for its maximum and sum (online, each thread over its own
 // columns), a second that writes the gradient, which may overwrite the
@@ -102,24 +128,29 @@ __device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_
 // Logits and gradient are fp32 (In = Out = float; d16, where not null,
 // then receives the gradient rounded to bf16) or bf16 (the head's output
 // under bf16: values expanded to fp32 on load, the gradient rounded on
-// store); the row math is fp32 either way.
-template <typename In, typename Out>
+// store); the row math is fp32 either way. Each thread takes W columns
+// at a time (W = 8: bf16 rows of a multiple of 8, one 16-byte load).
+template <typename In, typename Out, int W>
 __global__ void softmax_xent_kernel(const In* logits, const std::int32_t* labels, int rows,
                                     int cols, float grad_scale, Out* dlogits,
                                     __nv_bfloat16* d16, double* partials) {
   __shared__ RowStats shared[32];
   double loss = 0.0, correct = 0.0;
+  const int step = static_cast<int>(blockDim.x) * W;
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     const In* z = logits + static_cast<std::size_t>(r) * cols;
     RowStats t{0.0f, -1, 0.0};
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float v = load(z + c);
-      if (t.arg < 0 || v > t.m) {
-        t.s = t.arg < 0 ? 1.0 : t.s * exp(static_cast<double>(t.m - v)) + 1.0;
-        t.m = v;
-        t.arg = c;
-      } else {
-        t.s += static_cast<double>(expf(v - t.m));
+    for (int c0 = static_cast<int>(threadIdx.x) * W; c0 < cols; c0 += step) {
+      float v[W];
+      load_group<W>(z + c0, v);
+      for (int j = 0; j < W; ++j) {
+        if (t.arg < 0 || v[j] > t.m) {
+          t.s = t.arg < 0 ? 1.0 : t.s * exp(static_cast<double>(t.m - v[j])) + 1.0;
+          t.m = v[j];
+          t.arg = c0 + j;
+        } else {
+          t.s += static_cast<double>(expf(v[j] - t.m));
+        }
       }
     }
     const int label = labels[r];
@@ -133,11 +164,15 @@ __global__ void softmax_xent_kernel(const In* logits, const std::int32_t* labels
     Out* d = dlogits + static_cast<std::size_t>(r) * cols;
     __nv_bfloat16* row16 = d16 ? d16 + static_cast<std::size_t>(r) * cols : nullptr;
     const float inv_sum = static_cast<float>(1.0 / row.s);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      float v = grad_scale * (expf(load(z + c) - row.m) * inv_sum);
-      if (c == label) v -= grad_scale;
-      store(d + c, v);
-      if (row16) row16[c] = __float2bfloat16_rn(v);
+    for (int c0 = static_cast<int>(threadIdx.x) * W; c0 < cols; c0 += step) {
+      float v[W];
+      load_group<W>(z + c0, v);
+      for (int j = 0; j < W; ++j) {
+        v[j] = grad_scale * (expf(v[j] - row.m) * inv_sum);
+        if (c0 + j == label) v[j] -= grad_scale;
+        if (row16) row16[c0 + j] = __float2bfloat16_rn(v[j]);
+      }
+      store_group<W>(d + c0, v);
     }
   }
   if (threadIdx.x == 0) {
@@ -187,6 +222,8 @@ unsigned loss_grid(int rows) {
   return static_cast<unsigned>(blocks < kMaxLossBlocks ? blocks : kMaxLossBlocks);
 }
 
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
 // A block per row, as wide as the row keeps busy (a warp for a few
 // classes, 512 threads for a vocabulary); the grid depends on rows and the
 // width on cols alone, so the summation order does too.
@@ -197,8 +234,16 @@ void launch_softmax_xent(const Launch& l, const In* logits, const std::int32_t* 
   if (rows <= 0 || cols <= 0) return;
   const unsigned grid = static_cast<unsigned>(rows < kMaxLossBlocks ? rows : kMaxLossBlocks);
   const unsigned threads = cols <= 1024 ? 32u : cols <= 8192 ? 128u : 512u;
-  softmax_xent_kernel<In, Out><<<grid, threads, 0, l.stream>>>(logits, labels, rows, cols,
-                                                               grad_scale, dlogits, d16, partials);
+  bool grouped = false;  // whole 16-byte groups: bf16 rows of a multiple of 8 values
+  if constexpr (sizeof(In) == 2) {
+    grouped = cols % 8 == 0 && aligned16(logits) && aligned16(dlogits);
+    if (grouped)
+      softmax_xent_kernel<In, Out, 8><<<grid, threads, 0, l.stream>>>(
+          logits, labels, rows, cols, grad_scale, dlogits, d16, partials);
+  }
+  if (!grouped)
+    softmax_xent_kernel<In, Out, 1><<<grid, threads, 0, l.stream>>>(
+        logits, labels, rows, cols, grad_scale, dlogits, d16, partials);
   DPT_CUDA_CHECK(cudaGetLastError());
   add_partials_kernel<<<1, 32, 0, l.stream>>>(partials, static_cast<int>(grid), stats, true);
   DPT_CUDA_CHECK(cudaGetLastError());

@@ -139,10 +139,12 @@ __global__ void layer_norm_kernel(const float* x, const float* w, const float* b
   }
 }
 
-// dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ · x̂)), ĝ = dy · weight.
+// dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ · x̂)), ĝ = dy · weight; plus add
+// (a block's shortcut gradient: sum_kernel's fp32 sum) where not null, and
+// d16, where not null, the result rounded.
 __global__ void layer_norm_grad_kernel(const float* x, const float* dy, const float* w,
                                        const float* mean, const float* rstd, size_t rows, int dim,
-                                       float* dx) {
+                                       float* dx, const float* add, __nv_bfloat16* d16) {
   const size_t r = warp_row();
   if (r >= rows) return;
   const float* xr = x + r * dim;
@@ -159,7 +161,10 @@ __global__ void layer_norm_grad_kernel(const float* x, const float* dy, const fl
   float* d = dx + r * dim;
   for (int c = lane(); c < dim; c += kWarp) {
     const float xh = __fmul_rn(__fsub_rn(xr[c], m), s);
-    d[c] = __fmul_rn(s, __fsub_rn(__fsub_rn(__fmul_rn(g[c], w[c]), mean_g), __fmul_rn(xh, mean_gx)));
+    float v = __fmul_rn(s, __fsub_rn(__fsub_rn(__fmul_rn(g[c], w[c]), mean_g), __fmul_rn(xh, mean_gx)));
+    if (add) v = __fadd_rn(v, add[r * dim + c]);
+    d[c] = v;
+    if (d16) d16[r * dim + c] = __float2bfloat16_rn(v);
   }
 }
 
@@ -350,10 +355,11 @@ void layer_norm(const Launch& l, const float* x, const float* w, const float* b,
 }
 
 void layer_norm_grad(const Launch& l, const float* x, const float* dy, const float* w,
-                     const float* mean, const float* rstd, int rows, int dim, float* dx) {
+                     const float* mean, const float* rstd, int rows, int dim, float* dx,
+                     const float* add, std::uint16_t* dx16) {
   if (rows <= 0) return;
-  layer_norm_grad_kernel<<<row_blocks(rows), kRowWarps * kWarp, 0, l.stream>>>(x, dy, w, mean,
-                                                                               rstd, rows, dim, dx);
+  layer_norm_grad_kernel<<<row_blocks(rows), kRowWarps * kWarp, 0, l.stream>>>(
+      x, dy, w, mean, rstd, rows, dim, dx, add, reinterpret_cast<__nv_bfloat16*>(dx16));
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

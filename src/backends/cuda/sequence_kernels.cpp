@@ -36,8 +36,9 @@ class CudaSequenceKernels final : public SequenceKernels {
     cuda::layer_norm(launch_, x, weight, bias, rows, dim, eps, y, mean, rstd, y_bf16);
   }
   void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
-                       const float* rstd, int rows, int dim, float* dx) override {
-    cuda::layer_norm_grad(launch_, x, dy, weight, mean, rstd, rows, dim, dx);
+                       const float* rstd, int rows, int dim, float* dx, const float* add,
+                       std::uint16_t* dx_bf16) override {
+    cuda::layer_norm_grad(launch_, x, dy, weight, mean, rstd, rows, dim, dx, add, dx_bf16);
   }
   // Partial sums per chunk of rows: two per column and chunk.
   std::size_t layer_norm_workspace(int rows, int dim) const override {

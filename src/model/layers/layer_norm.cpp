@@ -58,12 +58,23 @@ class LayerNorm final : public Layer {
 
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    be.kernels<SequenceKernels>().layer_norm_grad(x.data, dy.data, arenas().params + weight_,
-                                                  mean_.get(), rstd_.get(), x.rows * positions_,
-                                                  dim_, dx.data);
+    input_grad(be, x, dy, dx.data, nullptr, nullptr);
+  }
+  // As the block's first part: the shortcut's gradient added, and the
+  // copy written, in the kernel's pass.
+  void backward_input_adding(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
+                             TensorView dx, ConstTensorView add) override {
+    input_grad(be, x, dy, dx.data, add.data, dx.bf16);
   }
 
  private:
+  void input_grad(Backend& be, ConstTensorView x, ConstTensorView dy, float* dx, const float* add,
+                  std::uint16_t* dx_bf16) {
+    be.kernels<SequenceKernels>().layer_norm_grad(x.data, dy.data, arenas().params + weight_,
+                                                  mean_.get(), rstd_.get(), x.rows * positions_,
+                                                  dim_, dx, add, dx_bf16);
+  }
+
   int positions_, dim_;
   std::size_t weight_, bias_;
   ArenaBuffer<float> mean_, rstd_;  // per row of the last forward

@@ -13,7 +13,9 @@
 // neighbour's output buffer is written all the same. A part that can write
 // its output's bf16 rounding (ln) writes it into the next part's slot for
 // its input (dense, attn under bf16: Layer::input_bf16), which then rounds
-// nothing.
+// nothing. With the identity shortcut, the block's input gradient
+// df + dy is made by the body's first part as it writes its own input
+// gradient (Layer::backward_input_adding: ln's kernel adds dy in its pass).
 #include <algorithm>
 #include <string>
 
@@ -85,6 +87,9 @@ class Residual final : public Layer {
         widest = std::max(widest, size);
       }
     }
+    // The first part adds the shortcut's gradient, unless the part after it
+    // carries the gradient through it (a fold).
+    adds_in_first_ = shortcut_.empty() && !(body_.size() > 1 && folds_previous_[1]);
     grad_a_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     grad_b_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     if (!shortcut_.empty()) dx_ = reserve<float>(be, max_rows, input_shape().size(), Lifetime::kPass);
@@ -103,28 +108,36 @@ class Residual final : public Layer {
 
   // The chains' backward runs here (backward_params is called for every
   // block, backward_input only when a layer before it trains): both
-  // branches' parameter gradients, and the body's input gradient df, left
-  // in grad_a_ or grad_b_ for backward_input, which the model calls next
-  // with the same dy. A projection shortcut's chain reuses those buffers,
-  // so with one the two input gradients are summed here, in dx_.
+  // branches' parameter gradients, and what backward_input needs, which the
+  // model calls next with the same dy: the gradient w.r.t. the first part's
+  // output (adds_in_first_) or the body's input gradient df, left in
+  // grad_a_ or grad_b_. A projection shortcut's chain reuses those
+  // buffers, so with one the two input gradients are summed here, in dx_.
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    df_ = back_chain(be, body_, 0, x, dy).data;
+    pending_ = back_chain(be, body_, 0, x, dy, adds_in_first_);
+    has_pending_ = true;
     if (shortcut_.empty()) return;
-    be.copy_device(dx_.get(), df_, x.count() * sizeof(float));
-    const ConstTensorView ds = back_chain(be, shortcut_, body_.size(), x, dy);
+    be.copy_device(dx_.get(), pending_.data, x.count() * sizeof(float));
+    const ConstTensorView ds = back_chain(be, shortcut_, body_.size(), x, dy, false);
     be.add(ds.data, dx_.get(), x.count());
   }
 
-  // dx = df + dy (the identity shortcut's gradient) in one pass, with its
-  // bf16 rounding where the model asks (dx.bf16), or the sum
-  // backward_params made. A block without parameters gets no
-  // backward_params call from the model: its chains run here.
+  // dx = df + dy (the identity shortcut's gradient), with its bf16 rounding
+  // where the model asks (dx.bf16): the first part's input gradient with dy
+  // added (one pass for ln), or the sum of df and dy in one pass; with a
+  // projection shortcut the sum backward_params made. A block without
+  // parameters gets no backward_params call from the model: its chains
+  // run here.
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    if (!df_) backward_params(be, x, dy);
-    if (shortcut_.empty()) be.sum(df_, dy.data, dx.data, x.count(), dx.bf16);
-    else be.copy_device(dx.data, dx_.get(), x.count() * sizeof(float));
-    df_ = nullptr;
+    if (!has_pending_) backward_params(be, x, dy);
+    has_pending_ = false;
+    if (!shortcut_.empty())
+      be.copy_device(dx.data, dx_.get(), x.count() * sizeof(float));
+    else if (adds_in_first_)
+      body_[0]->backward_input_adding(be, x, output(0, x.rows, *body_[0]), pending_, dx, dy);
+    else
+      be.sum(pending_.data, dy.data, dx.data, x.count(), dx.bf16);
   }
 
   bool writes_input_grad_bf16() const override { return shortcut_.empty(); }
@@ -224,8 +237,10 @@ class Residual final : public Layer {
 
   // Backward through a chain from dy; returns the gradient w.r.t. x, in
   // grad_a_ or grad_b_ (the next chain may reuse them once it is copied).
+  // stop_at_first: the first part's backward_params only; returns the
+  // gradient w.r.t. its output (its input gradient is backward_input's).
   ConstTensorView back_chain(Backend& be, const Parts& parts, std::size_t first, ConstTensorView x,
-                             ConstTensorView dy) {
+                             ConstTensorView dy, bool stop_at_first) {
     ConstTensorView g = dy;
     auto input = [&](std::size_t i) {  // part i's input
       return i == 0 ? x : ConstTensorView(output(first + i - 1, x.rows, *parts[i - 1]));
@@ -234,6 +249,7 @@ class Residual final : public Layer {
       Layer& l = *parts[i];
       const ConstTensorView in = input(i);
       if (!l.params().empty()) l.backward_params(be, in, g);
+      if (i == 0 && stop_at_first) break;
       float* free = g.data == grad_a_.get() ? grad_b_.get() : grad_a_.get();
       if (folds_previous_[first + i]) {  // through part i - 1 (no parameters) too
         --i;
@@ -261,7 +277,11 @@ class Residual final : public Layer {
   std::vector<bool> mlp_bf16_;     // the part starts a bf16 MLP (note_folds)
   std::vector<ArenaBuffer<std::uint16_t>> hidden16_;  // a bf16 MLP's first output, in bf16
   ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only; dx_ with a projection shortcut
-  const float* df_ = nullptr;  // the body's input gradient, from backward_params to backward_input
+  bool adds_in_first_ = false;  // the first part makes df + dy (set by allocate)
+  // From backward_params to backward_input: the gradient w.r.t. the first
+  // part's output (adds_in_first_), else the body's input gradient df.
+  ConstTensorView pending_;
+  bool has_pending_ = false;
 };
 
 LayerSpec parse_residual(const std::string& token) {

@@ -63,10 +63,18 @@ class SequenceKernels : public KernelFamily {
                   float eps, float* y, float* mean, float* rstd) {
     layer_norm(x, weight, bias, rows, dim, eps, y, mean, rstd, nullptr);
   }
-  // dx from dy and the saved statistics.
+  // dx from dy and the saved statistics. add, where not null, is added to
+  // each value in the same pass (dx = the gradient + add, the fp32 sum of
+  // Backend::sum: a block's identity shortcut's gradient), and dx_bf16,
+  // where not null, receives dx rounded to bf16 (bf16_bits), as Backend::sum
+  // writes its y16. dx may not alias dy or add.
   virtual void layer_norm_grad(const float* x, const float* dy, const float* weight,
                                const float* mean, const float* rstd, int rows, int dim,
-                               float* dx) = 0;
+                               float* dx, const float* add, std::uint16_t* dx_bf16) = 0;
+  void layer_norm_grad(const float* x, const float* dy, const float* weight, const float* mean,
+                       const float* rstd, int rows, int dim, float* dx) {
+    layer_norm_grad(x, dy, weight, mean, rstd, rows, dim, dx, nullptr, nullptr);
+  }
   // dweight = Σ dy · x̂, dbias = Σ dy over the rows (overwritten), in a
   // fixed order (increasing on the CPU). `workspace`: device scratch of
   // layer_norm_workspace(rows, dim) floats or more, which the layer
