@@ -87,8 +87,8 @@ void check_forward(Backend& gpu) {
                     Epilogue::kBiasGeluTanh, db_rounded.get(), pre.get());
   // The fallback adds the fp32 bias it is given: here its rounding.
   gpu.gemm_epilogue_bf16(Epilogue::kBiasGeluTanh, false, true, kRows, kOut, kIn, dx.get(), kIn,
-                     dw.get(), kIn, c16.get(), kOut, aux16.get(), db_rounded.get(), b16.get(),
-                     scratch.get(), scratch2.get());
+                         dw.get(), kIn, c16.get(), kOut, aux16.get(), db_rounded.get(), b16.get(),
+                         scratch.get(), scratch2.get());
   Floats terms = magnitudes(x, w, kRows, kOut, kIn, true);
   for (std::size_t i = 0; i < n; ++i) terms[i] += std::fabs(b[i % kOut]);
   EXPECT_TRUE(rounded_from(download(gpu, aux16), download(gpu, pre), terms, "aux"));
@@ -127,9 +127,9 @@ void check_backward(Backend& gpu) {
   DeviceBuffer<std::uint16_t> c16(gpu, n);
   gpu.gemm_epilogue(false, false, kRows, kIn, kOut, ddy.get(), kOut, dw.get(), kIn, want.get(), kIn,
                     Epilogue::kGeluTanhGrad, nullptr, dpre.get());
-  gpu.gemm_epilogue_bf16(Epilogue::kGeluTanhGrad, false, false, kRows, kIn, kOut, ddy.get(), kOut,
-                     dw.get(), kIn, c16.get(), kIn, aux16.get(), nullptr, nullptr, scratch.get(),
-                     scratch2.get());
+  gpu.gemm_epilogue_bf16(Epilogue::kGeluTanhGrad, false, false, kRows, kIn, kOut, ddy.get(),
+                         kOut, dw.get(), kIn, c16.get(), kIn, aux16.get(), nullptr, nullptr,
+                         scratch.get(), scratch2.get());
   Floats terms = magnitudes(dy, w, kRows, kIn, kOut, false);
   for (float& t : terms) t *= 1.2f;  // GELU's slope is below 1.13
   EXPECT_TRUE(rounded_from(download(gpu, c16), download(gpu, want), terms, "gradient"));

@@ -416,8 +416,8 @@ class Replay {
     const Operands& o = ops_[i];
     if (g.bf16_out)
       be_.gemm_epilogue_bf16(Backend::GemmEpilogue(g.epilogue), g.ta, g.tb, g.m, g.n, g.k,
-                         {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, o.c16, g.ldc, o.aux16,
-                         o.vector, o.vector16, o.c, o.aux);
+                             {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, o.c16, g.ldc, o.aux16,
+                             o.vector, o.vector16, o.c, o.aux);
     else if (g.epilogue >= 0)
       be_.gemm_epilogue(g.ta, g.tb, g.m, g.n, g.k, {o.a, o.a16}, g.lda, {o.b, o.b16}, g.ldb, o.c,
                         g.ldc, Backend::GemmEpilogue(g.epilogue), o.vector, o.aux);

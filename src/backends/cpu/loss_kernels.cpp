@@ -48,7 +48,8 @@ class CpuLossKernels final : public LossKernels {
     std::vector<float> row(static_cast<std::size_t>(cols > 0 ? cols : 0));
     for (int r = 0; r < rows; ++r) {
       const std::size_t base = static_cast<std::size_t>(r) * static_cast<std::size_t>(cols);
-      for (int c = 0; c < cols; ++c) row[std::size_t(c)] = bf16_value(logits16[base + std::size_t(c)]);
+      for (int c = 0; c < cols; ++c)
+        row[std::size_t(c)] = bf16_value(logits16[base + std::size_t(c)]);
       cpu_rows::softmax_xent(row.data(), labels + r, 0, 1, cols, grad_scale,
                              dlogits16 ? row.data() : nullptr, &loss_sum, &correct);
       if (dlogits16) round_gradient(row.data(), dlogits16 + base, 1, cols);

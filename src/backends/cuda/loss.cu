@@ -7,9 +7,10 @@
 // ConvertKernels::to_bf16) in the same pass. Over bf16 logits (the head's
 // output under bf16) the same kernel reads bf16 and writes the gradient as
 // bf16 only, in place: 2 bytes a logit where there were 6; a row of a
-// multiple of 8 is read and written 16 bytes a thread at a time. MSE: one warp per row. Each block
-// writes its partial sums, and a one-warp launch adds them in block order,
-// so the sums are reproducible (no float atomics). The row math follows
+// multiple of 8 is read and written 16 bytes a thread at a time. MSE: one
+// warp per row. Each block writes its partial sums, and a one-warp launch
+// adds them in block order, so the sums are reproducible (no float
+// atomics). The row math follows
 // src/backends/cpu/loss_kernels.cpp (the first maximum, the sums and the
 // loss in double) but for the exponentials: CUDA's expf here.
 #include <cuda_bf16.h>

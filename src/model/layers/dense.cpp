@@ -14,8 +14,8 @@
 // pre-activation kept for the activation's backward) and a gelu:tanh
 // before it into its input gradient's GEMM (Layer::folds_next /
 // folds_previous). As the model's head under bf16 it writes the logits in
-// bf16 only (write_output_bf16_only). Init is He-uniform before a rectifier, else
-// Glorot-uniform, with zero biases.
+// bf16 only (write_output_bf16_only). Init is He-uniform before a
+// rectifier, else Glorot-uniform, with zero biases.
 #include <charconv>
 #include <cmath>
 
@@ -119,8 +119,8 @@ class Dense final : public Layer {
     const float* bias = arenas().params + bias_;
     const GemmOperand bias16 = bias_bf16_.round(be, bias, std::size_t(out_));
     be.gemm_epilogue_bf16(Backend::GemmEpilogue::kBiasGeluTanh, false, true, rows, out_, in_,
-                      x_bf16_.round(be, x, std::size_t(rows) * in_), in_, weight_operand(be),
-                      in_, next_y.bf16, out_, y.bf16, bias, bias16.bf16, next_y.data, y.data);
+                          x_bf16_.round(be, x, std::size_t(rows) * in_), in_, weight_operand(be),
+                          in_, next_y.bf16, out_, y.bf16, bias, bias16.bf16, next_y.data, y.data);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
@@ -150,9 +150,10 @@ class Dense final : public Layer {
     if (!prev_x.bf16 || !prev_dx.bf16)
       return be.gemm_epilogue(false, false, rows, in_, out_, dy_op, out_, w_op, in_, prev_dx.data,
                               in_, Backend::GemmEpilogue::kGeluTanhGrad, nullptr, aux);
-    be.gemm_epilogue_bf16(Backend::GemmEpilogue::kGeluTanhGrad, false, false, rows, in_, out_, dy_op,
-                      out_, w_op, in_, prev_dx.bf16, in_, const_cast<std::uint16_t*>(prev_x.bf16),
-                      nullptr, nullptr, prev_dx.data, aux);
+    be.gemm_epilogue_bf16(Backend::GemmEpilogue::kGeluTanhGrad, false, false, rows, in_, out_,
+                          dy_op, out_, w_op, in_, prev_dx.bf16, in_,
+                          const_cast<std::uint16_t*>(prev_x.bf16), nullptr, nullptr, prev_dx.data,
+                          aux);
   }
 
  private:
@@ -180,7 +181,7 @@ class Dense final : public Layer {
   RoundedOperand x_bf16_;   // forward's rounding of x, for the weight gradient
   RoundedOperand dy_bf16_;  // backward_params' rounding of dy, for backward_input
   RoundedOperand w_bf16_;   // forward's rounding of the weight, for the input gradient
-  RoundedOperand bias_bf16_;  // the bias's rounding, for the bf16 MLP's forward
+  RoundedOperand bias_bf16_;  // the bias's rounding, for the bf16 epilogues (MLP, head)
   bool folds_gelu_ = false;  // the backend fuses GEMM epilogues (set by allocate)
   bool output_bf16_ = false;  // the model's head, writing the logits in bf16 only
 };

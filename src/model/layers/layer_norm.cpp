@@ -4,6 +4,8 @@
 // (torch.nn.LayerNorm(D): weight ones, bias zeros). The forward keeps each
 // row's mean and 1/σ for the backward pass, and writes y's bf16 rounding
 // too where the block hands it the next layer's slot (writes_output_bf16).
+// As a block's first part its input gradient kernel also adds the
+// shortcut's gradient and writes the copy (backward_input_adding).
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 #include "dptrain/common/error.hpp"
