@@ -115,7 +115,6 @@ class Residual final : public Layer {
   // buffers, so with one the two input gradients are summed here, in dx_.
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
     pending_ = back_chain(be, body_, 0, x, dy, adds_in_first_);
-    has_pending_ = true;
     if (shortcut_.empty()) return;
     be.copy_device(dx_.get(), pending_.data, x.count() * sizeof(float));
     const ConstTensorView ds = back_chain(be, shortcut_, body_.size(), x, dy, false);
@@ -130,14 +129,14 @@ class Residual final : public Layer {
   // run here.
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    if (!has_pending_) backward_params(be, x, dy);
-    has_pending_ = false;
+    if (!pending_.data) backward_params(be, x, dy);
     if (!shortcut_.empty())
       be.copy_device(dx.data, dx_.get(), x.count() * sizeof(float));
     else if (adds_in_first_)
       body_[0]->backward_input_adding(be, x, output(0, x.rows, *body_[0]), pending_, dx, dy);
     else
       be.sum(pending_.data, dy.data, dx.data, x.count(), dx.bf16);
+    pending_ = {};
   }
 
   bool writes_input_grad_bf16() const override { return shortcut_.empty(); }
@@ -279,9 +278,9 @@ class Residual final : public Layer {
   ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only; dx_ with a projection shortcut
   bool adds_in_first_ = false;  // the first part makes df + dy (set by allocate)
   // From backward_params to backward_input: the gradient w.r.t. the first
-  // part's output (adds_in_first_), else the body's input gradient df.
+  // part's output (adds_in_first_), else the body's input gradient df;
+  // empty (data null) once backward_input has used it.
   ConstTensorView pending_;
-  bool has_pending_ = false;
 };
 
 LayerSpec parse_residual(const std::string& token) {
