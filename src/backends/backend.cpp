@@ -49,7 +49,9 @@ void Backend::gemm_epilogue_bf16(GemmEpilogue epilogue, bool trans_a, bool trans
                                  std::uint16_t* c16, int ldc, std::uint16_t* aux16,
                                  const float* vector, const std::uint16_t*, float* scratch,
                                  float* scratch2, int scratch_rows) {
-  DPT_REQUIRE(ldc == n && epilogue != GemmEpilogue::kBiasGradA, ExitCode::kOther,
+  DPT_REQUIRE(ldc == n && epilogue != GemmEpilogue::kBiasGradA &&
+                  epilogue != GemmEpilogue::kBiasAdd,
+              ExitCode::kOther,
               "gemm_epilogue_bf16: kBias or a gelu:tanh epilogue with ldc == n");
   ConvertKernels& convert = kernels<ConvertKernels>();
   if (epilogue == GemmEpilogue::kBias) {
@@ -93,15 +95,23 @@ void Backend::gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, Gem
                             GemmEpilogue epilogue, float* vector, float* aux) {
   const bool grad_a = epilogue == GemmEpilogue::kBiasGradA;
   const bool gelu = epilogue == GemmEpilogue::kBiasGeluTanh || epilogue == GemmEpilogue::kGeluTanhGrad;
-  if (grad_a ? !trans_a || lda != m : ldc != n || (gelu && !aux))
+  const bool adds = epilogue == GemmEpilogue::kBiasAdd;
+  if (grad_a ? !trans_a || lda != m : ldc != n || ((gelu || adds) && !aux) || (adds && aux == c))
     throw Error(ExitCode::kOther,
                 std::string("the ") + name() + " backend's GEMM epilogue needs " +
-                    (grad_a ? "trans_a and lda == m" : gelu ? "ldc == n and aux" : "ldc == n"));
+                    (grad_a ? "trans_a and lda == m"
+                     : adds ? "ldc == n and an aux apart from c"
+                     : gelu ? "ldc == n and aux"
+                            : "ldc == n"));
   const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(n);
   switch (epilogue) {
     case GemmEpilogue::kBias:
       gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
       kernels<DenseKernels>().add_bias(c, vector, m, n);
+      return;
+    case GemmEpilogue::kBiasAdd:
+      gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+      kernels<DenseKernels>().add_bias_and(c, vector, aux, m, n);
       return;
     case GemmEpilogue::kBiasGradA:
       gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);

@@ -88,6 +88,12 @@ void Layer::backward_input_adding(Backend& be, ConstTensorView x, ConstTensorVie
   be.sum(dx.data, add.data, dx.data, dx.count(), dx.bf16);
 }
 
+void Layer::forward_adding(Backend& be, ConstTensorView x, ConstTensorView add, TensorView y,
+                           Mode mode) {
+  forward(be, x, y, mode);
+  be.add(add.data, y.data, y.count());
+}
+
 void Layer::throw_no_folding() const {
   throw Error(ExitCode::kOther, name_ + " folds no activation into its epilogue");
 }

@@ -1,8 +1,9 @@
 // Implements: the CUDA backend's GEMM epilogues (cuBLASLt) against the CPU
-// backend — a dense layer's forward with its bias, and its weight gradient
-// with the bias gradient — in fp32, tf32 and bf16 within the error those
-// formats allow (the bound scales with |A| |B| and |bias|, so cancellation
-// is not punished); operands and vectors at every alignment a parameter
+// backend — a dense layer's forward with its bias (and with a block's
+// shortcut added), and its weight gradient with the bias gradient — in
+// fp32, tf32 and bf16 within the error those formats allow (the bound
+// scales with |A| |B|, |bias| and |shortcut|, so cancellation is not
+// punished); operands and vectors at every alignment a parameter
 // arena gives them (one float apart), the same problem at two alignments,
 // repeated calls bit for bit, no rows, and (on the host emulation) the
 // fallback where cuBLASLt offers no algorithm.
@@ -62,24 +63,34 @@ struct Placed {
   dptrain::DeviceBuffer<float> buf;
 };
 
-// y = x wᵀ + b on both backends; checks y.
+// y = x wᵀ + b on both backends, plus a block's shortcut r with kBiasAdd
+// (cuBLASLt adds r as C, and in its own order: the bound has |r|); checks y.
 ::testing::AssertionResult check_forward(Backend& gpu, Backend& cpu, Dense s, double tol,
-                                         int offset, std::uint32_t seed) {
+                                         int offset, std::uint32_t seed,
+                                         Epilogue e = Epilogue::kBias) {
   const auto x = random_vector(std::size_t(s.rows) * s.in, seed);
   const auto w = random_vector(std::size_t(s.out) * s.in, seed + 1);
   const auto b = random_vector(std::size_t(s.out), seed + 2);
+  const auto r = random_vector(std::size_t(s.rows) * s.out, seed + 3);
+  const bool adds = e == Epilogue::kBiasAdd;
   std::vector<float> want(std::size_t(s.rows) * s.out), bound(want.size());
+  auto cr = r, ar = abs_of(r);
   cpu.gemm_epilogue(false, true, s.rows, s.out, s.in, x.data(), s.in, w.data(), s.in, want.data(),
-                    s.out, Epilogue::kBias, const_cast<float*>(b.data()));
+                    s.out, e, const_cast<float*>(b.data()), adds ? cr.data() : nullptr);
   const auto ax = abs_of(x), aw = abs_of(w), ab = abs_of(b);
   cpu.gemm_epilogue(false, true, s.rows, s.out, s.in, ax.data(), s.in, aw.data(), s.in,
-                    bound.data(), s.out, Epilogue::kBias, const_cast<float*>(ab.data()));
+                    bound.data(), s.out, e, const_cast<float*>(ab.data()),
+                    adds ? ar.data() : nullptr);
   Placed dx(gpu, x, offset), dw(gpu, w, (offset + 1) % 4), db(gpu, b, (offset + 2) % 4);
   Placed dy(gpu, std::vector<float>(want.size(), std::numeric_limits<float>::quiet_NaN()),
             (offset + 3) % 4);
+  Placed dr(gpu, r, (offset + 2) % 4);
   gpu.gemm_epilogue(false, true, s.rows, s.out, s.in, dx.get(), s.in, dw.get(), s.in, dy.get(),
-                    s.out, Epilogue::kBias, db.get());
-  return within(dy.read(gpu, want.size()), want, bound, tol, "y");
+                    s.out, e, db.get(), adds ? dr.get() : nullptr);
+  auto result = within(dy.read(gpu, want.size()), want, bound, tol, "y");
+  if (result && adds && dr.read(gpu, r.size()) != r)
+    return ::testing::AssertionFailure() << "the shortcut r was written";
+  return result;
 }
 
 // dw = dyᵀ x and db = dy's column sums on both backends; checks both.
@@ -125,11 +136,13 @@ void check_all(Precision p, double tol) {
           << s.rows << "x" << s.in << "->" << s.out << " offset " << offset;
       EXPECT_TRUE(check_weight_grad(*gpu, *cpu, s, tol, offset, seed + 7))
           << s.rows << "x" << s.in << "->" << s.out << " offset " << offset;
-      seed += 11;
+      EXPECT_TRUE(check_forward(*gpu, *cpu, s, tol, offset, seed + 13, Epilogue::kBiasAdd))
+          << s.rows << "x" << s.in << "->" << s.out << " offset " << offset << ", adding";
+      seed += 17;
     }
   // Every problem ran on cuBLASLt, none fell back.
   if (calls_before >= 0)
-    EXPECT_EQ(lt_calls() - calls_before, 2 * 3 * static_cast<long>(std::size(kShapes)));
+    EXPECT_EQ(lt_calls() - calls_before, 3 * 3 * static_cast<long>(std::size(kShapes)));
 }
 
 // The tolerances of CudaGemm (test_gemm.cpp): fp32 rounding; tf32 and bf16
@@ -184,6 +197,7 @@ TEST(CudaGemmEpilogue, FallsBackWhereCublasLtHasNoAlgorithm) {
   const long calls_before = lt_calls();
   EXPECT_TRUE(check_forward(*gpu, *cpu, s, 4e-3, 1, 3));
   EXPECT_TRUE(check_weight_grad(*gpu, *cpu, s, 4e-3, 2, 4));
+  EXPECT_TRUE(check_forward(*gpu, *cpu, s, 4e-3, 3, 5, Epilogue::kBiasAdd));
   EXPECT_EQ(lt_calls(), calls_before) << "cuBLASLt ran an epilogue it had no algorithm for";
 }
 #endif

@@ -112,6 +112,29 @@ TEST_F(CpuBackendTest, BiasOps) {
   EXPECT_EQ(db, (std::vector<float>{0, 0, 0}));
 }
 
+// A block's last part: y = x wᵀ + b + r in one call has the bits of the
+// bias epilogue and then the block's sum; r may not be y.
+TEST_F(CpuBackendTest, BiasAddEpilogueIsTheBiasProductThenTheSum) {
+  const int rows = 5, in = 7, out = 6;
+  const auto x = random_floats(std::size_t(rows) * in, 1), w = random_floats(std::size_t(out) * in, 2);
+  const auto b = random_floats(out, 3), r = random_floats(std::size_t(rows) * out, 4);
+  std::vector<float> want(r.size()), got(r.size(), std::numeric_limits<float>::quiet_NaN());
+  be_->gemm_epilogue(false, true, rows, out, in, x.data(), in, w.data(), in, want.data(), out,
+                     Backend::GemmEpilogue::kBias, const_cast<float*>(b.data()));
+  be_->sum(want.data(), r.data(), want.data(), want.size());
+  be_->gemm_epilogue(false, true, rows, out, in, x.data(), in, w.data(), in, got.data(), out,
+                     Backend::GemmEpilogue::kBiasAdd, const_cast<float*>(b.data()),
+                     const_cast<float*>(r.data()));
+  EXPECT_EQ(got, want);
+  try {
+    be_->gemm_epilogue(false, true, rows, out, in, x.data(), in, w.data(), in, got.data(), out,
+                       Backend::GemmEpilogue::kBiasAdd, const_cast<float*>(b.data()), got.data());
+    ADD_FAILURE() << "accepted an addend that is the output";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kOther);
+  }
+}
+
 TEST_F(CpuBackendTest, ActivationForwardMatchesFormulas) {
   const auto x = random_floats(257, 7, -6.0, 6.0);
   std::vector<float> y(x.size());

@@ -398,12 +398,13 @@ class Replay {
       const std::size_t a_n = extent(a_rows, a_cols, g.lda, g.sa, g.batch);
       const std::size_t b_n = extent(b_rows, b_cols, g.ldb, g.sb, g.batch);
       const std::size_t c_n = extent(g.m, g.n, g.ldc, g.sc, g.batch);
-      const bool gelu = g.epilogue == int(Backend::GemmEpilogue::kBiasGeluTanh) ||
-                        g.epilogue == int(Backend::GemmEpilogue::kGeluTanhGrad);
+      const bool aux = g.epilogue == int(Backend::GemmEpilogue::kBiasGeluTanh) ||
+                       g.epilogue == int(Backend::GemmEpilogue::kGeluTanhGrad) ||
+                       g.epilogue == int(Backend::GemmEpilogue::kBiasAdd);
       const std::size_t vector_n = std::size_t(std::max(g.m, g.n));
       ops_.push_back({buffer(a_n), buffer(b_n), buffer(c_n),
                       g.epilogue >= 0 ? buffer(vector_n) : nullptr,
-                      gelu ? buffer(c_n) : nullptr,
+                      aux ? buffer(c_n) : nullptr,
                       g.a_rounded ? rounded(a_n) : nullptr,
                       g.b_rounded ? rounded(b_n) : nullptr,
                       g.bf16_out ? rounded(c_n) : nullptr, g.bf16_out ? rounded(c_n) : nullptr,

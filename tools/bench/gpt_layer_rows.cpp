@@ -133,10 +133,18 @@ class DrivenGpt {
         // A layer norm writes the next part's input copy, as in the block.
         if (n.block && j + 1 < n.body.size() && l->writes_output_bf16())
           y.bf16 = n.body[j + 1]->input_bf16();
+        if (n.block && j + 1 == n.body.size() && adds_in_last(*l)) {
+          // y = f(x) + x by the last part's GEMM, as the block makes it
+          const TensorView out{n.out.get(), rows, in.shape};
+          timed(acc, n.family[j], kForward, [&] { l->forward_adding(be_, cur, in, out, Mode::kTrain); });
+          ++acc[kResAdds].folded;
+          cur = out;
+          break;
+        }
         timed(acc, n.family[j], kForward, [&] { l->forward(be_, cur, y, Mode::kTrain); });
         cur = y;
       }
-      if (n.block) {  // y = f(x) + x, one pass as the block makes it
+      if (n.block && cur.data != n.out.get()) {  // y = f(x) + x, one pass as the block makes it
         const TensorView y{n.out.get(), rows, in.shape};
         timed(acc, kResAdds, kForward, [&] { be_.sum(cur.data, in.data, y.data, y.count()); });
         cur = y;
@@ -242,6 +250,10 @@ class DrivenGpt {
            n.body[j]->folds_next(*n.body[j + 1]) && n.body[j + 2]->folds_previous(*n.body[j + 1]) &&
            !n.body[j + 2]->backward_reads_input();
   }
+
+  // Whether a block's last part (not folded into the part before it) adds
+  // the shortcut as it writes the block's output, as residual.cpp decides it.
+  static bool adds_in_last(const Layer& l) { return l.forward_adds() && !l.backward_reads_output(); }
 
   TensorView output(Layer* l) {
     return {outputs_.at(l).get(), a_.batch, l->output_shape()};
@@ -359,8 +371,9 @@ std::vector<Row> layer_rows(Backend& real, InstrumentedBackend& inst, const GptA
     if (f == kLoss) note += "softmax cross-entropy over every position, loss and its gradient";
     else if (f == kOptimizer) note += "NaN/Inf count of the gradients, clipping, AdamW";
     else if (f == kResAdds)
-      note += "the res blocks' y = f(x) + x, one pass each; dx = df + dy in the first part's "
-              "backward pass (ln's) for " + std::to_string(first.folded) + " blocks a step";
+      note += "the res blocks' y = f(x) + x, in the last part's GEMM epilogue where it adds it, "
+              "and dx = df + dy, in the first part's backward pass (ln's), else one pass each: " +
+              std::to_string(first.folded) + " of the step's sums folded into those calls";
     else if (first.folded && ms <= 0.0)
       note += "folded into the dense family's GEMMs, " + std::to_string(first.folded) +
               " calls a step in cuBLASLt's epilogues: no kernel of its own";

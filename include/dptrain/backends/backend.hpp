@@ -156,6 +156,9 @@ class Backend {
   // a backend whose library fuses them (cuBLASLt on CUDA) never makes a
   // pass of its own over C or A; row-major as gemm(), P = op(A) op(B):
   //   kBias:       c[i, j] = P[i, j] + vector[j]           (a dense layer's forward)
+  //   kBiasAdd:    c[i, j] = P[i, j] + vector[j] + aux[i, j] (the forward of a
+  //                block's last part, aux the block's identity shortcut, read
+  //                only; c may not alias aux)
   //   kBiasGradA:  c = P and vector[i] = sum_l op(A)[i, l]  (its weight gradient:
   //                op(A) = dyᵀ, so vector is the bias gradient; overwritten)
   //   kBiasGeluTanh: aux = P + vector[j], c = gelu:tanh(aux) (a dense layer's
@@ -166,11 +169,14 @@ class Backend {
   //                aux is the activation's input; vector unused)
   // aux [m, n] has row stride ldc, as c. The default is gemm() and the
   // dense and activation families' kernels (add_bias, bias_grad, the
-  // activation's forward, and its backward over c in place), which need
-  // ldc == n (kBias and the gelu ones) and trans_a with lda == m
-  // (kBiasGradA), as the dense layer has them; Error(kOther) otherwise.
+  // activation's forward, and its backward over c in place; kBiasAdd's
+  // add_bias_and: (P + vector) + aux, the bits of the bias pass and then a
+  // block's sum), which need ldc == n (kBias, kBiasAdd and the gelu ones)
+  // and trans_a with lda == m (kBiasGradA), as the dense layer has them;
+  // Error(kOther) otherwise. Where the library fuses kBiasAdd (cuBLASLt:
+  // beta 1 with aux as C), its order of the two additions is the library's.
   // k == 0 gives P = 0.
-  enum class GemmEpilogue { kBias, kBiasGradA, kBiasGeluTanh, kGeluTanhGrad };
+  enum class GemmEpilogue { kBias, kBiasGradA, kBiasGeluTanh, kGeluTanhGrad, kBiasAdd };
   virtual void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a,
                              int lda, GemmOperand b, int ldb, float* c, int ldc,
                              GemmEpilogue epilogue, float* vector, float* aux = nullptr);

@@ -222,6 +222,15 @@ class Layer {
   // the sum. dx may not alias dy or add.
   virtual void backward_input_adding(Backend& be, ConstTensorView x, ConstTensorView y,
                                      ConstTensorView dy, TensorView dx, ConstTensorView add);
+  // forward with `add` added to y (a block's identity shortcut, when this
+  // layer is the block's last part and its backward reads no output):
+  // forward_adds() says that the layer's last product adds it as it
+  // writes y (the GEMM epilogue kBiasAdd: dense, attn), so the block makes
+  // no sum pass. The default is forward, then Backend::add. y may not
+  // alias x or add.
+  virtual bool forward_adds() const { return false; }
+  virtual void forward_adding(Backend& be, ConstTensorView x, ConstTensorView add, TensorView y,
+                              Mode mode);
   // Folding an activation into this layer's GEMM epilogue, inside a
   // block's chain of parts (res(...)), where the backend fuses epilogues:
   // folds_next(next) lets the block call forward_folding_next in place of

@@ -21,6 +21,15 @@ void add_bias_rows(float* __restrict y, const float* __restrict bias, int rows, 
   }
 }
 
+DPT_VECTOR_CLONES
+void add_bias_and_rows(float* __restrict y, const float* __restrict bias,
+                       const float* __restrict add, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const std::size_t at = static_cast<std::size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) y[at + c] = (y[at + c] + bias[c]) + add[at + c];
+  }
+}
+
 // Rows are added in order, each column on its own: vectorising across
 // columns keeps every column's sum in row order.
 DPT_VECTOR_CLONES
@@ -36,6 +45,9 @@ class CpuDenseKernels final : public DenseKernels {
  public:
   void add_bias(float* y, const float* bias, int rows, int cols) override {
     add_bias_rows(y, bias, rows, cols);
+  }
+  void add_bias_and(float* y, const float* bias, const float* add, int rows, int cols) override {
+    add_bias_and_rows(y, bias, add, rows, cols);
   }
 
   void bias_grad(const float* dy, float* db, int rows, int cols) override {

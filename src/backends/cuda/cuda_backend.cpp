@@ -307,7 +307,9 @@ class CudaBackend final : public Backend {
       const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
       const cuda::LtProblem p{in.op_b, in.op_a, n, m, k, ldb, lda, ldc, in.type, in.compute,
                               lt_epilogue(epilogue)};
-      if (lt_->run(p, in.b, in.a, c, vector, aux)) return;
+      // kBiasAdd: aux is cuBLASLt's C (beta 1), not an epilogue's aux.
+      const bool adds = epilogue == GemmEpilogue::kBiasAdd;
+      if (lt_->run(p, in.b, in.a, c, vector, adds ? nullptr : aux, adds ? aux : nullptr)) return;
     }
     Backend::gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, epilogue, vector,
                            aux);
@@ -427,6 +429,7 @@ class CudaBackend final : public Backend {
   static cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
     switch (e) {
       case GemmEpilogue::kBias:
+      case GemmEpilogue::kBiasAdd:  // with C = the addend, beta 1
         return CUBLASLT_EPILOGUE_BIAS;
       case GemmEpilogue::kBiasGradA:
         return CUBLASLT_EPILOGUE_BGRADB;

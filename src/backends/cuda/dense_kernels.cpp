@@ -15,6 +15,9 @@ class CudaDenseKernels final : public DenseKernels {
   void add_bias(float* y, const float* bias, int rows, int cols) override {
     cuda::add_bias(launch_, y, bias, rows, cols);
   }
+  void add_bias_and(float* y, const float* bias, const float* add, int rows, int cols) override {
+    cuda::add_bias(launch_, y, bias, rows, cols, add);
+  }
   void bias_grad_bf16(const std::uint16_t* dy, float* db, int rows, int cols) override {
     cuda::bias_grad_bf16(launch_, dy, db, rows, cols);
   }

@@ -105,8 +105,12 @@ __global__ void from_bf16_kernel(const __nv_bfloat16* x, float* y, std::size_t n
   for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = __bfloat162float(x[i]);
 }
 
-__global__ void add_bias_kernel(float* y, const float* bias, std::size_t total, int cols) {
-  for (std::size_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[i % cols];
+__global__ void add_bias_kernel(float* y, const float* bias, const float* add, std::size_t total,
+                                int cols) {
+  for (std::size_t i = first_index(); i < total; i += grid_stride()) {
+    const float v = y[i] + bias[i % cols];
+    y[i] = add ? v + add[i] : v;
+  }
 }
 
 // Each thread sums a fixed subset of rows of one column, then row lane 0 adds
@@ -228,10 +232,10 @@ void from_bf16(const Launch& l, const void* x, float* y, std::size_t n) {
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
-void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols) {
+void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols, const float* add) {
   if (rows <= 0 || cols <= 0) return;
   const std::size_t total = static_cast<std::size_t>(rows) * cols;
-  add_bias_kernel<<<grid_for(total, l), kThreads, 0, l.stream>>>(y, bias, total, cols);
+  add_bias_kernel<<<grid_for(total, l), kThreads, 0, l.stream>>>(y, bias, add, total, cols);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -49,7 +49,9 @@ void from_bf16(const Launch& l, const void* x, float* y, std::size_t n);
 // thread where a source and its destination are 16-byte aligned.
 void to_bf16_pair(const Launch& l, const float* xa, void* ya, std::size_t na, const float* xb,
                   void* yb, std::size_t nb);
-void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols);
+// y += bias by column, then + add where not null (DenseKernels::add_bias_and).
+void add_bias(const Launch& l, float* y, const float* bias, int rows, int cols,
+              const float* add = nullptr);
 // Deterministic column sums (fixed summation order).
 void bias_grad(const Launch& l, const float* dy, float* db, int rows, int cols);
 void bias_grad_bf16(const Launch& l, const std::uint16_t* dy, float* db, int rows, int cols);

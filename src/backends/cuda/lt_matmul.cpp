@@ -75,7 +75,8 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, void* vector,
   set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(kWorkspaceBytes));
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<std::uint32_t>(key[10]));
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<std::uint32_t>(key[11]));
-  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<std::uint32_t>(key[12]));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      static_cast<std::uint32_t>(key[16] > 0 ? key[16] : key[12]));
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<std::uint32_t>(key[12]));
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
@@ -90,17 +91,20 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, void* vector,
 }
 
 bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, void* d, void* vector,
-                   void* aux) {
+                   void* aux, const void* c) {
+  if (c && p.d_type != CUDA_R_32F) return false;  // a C only with an fp32 D
   const Key key{p.op_a, p.op_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.type,
                 p.compute * 4096 + p.epilogue, alignment(a), alignment(b), alignment(d),
-                alignment(vector), aux ? alignment(aux) : 0, p.d_type};
+                alignment(vector), aux ? alignment(aux) : 0, p.d_type, c ? alignment(c) : 0};
   Plan& pl = plan(p, key, vector, aux);
   if (!pl.supported) return false;
   set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
   if (aux) set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   const float one = 1.0f, zero = 0.0f;
-  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmul_(handle_, pl.desc, &one, a, pl.a, b, pl.b, &zero, d, pl.d, d,
-                                  pl.d, &pl.algo, workspace_.get(), kWorkspaceBytes, stream_));
+  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmul_(handle_, pl.desc, &one, a, pl.a, b, pl.b,
+                                                c ? &one : &zero, c ? c : d, pl.d, d, pl.d,
+                                                &pl.algo, workspace_.get(), kWorkspaceBytes,
+                                                stream_));
   return true;
 }
 

@@ -29,9 +29,11 @@ namespace dptrain::cuda {
 //   CUBLASLT_EPILOGUE_GELU_AUX_BIAS: aux[i, j] = D[i, j] + vector[i], D = GELU(aux)
 //                             (GELU's tanh form; aux fp32, leading dimension ldd)
 //   CUBLASLT_EPILOGUE_DGELU:  D[i, j] *= GELU'(aux[i, j])  (aux in, as above)
-// A and B of `type` (fp32 or bf16), D of d_type (fp32; or bf16, with A
-// and B bf16, the bias and aux then bf16 too, as cuBLASLt takes them),
-// accumulated in `compute`.
+// With a C (run's c; fp32 D only), D = op(A) op(B) + C first (beta 1, C
+// laid out as D and apart from it): a block's shortcut added by the GEMM
+// of its last part. A and B of `type` (fp32 or bf16), D of d_type (fp32;
+// or bf16, with A and B bf16, the bias and aux then bf16 too, as cuBLASLt
+// takes them), accumulated in `compute`.
 struct LtProblem {
   cublasOperation_t op_a, op_b;
   int m, n, k, lda, ldb, ldd;
@@ -52,14 +54,15 @@ class LtMatmul {
   // cuBLASLt has no algorithm for it at these pointers' alignments (the
   // caller then runs the GEMM and the epilogue apart).
   bool run(const LtProblem& p, const void* a, const void* b, void* d, void* vector,
-           void* aux = nullptr);
+           void* aux = nullptr, const void* c = nullptr);
 
   static constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // cuBLAS's advice for Hopper
 
  private:
   struct Plan;
-  // The problem and the alignments (up to 16 bytes) of a, b, d, vector and aux.
-  using Key = std::array<std::int64_t, 16>;
+  // The problem and the alignments (up to 16 bytes) of a, b, d, vector,
+  // aux and c (0: none).
+  using Key = std::array<std::int64_t, 17>;
   Plan& plan(const LtProblem& p, const Key& key, void* vector, void* aux);
 
   cudaStream_t stream_;

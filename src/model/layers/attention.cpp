@@ -3,7 +3,8 @@
 // [N, T, D]: qkv = x · in_proj_weightᵀ + in_proj_bias, split into H heads of
 // D/H features; p = softmax(q kᵀ / sqrt(D/H) + mask) with mask −∞ above the
 // diagonal when causal; o = p v, heads merged; y = o · out_proj.weightᵀ +
-// out_proj.bias. Two ways to compute the heads (`--attention`):
+// out_proj.bias (plus a block's shortcut, added by that GEMM, as a block's
+// last part). Two ways to compute the heads (`--attention`):
 //  - fused, where the backend has FusedAttentionKernels for this head
 //    dimension: one kernel reads q, k, v from qkv and writes the merged
 //    heads, keeping only each row's log-sum-exp; backward recomputes the
@@ -108,6 +109,18 @@ class Attention final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
+    project(be, x, y, nullptr);
+  }
+  // As a block's last part: the shortcut added in the output projection's
+  // epilogue.
+  bool forward_adds() const override { return true; }
+  void forward_adding(Backend& be, ConstTensorView x, ConstTensorView add, TensorView y,
+                      Mode) override {
+    project(be, x, y, add.data);
+  }
+
+  // y = the attention of x, plus add where not null.
+  void project(Backend& be, ConstTensorView x, TensorView y, const float* add) {
     const int rows = x.rows * tokens_, d = dim_;
     const float* p = arenas().params;
     const std::size_t n = std::size_t(rows) * d;
@@ -126,7 +139,8 @@ class Attention final : public Layer {
     }
     be.gemm_epilogue(false, true, rows, d, d, merged_op, d,
                      out_w_bf16_.round(be, p + out_weight_, dd), d, y.data, d,
-                     Backend::GemmEpilogue::kBias, arenas().params + out_bias_);
+                     add ? Backend::GemmEpilogue::kBiasAdd : Backend::GemmEpilogue::kBias,
+                     arenas().params + out_bias_, const_cast<float*>(add));
   }
 
   // merged = the heads of qkv through the materialized weights p_.

@@ -13,8 +13,9 @@
 // after the layer is folded into its forward GEMM (bias, then GELU, the
 // pre-activation kept for the activation's backward) and a gelu:tanh
 // before it into its input gradient's GEMM (Layer::folds_next /
-// folds_previous). As the model's head under bf16 it writes the logits in
-// bf16 only (write_output_bf16_only). Init is He-uniform before a
+// folds_previous); as a block's last part it adds the block's shortcut in
+// its forward GEMM's epilogue (forward_adding). As the model's head under
+// bf16 it writes the logits in bf16 only (write_output_bf16_only). Init is He-uniform before a
 // rectifier, else Glorot-uniform, with zero biases.
 #include <charconv>
 #include <cmath>
@@ -108,6 +109,12 @@ class Dense final : public Layer {
                           in_, dy_bf16_.slot(), out_, nullptr, bias, bias16.bf16, y.data, nullptr,
                           scratch_rows);
   }
+  // y = x Wᵀ + b + add in the GEMM's epilogue (a block's last part).
+  bool forward_adds() const override { return !output_bf16_; }
+  void forward_adding(Backend& be, ConstTensorView x, ConstTensorView add, TensorView y,
+                      Mode) override {
+    product(be, x, y.data, Backend::GemmEpilogue::kBiasAdd, const_cast<float*>(add.data));
+  }
   // y = x Wᵀ + b, the gelu:tanh's input; next_y = gelu:tanh(y). Where the
   // block hands both over with bf16 slots (the bf16 MLP), they are written
   // in bf16 only, and y.data and next_y.data are scratch.
@@ -161,8 +168,8 @@ class Dense final : public Layer {
   static bool is_sequence(const Shape& s) { return s.rank() == 2; }
   static bool is_gelu_tanh(const Layer& l) { return l.spec() == "gelu:tanh"; }
 
-  // out = x Wᵀ + b with the epilogue (a sequence's positions are rows of
-  // the same products: rows = N · T).
+  // out = x Wᵀ + b with the epilogue and its aux (a sequence's positions
+  // are rows of the same products: rows = N · T).
   void product(Backend& be, ConstTensorView x, float* out, Backend::GemmEpilogue epilogue,
                float* aux) {
     const int rows = x.rows * positions_;

@@ -13,9 +13,11 @@
 // neighbour's output buffer is written all the same. A part that can write
 // its output's bf16 rounding (ln) writes it into the next part's slot for
 // its input (dense, attn under bf16: Layer::input_bf16), which then rounds
-// nothing. With the identity shortcut, the block's input gradient
-// df + dy is made by the body's first part as it writes its own input
-// gradient (Layer::backward_input_adding: ln's kernel adds dy in its pass).
+// nothing. With the identity shortcut, the block's output f + x is made by
+// the body's last part as it writes its own (Layer::forward_adding: dense's
+// and attn's GEMM epilogue adds x), and the block's input gradient
+// df + dy by the body's first part as it writes its own input gradient
+// (Layer::backward_input_adding: ln's kernel adds dy in its pass).
 #include <algorithm>
 #include <string>
 
@@ -76,11 +78,20 @@ class Residual final : public Layer {
       for (const auto& p : *parts) p->allocate(be, max_rows);
     for (std::size_t first : {std::size_t(0), body_.size()})
       note_folds(first == 0 ? body_ : shortcut_, first, be.caps().rounds_gemm_operands);
+    // The last part adds the identity shortcut as it writes the block's
+    // output, unless it runs inside the part before's call (a fold) or its
+    // backward reads its own output (which then exists nowhere).
+    const std::size_t last = body_.size() - 1;
+    adds_in_last_ = shortcut_.empty() && body_[last]->forward_adds() &&
+                    !body_[last]->backward_reads_output() && !(last >= 1 && folds_next_[last - 1]);
     for (std::size_t first : {std::size_t(0), body_.size()}) {
       const Parts& parts = first == 0 ? body_ : shortcut_;
       for (std::size_t i = 0; i < parts.size(); ++i) {
         const std::size_t size = parts[i]->output_shape().size();
-        acts_.push_back(reserve<float>(be, max_rows, size, output_lifetime(parts, first, i)));
+        if (first == 0 && i == last && adds_in_last_)  // f is never stored
+          acts_.emplace_back();
+        else
+          acts_.push_back(reserve<float>(be, max_rows, size, output_lifetime(parts, first, i)));
         hidden16_.push_back(mlp_bf16_[first + i]
                                 ? reserve<std::uint16_t>(be, max_rows, size, Lifetime::kSaved)
                                 : ArenaBuffer<std::uint16_t>());
@@ -101,6 +112,10 @@ class Residual final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode mode) override {
+    if (adds_in_last_) {  // y = f(x) + x written by the last part
+      run_chain(be, body_, 0, x, mode, &y);
+      return;
+    }
     const ConstTensorView f = run_chain(be, body_, 0, x, mode);
     const ConstTensorView s = shortcut_.empty() ? x : run_chain(be, shortcut_, body_.size(), x, mode);
     be.sum(f.data, s.data, y.data, y.count());
@@ -208,11 +223,16 @@ class Residual final : public Layer {
   }
 
   // Forward through a chain whose activations start at acts_[first];
-  // returns the chain's output.
+  // returns the chain's output. With `adding` (adds_in_last_), the last
+  // part writes its output plus x there instead.
   ConstTensorView run_chain(Backend& be, const Parts& parts, std::size_t first, ConstTensorView x,
-                            Mode mode) {
+                            Mode mode, const TensorView* adding = nullptr) {
     ConstTensorView in = x;
     for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (adding && i + 1 == parts.size()) {
+        parts[i]->forward_adding(be, in, x, *adding, mode);
+        return *adding;
+      }
       const TensorView out = output(first + i, x.rows, *parts[i]);
       if (folds_next_[first + i]) {  // this part and the next in one call
         TensorView y = out, next = output(first + i + 1, x.rows, *parts[i + 1]);
@@ -277,6 +297,7 @@ class Residual final : public Layer {
   std::vector<ArenaBuffer<std::uint16_t>> hidden16_;  // a bf16 MLP's first output, in bf16
   ArenaBuffer<float> grad_a_, grad_b_, dx_;  // backward only; dx_ with a projection shortcut
   bool adds_in_first_ = false;  // the first part makes df + dy (set by allocate)
+  bool adds_in_last_ = false;   // the last part makes f + x (set by allocate)
   // From backward_params to backward_input: the gradient w.r.t. the first
   // part's output (adds_in_first_), else the body's input gradient df;
   // empty (data null) once backward_input has used it.

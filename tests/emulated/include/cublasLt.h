@@ -1,12 +1,14 @@
 // Implements: the part of cuBLASLt the CUDA backend calls, for the host
 // emulation (tests/emulated/), written from cuBLASLt's definitions:
 //   cublasLtMatmul: column-major D[m, n] = alpha op(A)[m, k] op(B)[k, n] +
-//     beta C (C == D here, as the backend calls it), m and n from D's
+//     beta C (C == D, or apart from D with D's layout and an fp32 D: C is
+//     then copied into D first, then the same), m and n from D's
 //     layout and k from A's, every layout checked against the transposes
 //     and leading dimensions; A and B of one type (fp32 or bf16), D fp32,
 //     tf32 rounding of the operands under CUBLAS_COMPUTE_32F_FAST_TF32, as
 //     cublasGemmEx (cublas_v2.h) computes; then the epilogue:
-//       CUBLASLT_EPILOGUE_BIAS:   D[i, j] += bias[i] (bias length m, fp32)
+//       CUBLASLT_EPILOGUE_BIAS:   D[i, j] += bias[i] (bias length m, fp32;
+//         after beta C: (P + C) + bias)
 //       CUBLASLT_EPILOGUE_BGRADB: bias[j] = sum over l of op(B)[l, j] as
 //         stored (bf16 values where B is bf16), summed in fp32 in l order.
 //       CUBLASLT_EPILOGUE_GELU_AUX_BIAS: v = D[i, j] + bias[i] is stored in
@@ -270,7 +272,9 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                      cudaStream_t stream) {
   int m = 0, n = 0, k = 0;
   using dptrain_emu::lt_alignment;
-  if (!algo || !dptrain_emu::lt_shape(d, a, b, dl, &m, &n, &k) || C != D ||
+  const bool c_apart = C != D;
+  if (!algo || !dptrain_emu::lt_shape(d, a, b, dl, &m, &n, &k) ||
+      (c_apart && (dl->type != CUDA_R_32F || !dptrain_emu::is_device_pointer(C))) ||
       !dptrain_emu::is_device_pointer(A) || !dptrain_emu::is_device_pointer(B) ||
       !dptrain_emu::is_device_pointer(D) || lt_alignment(A) < algo->data[0] ||
       lt_alignment(B) < algo->data[1] || lt_alignment(D) < algo->data[2])
@@ -301,7 +305,12 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
   const std::size_t aux_ld = static_cast<std::size_t>(d->aux_ld), d_ld = dl->ld;
   ++dptrain_emu::lt_calls();
   ++dptrain_emu::lt_epilogue_calls(epilogue);
-  dptrain_emu::enqueue(stream, [g, epilogue, vector, vector_any, aux_any, aux_ld, tb, d16, d_ld] {
+  const float* c_in = c_apart ? static_cast<const float*>(C) : nullptr;
+  dptrain_emu::enqueue(stream, [g, epilogue, vector, vector_any, aux_any, aux_ld, tb, d16, d_ld,
+                                c_in] {
+    for (int j = 0; c_in && j < g.n; ++j)  // D's layout, D's leading dimension
+      for (int i = 0; i < g.m; ++i)
+        g.C[std::size_t(i) + std::size_t(j) * g.ldc] = c_in[std::size_t(i) + std::size_t(j) * g.ldc];
     dptrain_emu::run_gemm(g);
     for (int j = 0; dptrain_emu::lt_gelu(epilogue) && j < g.n; ++j)
       for (int i = 0; i < g.m; ++i) {

@@ -16,6 +16,10 @@ class DenseKernels : public KernelFamily {
 
   // y[r, c] += bias[c] for r < rows.
   virtual void add_bias(float* y, const float* bias, int rows, int cols) = 0;
+  // y[r, c] = (y[r, c] + bias[c]) + add[r, c] in one pass: the bias and a
+  // block's shortcut (Backend::gemm_epilogue's kBiasAdd), the bits of
+  // add_bias and then Backend::add. add may not alias y.
+  virtual void add_bias_and(float* y, const float* bias, const float* add, int rows, int cols) = 0;
   // db[c] = sum_r dy[r, c]  (overwrites db; rows == 0 gives zeros). The
   // summation order is fixed, so the same inputs give the same bits.
   virtual void bias_grad(const float* dy, float* db, int rows, int cols) = 0;
