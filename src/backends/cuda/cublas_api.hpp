@@ -45,7 +45,8 @@ using GemmStridedBatchedExFunction = cublasStatus_t (*)(
   X(cublasLtMatmulPreferenceCreate, decltype(&cublasLtMatmulPreferenceCreate))            \
   X(cublasLtMatmulPreferenceDestroy, decltype(&cublasLtMatmulPreferenceDestroy))          \
   X(cublasLtMatmulPreferenceSetAttribute, decltype(&cublasLtMatmulPreferenceSetAttribute)) \
-  X(cublasLtMatmulAlgoGetHeuristic, decltype(&cublasLtMatmulAlgoGetHeuristic))
+  X(cublasLtMatmulAlgoGetHeuristic, decltype(&cublasLtMatmulAlgoGetHeuristic))           \
+  X(cublasLtMatmulAlgoCapGetAttribute, decltype(&cublasLtMatmulAlgoCapGetAttribute))
 
 // (cublas_v2.h makes some names macros for their _v2 functions: the field
 // keeps the name as written, its type and symbol are the function's.)

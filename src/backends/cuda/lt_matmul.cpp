@@ -28,6 +28,15 @@ void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a
   DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmulPreferenceSetAttribute_(pref, attr, &value, sizeof value));
 }
 
+bool out_of_place(const cublasLtMatmulAlgo_t& algo) {
+  std::int32_t yes = 0;
+  std::size_t written = 0;
+  return cublas_api().cublasLtMatmulAlgoCapGetAttribute_(
+             &algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &yes, sizeof yes, &written) ==
+             CUBLAS_STATUS_SUCCESS &&
+         yes != 0;
+}
+
 }  // namespace
 
 struct LtMatmul::Plan {
@@ -78,14 +87,19 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, void* vector,
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
       static_cast<std::uint32_t>(key[16] > 0 ? key[16] : key[12]));
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<std::uint32_t>(key[12]));
-  cublasLtMatmulHeuristicResult_t best{};
+  cublasLtMatmulHeuristicResult_t ranked[kCandidates] = {};
   int found = 0;
-  const cublasStatus_t rc = cublas_api().cublasLtMatmulAlgoGetHeuristic_(handle_, pl.desc, pl.a, pl.b, pl.d,
-                                                           pl.d, pref, 1, &best, &found);
+  const cublasStatus_t rc = cublas_api().cublasLtMatmulAlgoGetHeuristic_(
+      handle_, pl.desc, pl.a, pl.b, pl.d, pl.d, pref, kCandidates, ranked, &found);
   cublas_api().cublasLtMatmulPreferenceDestroy_(pref);
-  // NOT_SUPPORTED (or no result): this problem runs without the epilogue.
-  pl.supported = rc == CUBLAS_STATUS_SUCCESS && found > 0 && best.state == CUBLAS_STATUS_SUCCESS;
-  if (pl.supported) pl.algo = best.algo;
+  // The first ranked that can run the problem (with a C apart from D, one
+  // that writes out of place); NOT_SUPPORTED or none: this problem runs
+  // without the epilogue.
+  for (int i = 0; rc == CUBLAS_STATUS_SUCCESS && i < found && !pl.supported; ++i)
+    if (ranked[i].state == CUBLAS_STATUS_SUCCESS && (key[16] == 0 || out_of_place(ranked[i].algo))) {
+      pl.algo = ranked[i].algo;
+      pl.supported = true;
+    }
   slot = std::move(made);
   return pl;
 }
@@ -101,10 +115,16 @@ bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, void* d, vo
   set(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
   if (aux) set(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   const float one = 1.0f, zero = 0.0f;
-  DPT_CUBLAS_CHECK(cublas_api().cublasLtMatmul_(handle_, pl.desc, &one, a, pl.a, b, pl.b,
-                                                c ? &one : &zero, c ? c : d, pl.d, d, pl.d,
-                                                &pl.algo, workspace_.get(), kWorkspaceBytes,
-                                                stream_));
+  const cublasStatus_t rc = cublas_api().cublasLtMatmul_(
+      handle_, pl.desc, &one, a, pl.a, b, pl.b, c ? &one : &zero, c ? c : d, pl.d, d, pl.d,
+      &pl.algo, workspace_.get(), kWorkspaceBytes, stream_);
+  // An algorithm the heuristics offered but the launch refuses (nothing is
+  // queued then): the problem runs without the epilogue from now on.
+  if (rc == CUBLAS_STATUS_NOT_SUPPORTED) {
+    pl.supported = false;
+    return false;
+  }
+  DPT_CUBLAS_CHECK(rc);
   return true;
 }
 

@@ -4,7 +4,8 @@
 // takes a pass over memory of its own. Column-major, as cuBLAS: the
 // backend maps its row-major calls onto it as it does for cublasGemmEx.
 // The plan of a problem (descriptors and the algorithm cuBLASLt's
-// heuristics rank first for it, at the alignment of its pointers) is made
+// heuristics rank first among those that can run it, at the alignment of
+// its pointers; none where a launch refuses it) is made
 // once, the first time the problem is seen, and kept: the same problem
 // always runs the same algorithm, so a run repeats bit for bit on the same
 // GPU and library (cuBLASLt's reductions, split-K among them, do not use
@@ -57,6 +58,7 @@ class LtMatmul {
            void* aux = nullptr, const void* c = nullptr);
 
   static constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // cuBLAS's advice for Hopper
+  static constexpr int kCandidates = 8;  // algorithms asked of the heuristics, best first
 
  private:
   struct Plan;

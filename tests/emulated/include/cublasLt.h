@@ -22,11 +22,15 @@
 //     are then of D's type (bf16), as cuBLASLt takes them (cublasLt.h,
 //     BIAS_DATA_TYPE and EPILOGUE_AUX_DATA_TYPE default to D's type), and
 //     D and aux are stored rounded to nearest even.
-//   cublasLtMatmulAlgoGetHeuristic: one algorithm for DEFAULT, BIAS,
+//   cublasLtMatmulAlgoGetHeuristic: algorithms for DEFAULT, BIAS,
 //     BGRADB, GELU_AUX_BIAS and DGELU where AUX_LD is, as cuBLASLt requires,
 //     a multiple of 8 no less than D's rows (none for other epilogues, or for any while
 //     dptrain_emu::lt_refusal() is set, so that the callers' fallbacks are
-//     tested); the algorithm records the minimum alignments of A, B and D
+//     tested): asked for more than one, the first is in place only (C == D;
+//     cublasLtMatmul answers NOT_SUPPORTED to it with a C apart, as a real
+//     one without CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT may), the
+//     second takes either (cublasLtMatmulAlgoCapGetAttribute says which);
+//     an algorithm records the minimum alignments of A, B and D
 //     it was chosen for, and cublasLtMatmul refuses pointers below them,
 //     as a real kernel chosen for aligned operands would misread them;
 //     dptrain_emu::lt_calls() counts the calls it accepted, and
@@ -68,6 +72,9 @@ typedef enum {
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum {
+  CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT = 4,
+} cublasLtMatmulAlgoCapAttributes_t;
 
 struct cublasLtMatmulDescEmulated {
   cublasComputeType_t compute;
@@ -254,13 +261,28 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
                      (dptrain_emu::lt_gelu(d->epilogue) && aux_fits);
   if (!known || (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && dptrain_emu::lt_refusal()))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  results[0] = {};
-  results[0].algo.data[0] = pref->align_a;
-  results[0].algo.data[1] = pref->align_b;
-  results[0].algo.data[2] = pref->align_d;
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  results[0].wavesCount = 1.0f;
-  *found = 1;
+  *found = requested > 1 ? 2 : 1;
+  for (int r = 0; r < *found; ++r) {
+    results[r] = {};
+    results[r].algo.data[0] = pref->align_a;
+    results[r].algo.data[1] = pref->align_b;
+    results[r].algo.data[2] = pref->align_d;
+    results[r].algo.data[3] = *found == 1 || r == 1;  // out of place
+    results[r].state = CUBLAS_STATUS_SUCCESS;
+    results[r].wavesCount = 1.0f;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t cublasLtMatmulAlgoCapGetAttribute(const cublasLtMatmulAlgo_t* algo,
+                                                        cublasLtMatmulAlgoCapAttributes_t attr,
+                                                        void* buf, std::size_t size,
+                                                        std::size_t* written) {
+  if (!algo || attr != CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT || size < sizeof(std::int32_t))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const std::int32_t v = static_cast<std::int32_t>(algo->data[3]);
+  std::memcpy(buf, &v, sizeof v);
+  if (written) *written = sizeof v;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -279,6 +301,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
       !dptrain_emu::is_device_pointer(D) || lt_alignment(A) < algo->data[0] ||
       lt_alignment(B) < algo->data[1] || lt_alignment(D) < algo->data[2])
     return CUBLAS_STATUS_INVALID_VALUE;
+  if (c_apart && !algo->data[3]) return CUBLAS_STATUS_NOT_SUPPORTED;
   const bool with_vector =
       d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_DGELU;
   if (with_vector && (!d->bias || !dptrain_emu::is_device_pointer(d->bias)))
