@@ -4,8 +4,10 @@
 // from the same weights and inputs, causal and not, T not a multiple of a
 // tile (1, 37, 70), head dimensions 8, 32, 64, 128 (padded and exact), one
 // to three heads, in fp32 and bf16; a second run gives the same bits; the
-// fused layer holds nothing of size T × T; and the choices --attention
-// cannot honour are usage errors.
+// fused layer holds nothing of size T × T; under bf16 the kernels read
+// qkv's bf16 rounding alone with the bits of the fp32 qkv (which they round
+// as they stage it); and the choices --attention cannot honour are usage
+// errors.
 //
 // The bounds, against the largest value of each tensor. fp32: each value
 // is a chain of three sums (scores over hd, the softmax-weighted sum over
@@ -27,6 +29,8 @@
 
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
+#include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/layer.hpp"
 #include "dptrain/model/layer_spec.hpp"
@@ -145,6 +149,44 @@ TEST(FusedAttention, Bf16MatchesTheCpu) { check_against_cpu(Precision::kBf16); }
 
 // The math path holds p and its gradient, N·H·T·T floats each; the fused
 // one holds per-row statistics only.
+// Under bf16 the attn layer keeps qkv in bf16 alone: the kernels given its
+// rounding give the bits they give from the fp32 qkv (o, lse, dqkv and the
+// copies), causal and not, an exact and a padded head dimension.
+TEST(FusedAttention, Bf16QkvAloneGivesTheBitsOfTheFp32Qkv) {
+  auto be = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kFused);
+  auto* fused = be->find_kernels<dptrain::FusedAttentionKernels>();
+  ASSERT_TRUE(fused);
+  ASSERT_TRUE(fused->reads_qkv_bf16());
+  for (const Case& c : {Case{2, 37, 2, 32, true}, Case{1, 33, 3, 24, false}}) {
+    const dptrain::HeadShape s{c.batch, c.tokens, c.heads, c.head_dim};
+    const std::size_t n = std::size_t(c.batch) * c.tokens * c.heads * c.head_dim;
+    const std::size_t rows = std::size_t(c.batch) * c.heads * c.tokens;
+    auto qkv = upload(*be, random_vector(3 * n, 31));
+    auto d_o = upload(*be, random_vector(n, 32));
+    DeviceBuffer<std::uint16_t> qkv16(*be, 3 * n);
+    be->kernels<dptrain::ConvertKernels>().to_bf16(qkv.get(), qkv16.get(), 3 * n);
+    const float scale = 1.0f / std::sqrt(float(c.head_dim));
+    auto run = [&](dptrain::GemmOperand in) {
+      DeviceBuffer<float> o(*be, n), lse(*be, rows), rowdot(*be, rows), dqkv(*be, 3 * n);
+      DeviceBuffer<std::uint16_t> o16(*be, n), dqkv16(*be, 3 * n);
+      fused->forward(in, s, scale, c.causal, o.get(), lse.get(), o16.get());
+      fused->backward(in, o.get(), lse.get(), d_o.get(), s, scale, c.causal, rowdot.get(),
+                      dqkv.get(), o16.get(), dqkv16.get());
+      Floats all = download(*be, o);
+      for (const Floats& part : {download(*be, lse), download(*be, dqkv)})
+        all.insert(all.end(), part.begin(), part.end());
+      std::vector<std::uint16_t> copies(n + 3 * n);
+      be->copy_to_host(copies.data(), o16.get(), n * 2);
+      be->copy_to_host(copies.data() + n, dqkv16.get(), 3 * n * 2);
+      return std::make_pair(all, copies);
+    };
+    const auto from_fp32 = run(qkv.get());
+    const auto from_bf16 = run(dptrain::GemmOperand(nullptr, qkv16.get()));
+    EXPECT_EQ(from_bf16.first, from_fp32.first) << "T " << c.tokens << " hd " << c.head_dim;
+    EXPECT_EQ(from_bf16.second, from_fp32.second) << "T " << c.tokens << " hd " << c.head_dim;
+  }
+}
+
 TEST(FusedAttention, HoldsNothingOfSizeTTimesT) {
   const Case c{2, 70, 2, 16, true};
   auto fused = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kFused);

@@ -11,7 +11,8 @@
 //    tiles in order; a second kernel owns a query tile and accumulates dQ
 //    over the key tiles in order. No atomics: the same bits every run.
 //  - O, dQ, dK and dV also leave rounded to bf16 where asked (the
-//    projections' GEMM operands under --precision bf16).
+//    projections' GEMM operands under --precision bf16); under it Q, K and
+//    V may come as qkv's bf16 rounding alone (the same operands).
 //  - Products: 16 × 16 tiles from operands in shared memory (warp_tiles.hpp).
 //    Under --precision bf16 the operands are rounded to bf16 as they are
 //    staged and multiplied on the tensor cores (wmma, fp32 accumulation);
@@ -130,9 +131,9 @@ __device__ void online_softmax(const float* s, E* p, float* alpha, float* row_ma
   }
 }
 
-template <typename E, int HDP>
+template <typename E, int HDP, typename Q>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_forward_kernel(const float* qkv, HeadShape s, float scale, bool causal, float* out,
+    fused_forward_kernel(const Q* qkv, HeadShape s, float scale, bool causal, float* out,
                          float* lse, bf16* out16) {
   constexpr int TILE = tile_for(forward_bytes<E, HDP>(32));
   static_assert(forward_bytes<E, HDP>(TILE) <= kSharedBytes, "tiles exceed shared memory");
@@ -148,7 +149,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const size_t bh = blockIdx.x;
   const int q0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
   const auto rows = [&](int part) {
-    return HeadRows{qkv + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
+    return HeadRows<Q>{qkv + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
   };
   stage_rows<E, TILE, HDP, LD>(q, rows(0), q0);
   fill_row_numbers(row_numbers);
@@ -216,9 +217,9 @@ __device__ void softmax_grad_tile(const float* sc, const float* dp, const float*
 
 // dK and dV of one key tile: over the query tiles in order (from the
 // diagonal when causal), dV += Pᵀ dO and dK += dSᵀ Q.
-template <typename E, int HDP>
+template <typename E, int HDP, typename Q>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_key_grad_kernel(const float* qkv, const float* d_o, const float* lse,
+    fused_key_grad_kernel(const Q* qkv, const float* d_o, const float* lse,
                           const float* rowdot, HeadShape s, float scale, bool causal,
                           float* dqkv, bf16* dqkv16) {
   constexpr int TILE = tile_for(key_grad_bytes<E, HDP>(32));
@@ -236,8 +237,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ float lse_r[TILE], dot_r[TILE];
   const size_t bh = blockIdx.x;
   const int k0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
-  const auto rows = [&](const float* base, int part) {
-    return HeadRows{base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
+  const auto rows = [&](const auto* base, int part) {
+    return HeadRows<std::remove_cv_t<std::remove_pointer_t<decltype(base)>>>{
+        base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
   };
   stage_rows<E, TILE, HDP, LD>(k, rows(qkv, 1), k0);
   stage_rows<E, TILE, HDP, LD>(v, rows(qkv, 2), k0);
@@ -271,9 +273,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // dQ of one query tile: over the key tiles in order, dQ += dS K.
-template <typename E, int HDP>
+template <typename E, int HDP, typename Q>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_query_grad_kernel(const float* qkv, const float* d_o, const float* lse,
+    fused_query_grad_kernel(const Q* qkv, const float* d_o, const float* lse,
                             const float* rowdot, HeadShape s, float scale, bool causal,
                             float* dqkv, bf16* dqkv16) {
   constexpr int TILE = tile_for(query_grad_bytes<E, HDP>(32));
@@ -290,8 +292,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ float lse_r[TILE], dot_r[TILE];
   const size_t bh = blockIdx.x;
   const int q0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
-  const auto rows = [&](const float* base, int part) {
-    return HeadRows{base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
+  const auto rows = [&](const auto* base, int part) {
+    return HeadRows<std::remove_cv_t<std::remove_pointer_t<decltype(base)>>>{
+        base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
   };
   stage_rows<E, TILE, HDP, LD>(q, rows(qkv, 0), q0);
   stage_rows<E, TILE, HDP, LD>(dout, rows(d_o, -1), q0);
@@ -326,25 +329,26 @@ dim3 tiles_grid(const HeadShape& s, size_t bytes_at_32) {
               static_cast<unsigned>((s.tokens + tile - 1) / tile));
 }
 
-template <typename E, int HDP>
-void forward_as(const Launch& l, const float* qkv, const HeadShape& s, float scale, bool causal,
+template <typename E, int HDP, typename Q>
+void forward_as(const Launch& l, const Q* qkv, const HeadShape& s, float scale, bool causal,
                 float* o, float* lse, bf16* o16) {
-  fused_forward_kernel<E, HDP><<<tiles_grid(s, forward_bytes<E, HDP>(32)),
-                                 kBlockThreads, 0, l.stream>>>(qkv, s, scale, causal, o, lse, o16);
+  fused_forward_kernel<E, HDP, Q><<<tiles_grid(s, forward_bytes<E, HDP>(32)),
+                                    kBlockThreads, 0, l.stream>>>(qkv, s, scale, causal, o, lse,
+                                                                  o16);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename E, int HDP>
-void backward_as(const Launch& l, const float* qkv, const float* lse, const float* d_o,
+template <typename E, int HDP, typename Q>
+void backward_as(const Launch& l, const Q* qkv, const float* lse, const float* d_o,
                  const float* rowdot, const HeadShape& s, float scale, bool causal,
                  float* dqkv, bf16* dqkv16) {
-  fused_key_grad_kernel<E, HDP><<<tiles_grid(s, key_grad_bytes<E, HDP>(32)),
-                                  kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s, scale,
-                                                                causal, dqkv, dqkv16);
+  fused_key_grad_kernel<E, HDP, Q><<<tiles_grid(s, key_grad_bytes<E, HDP>(32)),
+                                     kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s,
+                                                                   scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
-  fused_query_grad_kernel<E, HDP><<<tiles_grid(s, query_grad_bytes<E, HDP>(32)),
-                                    kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s,
-                                                                  scale, causal, dqkv, dqkv16);
+  fused_query_grad_kernel<E, HDP, Q><<<tiles_grid(s, query_grad_bytes<E, HDP>(32)),
+                                       kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s,
+                                                                     scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -373,20 +377,22 @@ int fused_attention_max_head_dim(bool bf16_operands) {
 }
 
 void fused_attention_forward(const Launch& l, bool bf16_operands, const float* qkv,
-                             const HeadShape& s, float scale, bool causal, float* o, float* lse,
-                             std::uint16_t* o16) {
+                             const std::uint16_t* qkv16, const HeadShape& s, float scale,
+                             bool causal, float* o, float* lse, std::uint16_t* o16) {
   if (s.batch * s.heads == 0 || s.tokens == 0) return;
   auto* copy = reinterpret_cast<bf16*>(o16);
+  const auto* q16 = reinterpret_cast<const bf16*>(qkv16);
   with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
-    if (bf16_operands) forward_as<bf16, HDP>(l, qkv, s, scale, causal, o, lse, copy);
+    if (bf16_operands && q16) forward_as<bf16, HDP>(l, q16, s, scale, causal, o, lse, copy);
+    else if (bf16_operands) forward_as<bf16, HDP>(l, qkv, s, scale, causal, o, lse, copy);
     else if constexpr (HDP <= kFloatHeadDim)
       forward_as<float, HDP>(l, qkv, s, scale, causal, o, lse, copy);
   });
 }
 
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
-                              const float* o, const float* lse, const float* d_o,
+                              const std::uint16_t* qkv16, const float* o, const float* lse, const float* d_o,
                               const HeadShape& s, float scale, bool causal, float* rowdot,
                               float* dqkv, std::uint16_t* dqkv16) {
   const size_t rows = size_t(s.batch) * s.heads * s.tokens;
@@ -397,7 +403,10 @@ void fused_attention_backward(const Launch& l, bool bf16_operands, const float* 
   with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
     auto* copy = reinterpret_cast<bf16*>(dqkv16);
-    if (bf16_operands)
+    const auto* q16 = reinterpret_cast<const bf16*>(qkv16);
+    if (bf16_operands && q16)
+      backward_as<bf16, HDP>(l, q16, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
+    else if (bf16_operands)
       backward_as<bf16, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
     else if constexpr (HDP <= kFloatHeadDim)
       backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);

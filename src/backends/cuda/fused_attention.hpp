@@ -15,13 +15,15 @@ namespace dptrain::cuda {
 // cores) or fp32 ones: what fits their tiles in 48 KiB of shared memory.
 int fused_attention_max_head_dim(bool bf16_operands);
 
-// o16 / dqkv16 (may be null): the output's / dqkv's bf16 copy, written with it.
+// o16 / dqkv16 (may be null): the output's / dqkv's bf16 copy, written with
+// it. qkv16, where not null (bf16_operands only), is read in place of qkv,
+// which may then be null.
 void fused_attention_forward(const Launch& l, bool bf16_operands, const float* qkv,
-                             const HeadShape& s, float scale, bool causal, float* o, float* lse,
-                             std::uint16_t* o16);
+                             const std::uint16_t* qkv16, const HeadShape& s, float scale,
+                             bool causal, float* o, float* lse, std::uint16_t* o16);
 // rowdot: scratch of N·H·T floats.
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
-                              const float* o, const float* lse, const float* d_o,
+                              const std::uint16_t* qkv16, const float* o, const float* lse, const float* d_o,
                               const HeadShape& s, float scale, bool causal, float* rowdot,
                               float* dqkv, std::uint16_t* dqkv16);
 

@@ -27,17 +27,20 @@ class CudaFusedAttention final : public FusedAttentionKernels {
            std::to_string(head_dim);
   }
   bool requested() const override { return requested_; }
+  bool reads_qkv_bf16() const override { return bf16_; }
 
-  void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+  // Under bf16 a qkv copy is read where given (the operands are its bits).
+  void forward(GemmOperand qkv, const HeadShape& s, float scale, bool causal, float* o,
                float* lse, std::uint16_t* o_bf16) override {
-    fused_attention_forward(launch_, bf16_, qkv, s, scale, causal, o, lse, o_bf16);
+    fused_attention_forward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, s, scale,
+                            causal, o, lse, o_bf16);
   }
   // Σ do ∘ o is summed from the fp32 o: o_bf16 is not read.
-  void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+  void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
                 const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                 const std::uint16_t*, std::uint16_t* dqkv_bf16) override {
-    fused_attention_backward(launch_, bf16_, qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv,
-                             dqkv_bf16);
+    fused_attention_backward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, o, lse, d_o,
+                             s, scale, causal, rowdot, dqkv, dqkv_bf16);
   }
 
  private:

@@ -26,10 +26,12 @@ __device__ inline float to_float(E x) {
   else return x;
 }
 
-// One head's rows in a strided tensor: row t of the head starts at
-// base + t · ld, and its first `width` values are the head's.
+// One head's rows in a strided tensor of T (float, or __nv_bfloat16: a bf16
+// qkv): row t of the head starts at base + t · ld, and its first `width`
+// values are the head's.
+template <typename T = float>
 struct HeadRows {
-  const float* base;
+  const T* base;
   std::size_t ld;
   int tokens, width;
 };
@@ -53,11 +55,12 @@ __device__ inline __nv_bfloat16* head_copy(__nv_bfloat16* copy, const HeadShape&
 // dst[ROWS × HDP], rows LD apart = rows t0 .. t0 + ROWS of the head, zero
 // past its end and past its width, rounded to E (the LD - HDP values after
 // each row are never read).
-template <typename E, int ROWS, int HDP, int LD>
-__device__ void stage_rows(E* dst, const HeadRows& src, int t0) {
+template <typename E, int ROWS, int HDP, int LD, typename T>
+__device__ void stage_rows(E* dst, const HeadRows<T>& src, int t0) {
   for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
     const int r = i / HDP, c = i % HDP, t = t0 + r;
-    const float x = t < src.tokens && c < src.width ? src.base[std::size_t(t) * src.ld + c] : 0.0f;
+    const float x =
+        t < src.tokens && c < src.width ? to_float(src.base[std::size_t(t) * src.ld + c]) : 0.0f;
     dst[r * LD + c] = to_elem<E>(x);
   }
 }

@@ -63,12 +63,21 @@ class Attention final : public Layer {
   void allocate(Backend& be, int max_rows) override {
     be.kernels<SequenceKernels>();
     fused_ = fused_kernels(be);
+    qkv16_only_ = fused_ && fused_->reads_qkv_bf16() && RoundedOperand::wanted(be);
     // Per row (one sequence): its values, and the scores of every head.
     const std::size_t seq = std::size_t(tokens_) * dim_, scores = std::size_t(heads_) * tokens_ * tokens_;
     auto take = [&](ArenaBuffer<float>& b, std::size_t per_row, Lifetime life) {
       b = reserve<float>(be, max_rows, per_row, life);
     };
-    take(qkv_, 3 * seq, Lifetime::kSaved);
+    if (qkv16_only_) {  // qkv in bf16; the fp32 scratch of the epilogue's fallback
+      qkv16_ = reserve<std::uint16_t>(be, max_rows, 3 * seq, Lifetime::kSaved);
+      qkv_ = reserve<float>(be, bf16_output_scratch_samples(3 * seq, max_rows), 3 * seq,
+                            Lifetime::kPass);
+      in_bias_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
+          be, max_rows, RoundedOperand::weight_bytes(3 * std::size_t(dim_)), Lifetime::kPass));
+    } else {
+      take(qkv_, 3 * seq, Lifetime::kSaved);
+    }
     take(merged_, seq, Lifetime::kSaved);
     take(dqkv_, 3 * seq, Lifetime::kPass);
     take(d_heads_, seq, Lifetime::kPass);
@@ -125,12 +134,22 @@ class Attention final : public Layer {
     const float* p = arenas().params;
     const std::size_t n = std::size_t(rows) * d;
     const std::size_t dd = std::size_t(d) * d;
-    be.gemm_epilogue(false, true, rows, 3 * d, d, x_bf16_.round(be, x, n), d,
-                     in_w_bf16_.round(be, p + in_weight_, 3 * dd), d, qkv_.get(), 3 * d,
-                     Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
+    const GemmOperand x_op = x_bf16_.round(be, x, n);
+    const GemmOperand w_op = in_w_bf16_.round(be, p + in_weight_, 3 * dd);
+    if (qkv16_only_) {  // qkv = bf16(x W_inᵀ + b_in), written in bf16 alone
+      const std::size_t per_sample = 3 * std::size_t(tokens_) * d;
+      const int scratch_rows = bf16_output_scratch_samples(per_sample, x.rows) * tokens_;
+      be.gemm_epilogue_bf16(Backend::GemmEpilogue::kBias, false, true, rows, 3 * d, d, x_op, d,
+                            w_op, d, qkv16_.get(), 3 * d, nullptr, p + in_bias_,
+                            in_bias_bf16_.round(be, p + in_bias_, 3 * std::size_t(d)).bf16,
+                            qkv_.get(), nullptr, scratch_rows);
+    } else {
+      be.gemm_epilogue(false, true, rows, 3 * d, d, x_op, d, w_op, d, qkv_.get(), 3 * d,
+                       Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
+    }
     GemmOperand merged_op = merged_.get();
     if (fused_) {  // the kernels write merged's bf16 copy themselves
-      fused_->forward(qkv_.get(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get(),
+      fused_->forward(qkv_operand(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get(),
                       merged_bf16_.slot_for(merged_.get()));
       merged_op = merged_bf16_.held(merged_.get());
     } else {
@@ -175,7 +194,7 @@ class Attention final : public Layer {
     // Input projection: dqkv and, from the fused kernels, its bf16 copy.
     GemmOperand dqkv_op = dqkv_.get();
     if (fused_) {
-      fused_->backward(qkv_.get(), merged_.get(), lse_.get(), d_merged, shape(x.rows), scale(),
+      fused_->backward(qkv_operand(), merged_.get(), lse_.get(), d_merged, shape(x.rows), scale(),
                        causal_, rowdot_.get(), dqkv_.get(), merged_op.bf16,
                        dqkv_bf16_.slot_for(dqkv_.get()));
       dqkv_op = dqkv_bf16_.held(dqkv_.get());
@@ -237,6 +256,10 @@ class Attention final : public Layer {
     return nullptr;
   }
   HeadShape shape(int rows) const { return {rows, tokens_, heads_, head_dim_}; }
+  // qkv as the fused kernels read it: in bf16 alone where the layer keeps it so.
+  GemmOperand qkv_operand() const {
+    return qkv16_only_ ? GemmOperand(nullptr, qkv16_.get()) : GemmOperand(qkv_.get());
+  }
   float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_))); }
 
   int tokens_, dim_, heads_, head_dim_;
@@ -244,6 +267,11 @@ class Attention final : public Layer {
   int index_;
   std::size_t in_weight_, in_bias_, out_weight_, out_bias_;
   FusedAttentionKernels* fused_ = nullptr;  // set by allocate(); null: math
+  // Under bf16 with kernels that read it so: qkv kept in bf16 alone
+  // (qkv16_; qkv_ is then the fp32 scratch of the epilogue's fallback).
+  bool qkv16_only_ = false;
+  ArenaBuffer<std::uint16_t> qkv16_;
+  RoundedOperand in_bias_bf16_;  // the input projection's bias as the bf16 epilogue takes it
   // Fused: qkv, merged (the output projection's input), each row's
   // log-sum-exp; in backward d_heads_ holds the merged heads' gradient,
   // rowdot_ Σ do ∘ o per row, dqkv the input projection's output gradient.

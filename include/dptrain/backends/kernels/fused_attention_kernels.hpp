@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "dptrain/backends/backend.hpp"
 #include "dptrain/backends/kernel_family.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 
@@ -39,13 +40,20 @@ class FusedAttentionKernels : public KernelFamily {
   // kernels); cuDNN's table (`--attention cudnn`) says "cudnn", or
   // "fused-fallback" where cuDNN refused every shape it was given.
   virtual std::string implementation() const { return "fused"; }
+  // Whether the kernels take qkv as its bf16 rounding alone (qkv.data
+  // null: bf16 operands, under --precision bf16), which the attention layer
+  // then keeps in place of the fp32 values.
+  virtual bool reads_qkv_bf16() const = 0;
 
   // o = softmax(scale · q kᵀ + mask) v per head, mask −∞ above the diagonal
   // when causal; lse [N·H, T] = the log-sum-exp of each scaled, masked score
-  // row, kept for the backward pass. o_bf16, where not null, also receives
-  // o rounded to bf16 (bf16_bits of each value), made in the same pass: the
-  // output projection's GEMM operand under --precision bf16.
-  virtual void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+  // row, kept for the backward pass. qkv: its fp32 values, or where
+  // reads_qkv_bf16() its bf16 rounding alone (qkv.bf16, bf16_bits of each
+  // value; the bf16 operands are those bits either way). o_bf16, where not
+  // null, also receives o rounded to bf16 (bf16_bits of each value), made
+  // in the same pass: the output projection's GEMM operand under
+  // --precision bf16.
+  virtual void forward(GemmOperand qkv, const HeadShape& s, float scale, bool causal, float* o,
                        float* lse, std::uint16_t* o_bf16) = 0;
   // dqkv (overwritten) from qkv, the forward's o and lse, and do. The
   // tiles are recomputed from q, k, v and lse. `rowdot` is device scratch
@@ -53,16 +61,16 @@ class FusedAttentionKernels : public KernelFamily {
   // forward's rounding of o (a table that reads o in bf16 reads it there);
   // dqkv_bf16, where not null, receives dqkv rounded to bf16, as forward's
   // o_bf16 receives o.
-  virtual void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+  virtual void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
                         const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                         const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) = 0;
 
   // The same without bf16 copies.
-  void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+  void forward(GemmOperand qkv, const HeadShape& s, float scale, bool causal, float* o,
                float* lse) {
     forward(qkv, s, scale, causal, o, lse, nullptr);
   }
-  void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+  void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
                 const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv) {
     backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv, nullptr, nullptr);
   }

@@ -5,11 +5,13 @@
 // of a build without cuDNN).
 //
 // cuDNN runs SDPA in bf16 (and fp16) only, so this table exists under
-// --precision bf16: the fp32 qkv is rounded to bf16 into staging, cuDNN
-// reads Q, K and V from it through strides and writes O into a bf16
+// --precision bf16: cuDNN reads Q, K and V through strides from the
+// layer's bf16 qkv where it keeps qkv so (reads_qkv_bf16), else from the
+// fp32 qkv rounded into staging, and writes O into a bf16
 // [N, T, H, hd] buffer (the layer's bf16 copy of o where it keeps one,
 // else staging), expanded to the fp32 o; its Stats are the fp32 lse.
-// Backward rounds qkv and do again, and o where the layer kept no copy (a
+// Backward rounds do, qkv again where it is fp32, and o where the layer
+// kept no copy (a
 // later layer's forward may have reused the staging), writes dQ, dK and dV
 // through strides into a bf16 [N, T, 3, H, hd] buffer (the layer's copy of
 // dqkv, or staging), expanded to the fp32 dqkv; Σ dO ∘ O lands in the
@@ -92,13 +94,14 @@ class CudnnAttention final : public FusedAttentionKernels {
   // The head dimensions of the fused kernels, which run any shape cuDNN refuses.
   std::string unsupported(int head_dim) const override { return fused_->unsupported(head_dim); }
   bool requested() const override { return requested_; }
+  bool reads_qkv_bf16() const override { return true; }
   std::string implementation() const override {
     bool ran = plans_.empty(), refused = false;
     for (const auto& [shape, plans] : plans_) (plans ? ran : refused) = true;
     return ran ? (refused ? "cudnn, fused-fallback for some shapes" : "cudnn") : "fused-fallback";
   }
 
-  void forward(const float* qkv, const HeadShape& s, float scale, bool causal, float* o,
+  void forward(GemmOperand qkv, const HeadShape& s, float scale, bool causal, float* o,
                float* lse, std::uint16_t* o_bf16) override {
     SdpaPlans* plans = plans_for(s, causal);
     auto fused = [&] { fused_->forward(qkv, s, scale, causal, o, lse, o_bf16); };
@@ -110,7 +113,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     if (!forward_agrees(qkv, s, scale, causal, o, lse)) fused();
   }
 
-  void backward(const float* qkv, const float* o, const float* lse, const float* d_o,
+  void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
                 const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                 const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) override {
     SdpaPlans* plans = plans_for(s, causal);
@@ -131,19 +134,21 @@ class CudnnAttention final : public FusedAttentionKernels {
   using ShapeKey = std::tuple<int, int, int, int, bool>;
   // What backward reads: o_bf16 may be null (o is rounded then).
   struct BackwardInputs {
-    const float *qkv, *o, *lse, *d_o;
+    GemmOperand qkv;
+    const float *o, *lse, *d_o;
     const std::uint16_t* o_bf16;
   };
 
   // O is written in bf16 into o_bf16 where the caller keeps that copy (else
   // the staging) and expanded into o.
-  void run_forward(const SdpaPlans* plans, const float* qkv, const HeadShape& s, float scale,
+  void run_forward(const SdpaPlans* plans, GemmOperand qkv, const HeadShape& s, float scale,
                    bool causal, float* o, float* lse, std::uint16_t* o_bf16) {
-    to_bf16(launch_, qkv, qkv16_.get(), qkv_values(s));
+    void* q16 = qkv_bf16(qkv, s);
     void* o16 = o_bf16 ? static_cast<void*>(o_bf16) : o16_.get();
     float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
     std::vector<std::int64_t> uids{kSdpaQ, kSdpaK, kSdpaV, kSdpaO, kSdpaStats, kSdpaScale};
-    std::vector<void*> at{qkv16(s, 0), qkv16(s, 1), qkv16(s, 2), o16, lse, &scale_value};
+    std::vector<void*> at{slice(q16, s, 0), slice(q16, s, 1), slice(q16, s, 2), o16, lse,
+                          &scale_value};
     if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
     execute(handle(), plans->forward, uids, at, workspace_.get());
     from_bf16(launch_, o16, o, head_values(s));
@@ -155,8 +160,8 @@ class CudnnAttention final : public FusedAttentionKernels {
   void run_backward(const SdpaPlans* plans, const BackwardInputs& in, const HeadShape& s,
                     float scale, bool causal, float* rowdot, float* dqkv,
                     std::uint16_t* dqkv_bf16) {
-    const float *qkv = in.qkv, *lse = in.lse;
-    to_bf16(launch_, qkv, qkv16_.get(), qkv_values(s));
+    const float* lse = in.lse;
+    void* q16 = qkv_bf16(in.qkv, s);
     void* o16 = const_cast<std::uint16_t*>(in.o_bf16);
     if (o16) to_bf16(launch_, in.d_o, do16_.get(), head_values(s));
     else {
@@ -169,9 +174,10 @@ class CudnnAttention final : public FusedAttentionKernels {
     float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
     std::vector<std::int64_t> uids{kSdpaQ,  kSdpaK,     kSdpaKRows, kSdpaV,      kSdpaO,
                                    kSdpaDO, kSdpaStats, kSdpaScale, kSdpaRowDot, kSdpaDQAccum};
-    std::vector<void*> at{qkv16(s, 0),  qkv16(s, 1),          qkv16(s, 1), qkv16(s, 2),
-                          o16,          do16_.get(),          const_cast<float*>(lse),
-                          &scale_value, rowdot,               dq_accum_.get()};
+    std::vector<void*> at{slice(q16, s, 0), slice(q16, s, 1), slice(q16, s, 1),
+                          slice(q16, s, 2), o16,              do16_.get(),
+                          const_cast<float*>(lse), &scale_value, rowdot,
+                          dq_accum_.get()};
     if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
     bind(uids, at, kSdpaDQ, slice(dqkv16, s, 0));
     bind(uids, at, kSdpaDK, slice(dqkv16, s, 1));
@@ -198,7 +204,7 @@ class CudnnAttention final : public FusedAttentionKernels {
   // The first forward of a shape against the fused kernels' o and lse;
   // false where cuDNN's are off: the shape runs fused from now on, and the
   // caller runs the fused kernels again for this call's results.
-  bool forward_agrees(const float* qkv, const HeadShape& s, float scale, bool causal,
+  bool forward_agrees(GemmOperand qkv, const HeadShape& s, float scale, bool causal,
                       const float* o, const float* lse) {
     const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.tokens;
     DeviceBuffer<float> want_o(backend_, head_values(s)), want_lse(backend_, rows);
@@ -211,7 +217,7 @@ class CudnnAttention final : public FusedAttentionKernels {
   }
 
   // The first backward of a shape against the fused kernels' dqkv, as above.
-  bool backward_agrees(const float* qkv, const float* o, const float* lse, const float* d_o,
+  bool backward_agrees(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
                        const HeadShape& s, float scale, bool causal, const float* dqkv) {
     const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.tokens;
     DeviceBuffer<float> want(backend_, qkv_values(s)), rowdot(backend_, rows);
@@ -254,9 +260,15 @@ class CudnnAttention final : public FusedAttentionKernels {
     uids.push_back(uid);
     at.push_back(p);
   }
-  // Q, K or V (which = 0, 1, 2) in the bf16 qkv staging, or in a bf16
-  // tensor of qkv's layout (their gradients').
-  void* qkv16(const HeadShape& s, int which) const { return slice(qkv16_.get(), s, which); }
+  // qkv in bf16: the caller's copy where it has one, else its fp32 values
+  // rounded into the staging.
+  void* qkv_bf16(GemmOperand qkv, const HeadShape& s) {
+    if (qkv.bf16) return const_cast<std::uint16_t*>(qkv.bf16);
+    to_bf16(launch_, qkv.data, qkv16_.get(), qkv_values(s));
+    return qkv16_.get();
+  }
+  // Q, K or V (which = 0, 1, 2) in a bf16 tensor of qkv's layout (qkv's,
+  // or their gradients').
   static void* slice(void* qkv_layout, const HeadShape& s, int which) {
     const SdpaShape shape{s.batch, s.heads, s.tokens, s.head_dim, false};
     return static_cast<char*>(qkv_layout) + sdpa_qkv_offset(shape, which) * kBf16Bytes;
