@@ -183,6 +183,32 @@ TEST_F(CudaSequence, LayerNormGradientAddsTheShortcutsInItsPass) {
   }
 }
 
+// A layer norm handed only the bf16 slot (y null: the next part reads the
+// copy alone) writes the copy it writes beside y, and the same statistics.
+TEST_F(CudaSequence, LayerNormWritesItsCopyAloneWithTheSameBits) {
+  const float eps = 1e-5f;
+  for (int dim : {3, 64, 257}) {
+    const int rows = 13;
+    const Floats x = random_vector(at(rows, dim), 25), w = random_vector(dim, 26, 0.5f, 1.5f),
+                 b = random_vector(dim, 27);
+    for (dptrain::Backend* be : {gpu_.get(), cpu_.get()}) {
+      SCOPED_TRACE(be->name() + " " + std::to_string(dim));
+      auto& k = be->kernels<dptrain::SequenceKernels>();
+      auto dx = upload(*be, x), dw = upload(*be, w), db = upload(*be, b);
+      DeviceBuffer<float> y(*be, x.size()), mean(*be, rows), rstd(*be, rows), mean2(*be, rows),
+          rstd2(*be, rows);
+      DeviceBuffer<std::uint16_t> both16(*be, x.size()), alone16(*be, x.size());
+      k.layer_norm(dx.get(), dw.get(), db.get(), rows, dim, eps, y.get(), mean.get(), rstd.get(),
+                   both16.get());
+      k.layer_norm(dx.get(), dw.get(), db.get(), rows, dim, eps, nullptr, mean2.get(),
+                   rstd2.get(), alone16.get());
+      EXPECT_EQ(download(*be, alone16), download(*be, both16));
+      EXPECT_EQ(download(*be, mean2), download(*be, mean));
+      EXPECT_EQ(download(*be, rstd2), download(*be, rstd));
+    }
+  }
+}
+
 // Above 64 rows the parameter gradients add chunks of 64 rows: another
 // order than the CPU's, within rows·2^-24·Σ|term| per column (a bound on
 // any summation order), and the same bits every run.

@@ -179,6 +179,12 @@ class Layer {
   // True where forward writes y's bf16 rounding into y.bf16 when the view
   // carries one (ln).
   virtual bool writes_output_bf16() const { return false; }
+  // Said by a block, after allocate, to a part whose output the next part
+  // reads in bf16 alone where it has an input_bf16() slot (its backward
+  // reads no fp32 input, this part's backward no output): a part that
+  // writes the copy may then leave the fp32 output unwritten whenever it is
+  // handed the slot (ln).
+  virtual void output_read_in_bf16_only() {}
   // True where backward_input writes dx's bf16 rounding into dx.bf16 when
   // the view carries one (res with the identity shortcut: its sum). The
   // model then hands it on with dx to the layer before, as its dy.

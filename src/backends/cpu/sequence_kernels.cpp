@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/row_kernels.hpp"
@@ -83,8 +84,15 @@ class CpuSequenceKernels final : public SequenceKernels {
 
   // y_bf16 is rounded after the rows (the CPU's own GEMMs round inside, so
   // training never asks for it here).
+  // y null (the copy alone; training on the CPU never asks) goes through
+  // a buffer of its own.
   void layer_norm(const float* x, const float* weight, const float* bias, int rows, int dim,
                   float eps, float* y, float* mean, float* rstd, std::uint16_t* y_bf16) override {
+    std::vector<float> own;
+    if (!y) {
+      own.resize(at(rows, dim));
+      y = own.data();
+    }
 #pragma omp parallel if (at(rows, dim) > kParallelValues)
     {
       int r0, r1;

@@ -127,11 +127,12 @@ __global__ void layer_norm_kernel(const float* x, const float* w, const float* b
   const double var = __ddiv_rn(warp_sum(sq), dim);
   const float m = static_cast<float>(mu);
   const float s = static_cast<float>(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, eps))));
-  float* yr = y + r * dim;
+  float* yr = y ? y + r * dim : nullptr;  // null: the copy alone
   __nv_bfloat16* yr16 = y16 ? y16 + r * dim : nullptr;
   for (int c = lane(); c < dim; c += kWarp) {
-    yr[c] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[c], m), s), w[c]), b[c]);
-    if (yr16) yr16[c] = __float2bfloat16_rn(yr[c]);
+    const float v = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[c], m), s), w[c]), b[c]);
+    if (yr) yr[c] = v;
+    if (yr16) yr16[c] = __float2bfloat16_rn(v);
   }
   if (lane() == 0) {
     mean[r] = m;

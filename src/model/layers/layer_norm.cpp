@@ -3,7 +3,8 @@
 // y = (x − μ) / sqrt(σ² + 1e-5) · weight + bias with the biased variance
 // (torch.nn.LayerNorm(D): weight ones, bias zeros). The forward keeps each
 // row's mean and 1/σ for the backward pass, and writes y's bf16 rounding
-// too where the block hands it the next layer's slot (writes_output_bf16).
+// too where the block hands it the next layer's slot (writes_output_bf16),
+// alone where the next layer reads nothing else (output_read_in_bf16_only).
 // As a block's first part its input gradient kernel also adds the
 // shortcut's gradient and writes the copy (backward_input_adding).
 #include "dptrain/backends/backend_buffer.hpp"
@@ -28,6 +29,7 @@ class LayerNorm final : public Layer {
   std::string spec() const override { return "ln"; }
   bool backward_reads_output() const override { return false; }  // x and its statistics
   bool writes_output_bf16() const override { return true; }
+  void output_read_in_bf16_only() override { bf16_only_ = true; }
 
   void allocate(Backend& be, int max_rows) override {
     const SequenceKernels* seq = &be.kernels<SequenceKernels>();
@@ -46,10 +48,13 @@ class LayerNorm final : public Layer {
     for (int c = 0; c < dim_; ++c) host.params[weight_ + std::size_t(c)] = 1.0f;
   }
 
+  // Where the block said the next part reads the copy alone, y is written
+  // as its bf16 rounding only.
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
+    float* y32 = bf16_only_ && y.bf16 ? nullptr : y.data;
     be.kernels<SequenceKernels>().layer_norm(x.data, arenas().params + weight_,
                                              arenas().params + bias_, x.rows * positions_, dim_,
-                                             kEps, y.data, mean_.get(), rstd_.get(), y.bf16);
+                                             kEps, y32, mean_.get(), rstd_.get(), y.bf16);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
@@ -81,6 +86,7 @@ class LayerNorm final : public Layer {
   std::size_t weight_, bias_;
   ArenaBuffer<float> mean_, rstd_;  // per row of the last forward
   ArenaBuffer<float> workspace_;    // the parameter gradients' partial sums (CUDA)
+  bool bf16_only_ = false;          // output_read_in_bf16_only() was said
 };
 
 LayerSpec parse_layer_norm(const std::string& token) {

@@ -13,7 +13,8 @@
 // neighbour's output buffer is written all the same. A part that can write
 // its output's bf16 rounding (ln) writes it into the next part's slot for
 // its input (dense, attn under bf16: Layer::input_bf16), which then rounds
-// nothing. With the identity shortcut, the block's output f + x is made by
+// nothing; where that copy is all the next part reads, the part writes
+// the copy alone (Layer::output_read_in_bf16_only). With the identity shortcut, the block's output f + x is made by
 // the body's last part as it writes its own (Layer::forward_adding: dense's
 // and attn's GEMM epilogue adds x), and the block's input gradient
 // df + dy by the body's first part as it writes its own input gradient
@@ -78,6 +79,12 @@ class Residual final : public Layer {
       for (const auto& p : *parts) p->allocate(be, max_rows);
     for (std::size_t first : {std::size_t(0), body_.size()})
       note_folds(first == 0 ? body_ : shortcut_, first, be.caps().rounds_gemm_operands);
+    // A part whose output the next reads in bf16 alone may write only that
+    // (where it is handed the next part's slot: run_chain).
+    for (std::size_t i = 0; i + 1 < body_.size(); ++i)
+      if (writes_bf16_[i] && !folds_next_[i] && !body_[i + 1]->backward_reads_input() &&
+          !body_[i]->backward_reads_output())
+        body_[i]->output_read_in_bf16_only();
     // The last part adds the identity shortcut as it writes the block's
     // output, unless it runs inside the part before's call (a fold) or its
     // backward reads its own output (which then exists nowhere).

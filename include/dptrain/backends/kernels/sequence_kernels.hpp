@@ -55,7 +55,8 @@ class SequenceKernels : public KernelFamily {
   // and rstd = 1 / sqrt(biased variance + eps); mean and rstd ([rows]) are
   // kept for the backward pass. y_bf16, where not null, also receives y
   // rounded to bf16 (bf16_bits of each value), written in the same pass:
-  // the next layer's GEMM operand under --precision bf16.
+  // the next layer's GEMM operand under --precision bf16; y may then be
+  // null (the copy alone).
   virtual void layer_norm(const float* x, const float* weight, const float* bias, int rows,
                           int dim, float eps, float* y, float* mean, float* rstd,
                           std::uint16_t* y_bf16) = 0;
