@@ -116,7 +116,8 @@ TEST_F(CpuBackendTest, BiasOps) {
 // bias epilogue and then the block's sum; r may not be y.
 TEST_F(CpuBackendTest, BiasAddEpilogueIsTheBiasProductThenTheSum) {
   const int rows = 5, in = 7, out = 6;
-  const auto x = random_floats(std::size_t(rows) * in, 1), w = random_floats(std::size_t(out) * in, 2);
+  const auto x = random_floats(std::size_t(rows) * in, 1);
+  const auto w = random_floats(std::size_t(out) * in, 2);
   const auto b = random_floats(out, 3), r = random_floats(std::size_t(rows) * out, 4);
   std::vector<float> want(r.size()), got(r.size(), std::numeric_limits<float>::quiet_NaN());
   be_->gemm_epilogue(false, true, rows, out, in, x.data(), in, w.data(), in, want.data(), out,

@@ -136,7 +136,8 @@ class DrivenGpt {
         if (n.block && j + 1 == n.body.size() && adds_in_last(*l)) {
           // y = f(x) + x by the last part's GEMM, as the block makes it
           const TensorView out{n.out.get(), rows, in.shape};
-          timed(acc, n.family[j], kForward, [&] { l->forward_adding(be_, cur, in, out, Mode::kTrain); });
+          timed(acc, n.family[j], kForward,
+                [&] { l->forward_adding(be_, cur, in, out, Mode::kTrain); });
           ++acc[kResAdds].folded;
           cur = out;
           break;
@@ -253,7 +254,9 @@ class DrivenGpt {
 
   // Whether a block's last part (not folded into the part before it) adds
   // the shortcut as it writes the block's output, as residual.cpp decides it.
-  static bool adds_in_last(const Layer& l) { return l.forward_adds() && !l.backward_reads_output(); }
+  static bool adds_in_last(const Layer& l) {
+    return l.forward_adds() && !l.backward_reads_output();
+  }
 
   TensorView output(Layer* l) {
     return {outputs_.at(l).get(), a_.batch, l->output_shape()};

@@ -392,9 +392,9 @@ void fused_attention_forward(const Launch& l, bool bf16_operands, const float* q
 }
 
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
-                              const std::uint16_t* qkv16, const float* o, const float* lse, const float* d_o,
-                              const HeadShape& s, float scale, bool causal, float* rowdot,
-                              float* dqkv, std::uint16_t* dqkv16) {
+                              const std::uint16_t* qkv16, const float* o, const float* lse,
+                              const float* d_o, const HeadShape& s, float scale, bool causal,
+                              float* rowdot, float* dqkv, std::uint16_t* dqkv16) {
   const size_t rows = size_t(s.batch) * s.heads * s.tokens;
   if (!rows) return;
   const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);

@@ -23,8 +23,8 @@ void fused_attention_forward(const Launch& l, bool bf16_operands, const float* q
                              bool causal, float* o, float* lse, std::uint16_t* o16);
 // rowdot: scratch of N·H·T floats.
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
-                              const std::uint16_t* qkv16, const float* o, const float* lse, const float* d_o,
-                              const HeadShape& s, float scale, bool causal, float* rowdot,
-                              float* dqkv, std::uint16_t* dqkv16);
+                              const std::uint16_t* qkv16, const float* o, const float* lse,
+                              const float* d_o, const HeadShape& s, float scale, bool causal,
+                              float* rowdot, float* dqkv, std::uint16_t* dqkv16);
 
 }  // namespace dptrain::cuda

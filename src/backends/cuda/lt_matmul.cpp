@@ -95,8 +95,9 @@ LtMatmul::Plan& LtMatmul::plan(const LtProblem& p, const Key& key, void* vector,
   // The first ranked that can run the problem (with a C apart from D, one
   // that writes out of place); NOT_SUPPORTED or none: this problem runs
   // without the epilogue.
+  const bool c_apart = key[16] > 0;
   for (int i = 0; rc == CUBLAS_STATUS_SUCCESS && i < found && !pl.supported; ++i)
-    if (ranked[i].state == CUBLAS_STATUS_SUCCESS && (key[16] == 0 || out_of_place(ranked[i].algo))) {
+    if (ranked[i].state == CUBLAS_STATUS_SUCCESS && (!c_apart || out_of_place(ranked[i].algo))) {
       pl.algo = ranked[i].algo;
       pl.supported = true;
     }

@@ -194,8 +194,8 @@ class Attention final : public Layer {
     // Input projection: dqkv and, from the fused kernels, its bf16 copy.
     GemmOperand dqkv_op = dqkv_.get();
     if (fused_) {
-      fused_->backward(qkv_operand(), merged_.get(), lse_.get(), d_merged, shape(x.rows), scale(),
-                       causal_, rowdot_.get(), dqkv_.get(), merged_op.bf16,
+      fused_->backward(qkv_operand(), merged_.get(), lse_.get(), d_merged, shape(x.rows),
+                       scale(), causal_, rowdot_.get(), dqkv_.get(), merged_op.bf16,
                        dqkv_bf16_.slot_for(dqkv_.get()));
       dqkv_op = dqkv_bf16_.held(dqkv_.get());
     } else {

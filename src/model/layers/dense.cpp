@@ -15,8 +15,8 @@
 // before it into its input gradient's GEMM (Layer::folds_next /
 // folds_previous); as a block's last part it adds the block's shortcut in
 // its forward GEMM's epilogue (forward_adding). As the model's head under
-// bf16 it writes the logits in bf16 only (write_output_bf16_only). Init is He-uniform before a
-// rectifier, else Glorot-uniform, with zero biases.
+// bf16 it writes the logits in bf16 only (write_output_bf16_only). Init is
+// He-uniform before a rectifier, else Glorot-uniform, with zero biases.
 #include <charconv>
 #include <cmath>
 

@@ -14,11 +14,12 @@
 // its output's bf16 rounding (ln) writes it into the next part's slot for
 // its input (dense, attn under bf16: Layer::input_bf16), which then rounds
 // nothing; where that copy is all the next part reads, the part writes
-// the copy alone (Layer::output_read_in_bf16_only). With the identity shortcut, the block's output f + x is made by
-// the body's last part as it writes its own (Layer::forward_adding: dense's
-// and attn's GEMM epilogue adds x), and the block's input gradient
-// df + dy by the body's first part as it writes its own input gradient
-// (Layer::backward_input_adding: ln's kernel adds dy in its pass).
+// the copy alone (Layer::output_read_in_bf16_only). With the identity
+// shortcut, the block's output f + x is made by the body's last part as it
+// writes its own (Layer::forward_adding: dense's and attn's GEMM epilogue
+// adds x), and the block's input gradient df + dy by the body's first part
+// as it writes its own input gradient (Layer::backward_input_adding: ln's
+// kernel adds dy in its pass).
 #include <algorithm>
 #include <string>
 

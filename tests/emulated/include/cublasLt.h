@@ -333,7 +333,8 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                 c_in] {
     for (int j = 0; c_in && j < g.n; ++j)  // D's layout, D's leading dimension
       for (int i = 0; i < g.m; ++i)
-        g.C[std::size_t(i) + std::size_t(j) * g.ldc] = c_in[std::size_t(i) + std::size_t(j) * g.ldc];
+        g.C[std::size_t(i) + std::size_t(j) * g.ldc] =
+            c_in[std::size_t(i) + std::size_t(j) * g.ldc];
     dptrain_emu::run_gemm(g);
     for (int j = 0; dptrain_emu::lt_gelu(epilogue) && j < g.n; ++j)
       for (int i = 0; i < g.m; ++i) {

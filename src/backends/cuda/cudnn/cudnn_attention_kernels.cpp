@@ -11,8 +11,8 @@
 // [N, T, H, hd] buffer (the layer's bf16 copy of o where it keeps one,
 // else staging), expanded to the fp32 o; its Stats are the fp32 lse.
 // Backward rounds do, qkv again where it is fp32, and o where the layer
-// kept no copy (a
-// later layer's forward may have reused the staging), writes dQ, dK and dV
+// kept no copy (a later layer's forward may have reused the staging),
+// writes dQ, dK and dV
 // through strides into a bf16 [N, T, 3, H, hd] buffer (the layer's copy of
 // dqkv, or staging), expanded to the fp32 dqkv; Σ dO ∘ O lands in the
 // layer's rowdot scratch. The staging and cuDNN's workspace are counted
