@@ -147,8 +147,6 @@ void check_against_cpu(Precision precision) {
 TEST(FusedAttention, Fp32MatchesTheCpu) { check_against_cpu(Precision::kFp32); }
 TEST(FusedAttention, Bf16MatchesTheCpu) { check_against_cpu(Precision::kBf16); }
 
-// The math path holds p and its gradient, N·H·T·T floats each; the fused
-// one holds per-row statistics only.
 // Under bf16 the attn layer keeps qkv in bf16 alone: the kernels given its
 // rounding give the bits they give from the fp32 qkv (o, lse, dqkv and the
 // copies), causal and not, an exact and a padded head dimension.
@@ -187,6 +185,8 @@ TEST(FusedAttention, Bf16QkvAloneGivesTheBitsOfTheFp32Qkv) {
   }
 }
 
+// The math path holds p and its gradient, N·H·T·T floats each; the fused
+// one holds per-row statistics only.
 TEST(FusedAttention, HoldsNothingOfSizeTTimesT) {
   const Case c{2, 70, 2, 16, true};
   auto fused = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kFused);
