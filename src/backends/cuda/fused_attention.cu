@@ -13,6 +13,8 @@
 //  - O, dQ, dK and dV also leave rounded to bf16 where asked (the
 //    projections' GEMM operands under --precision bf16); under it Q, K and
 //    V may come as qkv's bf16 rounding alone (the same operands).
+//  - Tiles are staged 16 bytes a load where the rows are aligned. Under a
+//    causal mask the query tiles with the most keys are handed out first.
 //  - Products: 16 × 16 tiles from operands in shared memory (warp_tiles.hpp).
 //    Under --precision bf16 the operands are rounded to bf16 as they are
 //    staged and multiplied on the tensor cores (wmma, fp32 accumulation);
@@ -87,6 +89,15 @@ __device__ inline int lane() { return lane_index(); }
 template <typename E, int M, int N>
 using Tiles = WarpTiles<E, M, N, kWarps>;
 
+// The tile of rows a block owns. Under a causal mask the last tiles have
+// the most keys to visit: they are handed out first, so that the blocks
+// still running at the end of the grid are the short ones (blocks start
+// in the order of blockIdx, x fastest). The key-gradient kernel's first
+// key tiles are already its longest.
+__device__ inline int owned_tile(bool causal) {
+  return static_cast<int>(causal ? gridDim.y - 1 - blockIdx.y : blockIdx.y);
+}
+
 // c[M × N] (row-major, ldc) = a[M × K] · b[K × N] through the warps' tiles.
 // The caller synchronizes the block before and after.
 template <typename E, bool ACol, bool BCol, int M, int N, int K>
@@ -147,7 +158,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ float row_max[TILE], row_sum[TILE], alpha[TILE];
   alignas(32) __shared__ float row_numbers[kTileElements];
   const size_t bh = blockIdx.x;
-  const int q0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
+  const int q0 = owned_tile(causal) * TILE, t = s.tokens;
   const auto rows = [&](int part) {
     return HeadRows<Q>{qkv + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
   };
@@ -291,7 +302,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   alignas(32) __shared__ float dq[TILE * HDP];
   __shared__ float lse_r[TILE], dot_r[TILE];
   const size_t bh = blockIdx.x;
-  const int q0 = static_cast<int>(blockIdx.y) * TILE, t = s.tokens;
+  const int q0 = owned_tile(causal) * TILE, t = s.tokens;
   const auto rows = [&](const auto* base, int part) {
     return HeadRows<std::remove_cv_t<std::remove_pointer_t<decltype(base)>>>{
         base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};

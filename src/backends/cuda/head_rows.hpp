@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
@@ -52,16 +53,46 @@ __device__ inline __nv_bfloat16* head_copy(__nv_bfloat16* copy, const HeadShape&
   return copy ? copy + head_offset(s, bh, part) : nullptr;
 }
 
+__device__ inline bool aligned_to(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
 // dst[ROWS × HDP], rows LD apart = rows t0 .. t0 + ROWS of the head, zero
 // past its end and past its width, rounded to E (the LD - HDP values after
-// each row are never read).
+// each row are never read). The rows are read in groups of 16 bytes (kVec
+// consecutive values of a row), one load a group where they allow it (the
+// base 16-byte aligned, ld and width multiples of kVec), else value by
+// value; and stored in the tile one group a store where its rows allow.
 template <typename E, int ROWS, int HDP, int LD, typename T>
 __device__ void stage_rows(E* dst, const HeadRows<T>& src, int t0) {
-  for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
-    const int r = i / HDP, c = i % HDP, t = t0 + r;
-    const float x =
-        t < src.tokens && c < src.width ? to_float(src.base[std::size_t(t) * src.ld + c]) : 0.0f;
-    dst[r * LD + c] = to_elem<E>(x);
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  static_assert(HDP % kVec == 0, "a row is whole groups");
+  struct alignas(16) Group {
+    T v[kVec];
+  };
+  // A group's values in the tile: one store where every row's groups are
+  // aligned to its size (the tile is 16-byte aligned).
+  struct alignas(sizeof(E) * kVec) Out {
+    E v[kVec];
+  };
+  constexpr bool kOutPacked = LD * sizeof(E) % sizeof(Out) == 0;
+  const bool packed = src.width % kVec == 0 && src.ld % kVec == 0 && aligned_to(src.base, 16);
+  for (int i = threadIdx.x; i < ROWS * HDP / kVec; i += blockDim.x) {
+    const int r = i / (HDP / kVec), c = i % (HDP / kVec) * kVec, t = t0 + r;
+    Group g;
+    if (t >= src.tokens || c >= src.width) {
+      for (T& x : g.v) x = to_elem<T>(0.0f);
+    } else if (packed) {
+      g = *reinterpret_cast<const Group*>(src.base + std::size_t(t) * src.ld + c);
+    } else {
+      const T* p = src.base + std::size_t(t) * src.ld + c;
+      for (int e = 0; e < kVec; ++e) g.v[e] = c + e < src.width ? p[e] : to_elem<T>(0.0f);
+    }
+    Out out;
+    for (int e = 0; e < kVec; ++e) out.v[e] = to_elem<E>(to_float(g.v[e]));
+    if constexpr (kOutPacked) *reinterpret_cast<Out*>(dst + r * LD + c) = out;
+    else
+      for (int e = 0; e < kVec; ++e) dst[r * LD + c + e] = out.v[e];
   }
 }
 // dst[ROWS] = src[t0 .. t0 + ROWS], zero past `tokens`.
@@ -71,15 +102,38 @@ __device__ void stage_vector(float* dst, const float* src, int t0, int tokens) {
 }
 // The head's rows t0 .. t0 + ROWS (those before its end) = src[ROWS × HDP]'s
 // first `width` columns; and, where base16 is not null, their bf16
-// rounding at the same places of base16's tensor.
+// rounding at the same places of base16's tensor. Four values a store
+// (16 bytes, and 8 of the copy) where the rows allow it, else one.
 template <int ROWS, int HDP>
 __device__ void write_rows(float* base, std::size_t ld, int tokens, int width, const float* src,
                            int t0, __nv_bfloat16* base16 = nullptr) {
-  for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
-    const int r = i / HDP, c = i % HDP, t = t0 + r;
+  struct alignas(16) Floats4 {
+    float v[4];
+  };
+  struct alignas(8) Bf16x4 {
+    __nv_bfloat16 v[4];
+  };
+  const bool packed = width % 4 == 0 && ld % 4 == 0 && aligned_to(base, 16) &&
+                      (!base16 || aligned_to(base16, 8));
+  if (!packed) {
+    for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
+      const int r = i / HDP, c = i % HDP, t = t0 + r;
+      if (t >= tokens || c >= width) continue;
+      base[std::size_t(t) * ld + c] = src[i];
+      if (base16) base16[std::size_t(t) * ld + c] = __float2bfloat16_rn(src[i]);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < ROWS * HDP / 4; i += blockDim.x) {
+    const int r = i / (HDP / 4), c = i % (HDP / 4) * 4, t = t0 + r;
     if (t >= tokens || c >= width) continue;
-    base[std::size_t(t) * ld + c] = src[i];
-    if (base16) base16[std::size_t(t) * ld + c] = __float2bfloat16_rn(src[i]);
+    const Floats4 x = *reinterpret_cast<const Floats4*>(src + r * HDP + c);
+    const std::size_t at = std::size_t(t) * ld + c;
+    *reinterpret_cast<Floats4*>(base + at) = x;
+    if (!base16) continue;
+    Bf16x4 y;
+    for (int e = 0; e < 4; ++e) y.v[e] = __float2bfloat16_rn(x.v[e]);
+    *reinterpret_cast<Bf16x4*>(base16 + at) = y;
   }
 }
 
