@@ -133,6 +133,12 @@ inline bool is_bf16_rounding(const std::vector<std::uint16_t>& copy,
                              const std::vector<float>& values) {
   return copy == bf16_bits_of(values);
 }
+// The values of v rounded to bf16.
+inline std::vector<float> values_of_bf16(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = dptrain::bf16_value(dptrain::bf16_bits(v[i]));
+  return out;
+}
 
 // Uniform in [lo, hi), reproducible from the seed.
 inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float lo = -1.0f,

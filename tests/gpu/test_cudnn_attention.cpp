@@ -1,7 +1,9 @@
 // Implements: the checks of `--attention cudnn` (cudnn/cudnn_attention_kernels.cpp).
 //
 // Every pass also asks for the bf16 copies of o and dqkv, which must be
-// the roundings of the fp32 results bit for bit, fallbacks included.
+// the roundings of the fp32 results bit for bit, fallbacks included; and
+// passes with the copies alone (no fp32 o or dqkv, the attention layer's
+// way under bf16) take the same paths.
 //
 // On the host emulation (tests/emulated/), whose cuDNN has no engines, the
 // table must say once on stderr that cuDNN cannot run the shape, however
@@ -37,6 +39,7 @@
 
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/backend_factory.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 #include "gpu_env.hpp"
 #if defined(DPTRAIN_EMULATED_DEVICE)
@@ -72,7 +75,20 @@ struct Pass {
 using gpu_test::is_bf16_rounding;
 using gpu_test::kNotWritten;
 
-Pass run_pass(dptrain::Backend& be, const Case& c) {
+// The values of a bf16 copy; `written`: none is kNotWritten.
+Floats values_of(const std::vector<std::uint16_t>& bits, bool* written) {
+  Floats v(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    v[i] = dptrain::bf16_value(bits[i]);
+    if (bits[i] == kNotWritten) *written = false;
+  }
+  return v;
+}
+
+// `alone`: o and dqkv in their bf16 copies alone (no fp32 buffers, as the
+// attention layer keeps them under bf16); the Pass's o and dqkv are then
+// the copies' values, and `copies` says that every value was written.
+Pass run_pass(dptrain::Backend& be, const Case& c, bool alone = false) {
   const HeadShape& s = c.shape;
   dptrain::FusedAttentionKernels* k = be.find_kernels<dptrain::FusedAttentionKernels>();
   EXPECT_NE(k, nullptr);
@@ -83,10 +99,18 @@ Pass run_pass(dptrain::Backend& be, const Case& c) {
   DeviceBuffer<float> o(be, n), lse(be, rows), rowdot(be, rows), dqkv(be, 3 * n);
   auto o16 = gpu_test::upload(be, std::vector<std::uint16_t>(n, kNotWritten));
   auto dqkv16 = gpu_test::upload(be, std::vector<std::uint16_t>(3 * n, kNotWritten));
+  float* o32 = alone ? nullptr : o.get();
+  float* dqkv32 = alone ? nullptr : dqkv.get();
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  k->forward(qkv.get(), s, scale, c.causal, o.get(), lse.get(), o16.get());
-  k->backward(qkv.get(), o.get(), lse.get(), d_o.get(), s, scale, c.causal, rowdot.get(),
-              dqkv.get(), o16.get(), dqkv16.get());
+  k->forward(qkv.get(), s, scale, c.causal, o32, lse.get(), o16.get());
+  k->backward(qkv.get(), o32, lse.get(), d_o.get(), s, scale, c.causal, rowdot.get(), dqkv32,
+              o16.get(), dqkv16.get());
+  if (alone) {
+    Pass p{{}, gpu_test::download(be, lse), {}, true};
+    p.o = values_of(gpu_test::download(be, o16), &p.copies);
+    p.dqkv = values_of(gpu_test::download(be, dqkv16), &p.copies);
+    return p;
+  }
   Pass p{gpu_test::download(be, o), gpu_test::download(be, lse), gpu_test::download(be, dqkv)};
   p.copies = is_bf16_rounding(gpu_test::download(be, o16), p.o) &&
              is_bf16_rounding(gpu_test::download(be, dqkv16), p.dqkv);
@@ -113,13 +137,13 @@ const std::vector<Case> kEmulatedCases{{{2, 37, 2, 16}, true}, {{1, 20, 1, 32}, 
 // bitwise against a fused table's; returns what the cudnn table said on
 // stderr. The cudnn table is left in *table.
 std::string expect_fused_bits(const std::vector<Case>& cases, int steps,
-                              std::unique_ptr<dptrain::Backend>* table) {
+                              std::unique_ptr<dptrain::Backend>* table, bool alone = false) {
   auto cudnn = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kCudnn);
   auto fused = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kFused);
   testing::internal::CaptureStderr();
   for (int step = 0; step < steps; ++step)
     for (const Case& c : cases) {
-      const Pass got = run_pass(*cudnn, c), want = run_pass(*fused, c);
+      const Pass got = run_pass(*cudnn, c, alone), want = run_pass(*fused, c, alone);
       EXPECT_TRUE(same_bits(got.o, want.o)) << "step " << step;
       EXPECT_TRUE(same_bits(got.lse, want.lse)) << "step " << step;
       EXPECT_TRUE(same_bits(got.dqkv, want.dqkv)) << "step " << step;
@@ -154,6 +178,19 @@ TEST(CudnnAttention, FirstRunThatDisagreesWithFusedIsReplacedAndSaidOnce) {
   EXPECT_EQ(count(err, "its forward differs from the fused kernels'"), 1) << err;
   EXPECT_EQ(cudnn->find_kernels<dptrain::FusedAttentionKernels>()->implementation(),
             "fused-fallback");
+}
+
+// The same with o and dqkv in their bf16 copies alone (the attention
+// layer's way under bf16): the first-use check reads cuDNN's o from the
+// copy, and the fused kernels that replace it write the copies alone.
+TEST(CudnnAttention, CopiesAloneAreCheckedAndReplacedTheSameWay) {
+  struct Offering {
+    Offering() { dptrain_emu::cudnn_graph_engines() = true; }
+    ~Offering() { dptrain_emu::cudnn_graph_engines() = false; }
+  } offering;
+  const std::string err = expect_fused_bits(kEmulatedCases, 2, nullptr, true);
+  EXPECT_EQ(count(err, kFallbackNote), 1) << err;
+  EXPECT_EQ(count(err, "its forward differs from the fused kernels'"), 1) << err;
 }
 
 // A plan that finalizes and then fails to execute (the emulation's engine
@@ -223,6 +260,31 @@ TEST(CudnnAttention, Bf16MatchesTheFusedKernels) {
     EXPECT_TRUE(same_bits(got.o, again.o));
     EXPECT_TRUE(same_bits(got.lse, again.lse));
     EXPECT_TRUE(same_bits(got.dqkv, again.dqkv)) << "the backward plan is not deterministic";
+  }
+}
+
+// o and dqkv in their bf16 copies alone, on tables that meet each shape
+// for the first time (so the first-use checks read the copies): cuDNN's
+// copies against the fused kernels', within the bounds above, and equal to
+// the copies cuDNN writes beside fp32 buffers.
+TEST(CudnnAttention, Bf16CopiesAloneMatchTheFusedKernels) {
+  const std::vector<Case> cases{{{2, 70, 2, 64}, true}, {{1, 130, 2, 128}, false}};
+  auto cudnn = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kCudnn);
+  auto fused = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kFused);
+  for (const Case& c : cases) {
+    SCOPED_TRACE("T " + std::to_string(c.shape.tokens) + ", hd " +
+                 std::to_string(c.shape.head_dim) + (c.causal ? ", causal" : ""));
+    testing::internal::CaptureStderr();
+    const Pass got = run_pass(*cudnn, c, true);
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_EQ(count(err, kFallbackNote), 0) << err;
+    EXPECT_TRUE(got.copies) << "cuDNN left values of its bf16 o or dqkv unwritten";
+    const Pass want = run_pass(*fused, c, true);
+    EXPECT_TRUE(gpu_test::all_close(got.o, want.o, 0.0, 1e-2 * largest(want.o)));
+    EXPECT_TRUE(gpu_test::all_close(got.dqkv, want.dqkv, 0.0, 3e-2 * largest(want.dqkv)));
+    const Pass beside = run_pass(*cudnn, c);
+    EXPECT_TRUE(same_bits(got.o, gpu_test::values_of_bf16(beside.o)));
+    EXPECT_TRUE(same_bits(got.dqkv, gpu_test::values_of_bf16(beside.dqkv)));
   }
 }
 

@@ -188,6 +188,48 @@ TEST(FusedAttention, Bf16QkvAloneGivesTheBitsOfTheFp32Qkv) {
   }
 }
 
+// Under bf16 the attn layer keeps o and dqkv in their bf16 copies alone:
+// the kernels then write the copies alone, with the bits they write
+// beside fp32 buffers when those hold o's bf16 values (Σ do ∘ o is summed
+// from the bf16 o), and lse the same bits.
+TEST(FusedAttention, Bf16OutputsAloneGiveTheBitsOfTheirCopies) {
+  auto be = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kFused);
+  auto* fused = be->find_kernels<dptrain::FusedAttentionKernels>();
+  ASSERT_TRUE(fused);
+  for (const Case& c : {Case{2, 37, 2, 32, true}, Case{1, 33, 3, 12, false}}) {
+    const dptrain::HeadShape s{c.batch, c.tokens, c.heads, c.head_dim};
+    const std::size_t n = std::size_t(c.batch) * c.tokens * c.heads * c.head_dim;
+    const std::size_t rows = std::size_t(c.batch) * c.heads * c.tokens;
+    auto qkv16 = upload(*be, gpu_test::bf16_bits_of(random_vector(3 * n, 41)));
+    auto d_o = upload(*be, random_vector(n, 42));
+    const dptrain::GemmOperand in(nullptr, qkv16.get());
+    const float scale = 1.0f / std::sqrt(float(c.head_dim));
+    // alone: no fp32 o or dqkv; else o holds the copy's values.
+    auto run = [&](bool alone) {
+      DeviceBuffer<float> o(*be, n), lse(*be, rows), rowdot(*be, rows), dqkv(*be, 3 * n);
+      DeviceBuffer<std::uint16_t> o16(*be, n), dqkv16(*be, 3 * n);
+      fused->forward(in, s, scale, c.causal, alone ? nullptr : o.get(), lse.get(), o16.get());
+      if (!alone) be->kernels<dptrain::ConvertKernels>().from_bf16(o16.get(), o.get(), n);
+      fused->backward(in, alone ? nullptr : o.get(), lse.get(), d_o.get(), s, scale, c.causal,
+                      rowdot.get(), alone ? nullptr : dqkv.get(), o16.get(), dqkv16.get());
+      std::vector<std::uint16_t> copies(n + 3 * n);
+      be->copy_to_host(copies.data(), o16.get(), n * 2);
+      be->copy_to_host(copies.data() + n, dqkv16.get(), 3 * n * 2);
+      return std::make_pair(download(*be, lse), copies);
+    };
+    const auto beside = run(false), alone = run(true);
+    EXPECT_EQ(alone.first, beside.first) << "lse, T " << c.tokens << " hd " << c.head_dim;
+    EXPECT_EQ(alone.second, beside.second) << "copies, T " << c.tokens << " hd " << c.head_dim;
+  }
+  // Neither buffer at all is an error, not a silent pass.
+  const dptrain::HeadShape s{1, 4, 1, 8};
+  DeviceBuffer<float> lse(*be, 4);
+  DeviceBuffer<std::uint16_t> qkv16(*be, 3 * 32);
+  EXPECT_THROW(fused->forward(dptrain::GemmOperand(nullptr, qkv16.get()), s, 1.0f, true, nullptr,
+                              lse.get(), nullptr),
+               dptrain::Error);
+}
+
 // The math path holds p and its gradient, N·H·T·T floats each; the fused
 // one holds per-row statistics only.
 TEST(FusedAttention, HoldsNothingOfSizeTTimesT) {

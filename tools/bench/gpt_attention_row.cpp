@@ -6,10 +6,13 @@
 // refused the shape), in device time on a GPU. The layer includes its input and
 // output projections; the row's figure is the attention's core, the
 // layer's time less the six projection GEMMs' (the same calls made alone,
-// back to back, on operands of their own), so that it compares with a
-// bare scaled-dot-product attention (PyTorch's SDPA, in the GPU check).
+// back to back, on operands of their own: under bf16 their bf16 copies,
+// made before as the layer's producers make them, and the weights rounded
+// as the layer rounds them), so that it compares with a bare
+// scaled-dot-product attention (PyTorch's SDPA, in the GPU check).
 #include "gpt_bench.hpp"
 
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 
 namespace dptrain::bench {
@@ -63,12 +66,22 @@ Row attention_row(Backend& be, const GptArgs& a, const AttentionShape& shape) {
   const std::size_t seq = std::size_t(rows) * d;
   auto x = uploaded(be, random_values(seq, 2, 1.0f)), dy = uploaded(be, random_values(seq, 3, 1.0f));
   DeviceBuffer<float> y(be, seq), dx(be, seq);
+  // Where the backend rounds GEMM operands (bf16), x and dy come with their
+  // bf16 copies, as a GPT block's layer norm and gradient sum hand them over.
+  const bool rounds = be.caps().rounds_gemm_operands;
+  const std::size_t copies = rounds ? seq : 0;
+  DeviceBuffer<std::uint16_t> x16(be, copies), dy16(be, copies);
+  if (rounds) {
+    be.kernels<ConvertKernels>().to_bf16(x.get(), x16.get(), seq);
+    be.kernels<ConvertKernels>().to_bf16(dy.get(), dy16.get(), seq);
+  }
   const Shape s{t, d};
+  const ConstTensorView xv(x.get(), n, s, x16.get()), dyv(dy.get(), n, s, dy16.get());
   const int repeats = a.repeats > 0 ? a.repeats : 20, warmup = std::max(1, a.warmup);
   const double layer_ms = median_ms(be, warmup, repeats, [&] {
-    layer->forward(be, {x.get(), n, s}, {y.get(), n, s}, Mode::kTrain);
-    layer->backward_params(be, {x.get(), n, s}, {dy.get(), n, s});
-    layer->backward_input(be, {x.get(), n, s}, {y.get(), n, s}, {dy.get(), n, s}, {dx.get(), n, s});
+    layer->forward(be, xv, {y.get(), n, s}, Mode::kTrain);
+    layer->backward_params(be, xv, dyv);
+    layer->backward_input(be, xv, {y.get(), n, s}, dyv, {dx.get(), n, s});
   });
 
   // The layer's six projection GEMMs (attention.cpp), alone, on its own
@@ -89,16 +102,39 @@ Row attention_row(Backend& be, const GptArgs& a, const AttentionShape& shape) {
   DeviceBuffer<float> qkv(be, 3 * seq), merged(be, seq), out(be, seq);
   be.fill(qkv.get(), 0.0f, qkv.size());
   be.fill(merged.get(), 0.0f, merged.size());
+  // Under bf16 the layer's GEMMs read bf16 operands that its producers
+  // wrote (x, dy, qkv, the merged heads, dqkv: the last three by the
+  // attention kernels) and the weights, which it rounds once a forward:
+  // the GEMMs alone read the same, made before, the weights' roundings
+  // made in the timed region as the layer makes them.
+  DeviceBuffer<std::uint16_t> qkv16(be, 3 * copies), merged16(be, copies),
+      w_in16(be, rounds ? 3 * std::size_t(d) * d : 0), w_out16(be, rounds ? std::size_t(d) * d : 0);
+  if (rounds) {
+    be.kernels<ConvertKernels>().to_bf16(qkv.get(), qkv16.get(), 3 * seq);
+    be.kernels<ConvertKernels>().to_bf16(merged.get(), merged16.get(), seq);
+  }
+  const auto op = [&](const float* v, const DeviceBuffer<std::uint16_t>& copy) {
+    return rounds ? GemmOperand(v, copy.get()) : GemmOperand(v);
+  };
   using E = Backend::GemmEpilogue;
   const double proj_ms = median_ms(be, warmup, repeats, [&] {
-    be.gemm_epilogue(false, true, rows, 3 * d, d, x.get(), d, w_in, d, qkv.get(), 3 * d, E::kBias, b_in);
-    be.gemm_epilogue(false, true, rows, d, d, merged.get(), d, w_out, d, out.get(), d, E::kBias, b_out);
-    be.gemm_epilogue(true, false, d, d, rows, dy.get(), d, merged.get(), d, g_w_out, d,
-                     E::kBiasGradA, g_b_out);
-    be.gemm(false, false, rows, d, d, 1.0f, dy.get(), d, w_out, d, 0.0f, merged.get(), d);
-    be.gemm_epilogue(true, false, 3 * d, d, rows, qkv.get(), 3 * d, x.get(), d, g_w_in, d,
-                     E::kBiasGradA, g_b_in);
-    be.gemm(false, false, rows, d, 3 * d, 1.0f, qkv.get(), 3 * d, w_in, d, 0.0f, dx.get(), d);
+    if (rounds) {
+      be.kernels<ConvertKernels>().to_bf16(w_in, w_in16.get(), w_in16.size());
+      be.kernels<ConvertKernels>().to_bf16(w_out, w_out16.get(), w_out16.size());
+    }
+    const GemmOperand w_in_op = op(w_in, w_in16), w_out_op = op(w_out, w_out16);
+    be.gemm_epilogue(false, true, rows, 3 * d, d, op(x.get(), x16), d, w_in_op, d, qkv.get(),
+                     3 * d, E::kBias, b_in);
+    be.gemm_epilogue(false, true, rows, d, d, op(merged.get(), merged16), d, w_out_op, d,
+                     out.get(), d, E::kBias, b_out);
+    be.gemm_epilogue(true, false, d, d, rows, op(dy.get(), dy16), d, op(merged.get(), merged16),
+                     d, g_w_out, d, E::kBiasGradA, g_b_out);
+    be.gemm(false, false, rows, d, d, 1.0f, op(dy.get(), dy16), d, w_out_op, d, 0.0f,
+            merged.get(), d);
+    be.gemm_epilogue(true, false, 3 * d, d, rows, op(qkv.get(), qkv16), 3 * d, op(x.get(), x16),
+                     d, g_w_in, d, E::kBiasGradA, g_b_in);
+    be.gemm(false, false, rows, d, 3 * d, 1.0f, op(qkv.get(), qkv16), 3 * d, w_in_op, d, 0.0f,
+            dx.get(), d);
   });
 
   std::string what = impl.empty() ? "attention" : impl.front();

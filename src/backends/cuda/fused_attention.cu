@@ -189,15 +189,17 @@ __global__ void __launch_bounds__(kBlockThreads)
   __syncthreads();
   for (int i = threadIdx.x; i < TILE * HDP; i += blockDim.x) o[i] = o[i] / row_sum[i / HDP];
   __syncthreads();
-  write_rows<TILE, HDP>(out + head_offset(s, bh, -1), head_ld(s, -1), t, s.head_dim, o, q0,
-                        head_copy(out16, s, bh, -1));
+  write_rows<TILE, HDP>(head_at(out, s, bh, -1), head_ld(s, -1), t, s.head_dim, o, q0,
+                        head_at(out16, s, bh, -1));
   for (int r = threadIdx.x; r < TILE; r += blockDim.x)
     if (q0 + r < t) lse[bh * t + q0 + r] = row_max[r] + logf(row_sum[r]);
 }
 
 // rowdot[r] = Σ_c do[r, c] · o[r, c] over one head's row: one warp a row,
-// in double over a fixed lane stride and butterfly.
-__global__ void row_dot_kernel(const float* d_o, const float* o, HeadShape s, size_t rows,
+// in double over a fixed lane stride and butterfly. o is the output in
+// fp32 or its bf16 rounding (O = __nv_bfloat16), as cuDNN reads it.
+template <typename O>
+__global__ void row_dot_kernel(const float* d_o, const O* o, HeadShape s, size_t rows,
                                float* rowdot) {
   const size_t r = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
   if (r >= rows) return;
@@ -205,7 +207,7 @@ __global__ void row_dot_kernel(const float* d_o, const float* o, HeadShape s, si
   const size_t at = head_offset(s, bh, -1) + t * head_ld(s, -1);
   double sum = 0.0;
   for (int c = lane(); c < s.head_dim; c += kWarp)
-    sum = __dadd_rn(sum, __dmul_rn(d_o[at + c], o[at + c]));
+    sum = __dadd_rn(sum, __dmul_rn(d_o[at + c], to_float(o[at + c])));
   for (int off = kWarp / 2; off > 0; off >>= 1)
     sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
   if (lane() == 0) rowdot[r] = static_cast<float>(sum);
@@ -274,13 +276,13 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   dk.store(dkv, HDP);
   __syncthreads();
-  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 1), head_ld(s, 1), t, s.head_dim, dkv, k0,
-                        head_copy(dqkv16, s, bh, 1));
+  write_rows<TILE, HDP>(head_at(dqkv, s, bh, 1), head_ld(s, 1), t, s.head_dim, dkv, k0,
+                        head_at(dqkv16, s, bh, 1));
   __syncthreads();
   dv.store(dkv, HDP);
   __syncthreads();
-  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 2), head_ld(s, 2), t, s.head_dim, dkv, k0,
-                        head_copy(dqkv16, s, bh, 2));
+  write_rows<TILE, HDP>(head_at(dqkv, s, bh, 2), head_ld(s, 2), t, s.head_dim, dkv, k0,
+                        head_at(dqkv16, s, bh, 2));
 }
 
 // dQ of one query tile: over the key tiles in order, dQ += dS K.
@@ -329,8 +331,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   acc.store(dq, HDP);
   __syncthreads();
-  write_rows<TILE, HDP>(dqkv + head_offset(s, bh, 0), head_ld(s, 0), t, s.head_dim, dq, q0,
-                        head_copy(dqkv16, s, bh, 0));
+  write_rows<TILE, HDP>(head_at(dqkv, s, bh, 0), head_ld(s, 0), t, s.head_dim, dq, q0,
+                        head_at(dqkv16, s, bh, 0));
 }
 
 // One block per head and tile of rows.
@@ -403,13 +405,18 @@ void fused_attention_forward(const Launch& l, bool bf16_operands, const float* q
 }
 
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
-                              const std::uint16_t* qkv16, const float* o, const float* lse,
-                              const float* d_o, const HeadShape& s, float scale, bool causal,
-                              float* rowdot, float* dqkv, std::uint16_t* dqkv16) {
+                              const std::uint16_t* qkv16, const float* o,
+                              const std::uint16_t* o16, const float* lse, const float* d_o,
+                              const HeadShape& s, float scale, bool causal, float* rowdot,
+                              float* dqkv, std::uint16_t* dqkv16) {
   const size_t rows = size_t(s.batch) * s.heads * s.tokens;
   if (!rows) return;
   const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
-  row_dot_kernel<<<blocks, kRowWarps * kWarp, 0, l.stream>>>(d_o, o, s, rows, rowdot);
+  if (o)
+    row_dot_kernel<float><<<blocks, kRowWarps * kWarp, 0, l.stream>>>(d_o, o, s, rows, rowdot);
+  else
+    row_dot_kernel<bf16><<<blocks, kRowWarps * kWarp, 0, l.stream>>>(
+        d_o, reinterpret_cast<const bf16*>(o16), s, rows, rowdot);
   DPT_CUDA_CHECK(cudaGetLastError());
   with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;

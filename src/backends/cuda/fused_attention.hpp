@@ -16,15 +16,18 @@ namespace dptrain::cuda {
 int fused_attention_max_head_dim(bool bf16_operands);
 
 // o16 / dqkv16 (may be null): the output's / dqkv's bf16 copy, written with
-// it. qkv16, where not null (bf16_operands only), is read in place of qkv,
+// it; o / dqkv may be null where the copy is given (written alone then).
+// qkv16, where not null (bf16_operands only), is read in place of qkv,
 // which may then be null.
 void fused_attention_forward(const Launch& l, bool bf16_operands, const float* qkv,
                              const std::uint16_t* qkv16, const HeadShape& s, float scale,
                              bool causal, float* o, float* lse, std::uint16_t* o16);
-// rowdot: scratch of N·H·T floats.
+// rowdot: scratch of N·H·T floats, Σ do ∘ o per row, from o where it is
+// not null, else from its bf16 rounding o16.
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
-                              const std::uint16_t* qkv16, const float* o, const float* lse,
-                              const float* d_o, const HeadShape& s, float scale, bool causal,
-                              float* rowdot, float* dqkv, std::uint16_t* dqkv16);
+                              const std::uint16_t* qkv16, const float* o,
+                              const std::uint16_t* o16, const float* lse, const float* d_o,
+                              const HeadShape& s, float scale, bool causal, float* rowdot,
+                              float* dqkv, std::uint16_t* dqkv16);
 
 }  // namespace dptrain::cuda

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/fused_attention.hpp"
 #include "backends/cuda/kernel_factory.hpp"
+#include "dptrain/common/error.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 
 namespace dptrain::cuda {
@@ -32,18 +33,28 @@ class CudaFusedAttention final : public FusedAttentionKernels {
   // Under bf16 a qkv copy is read where given (the operands are its bits).
   void forward(GemmOperand qkv, const HeadShape& s, float scale, bool causal, float* o,
                float* lse, std::uint16_t* o_bf16) override {
+    require_output(o, o_bf16, "o");
     fused_attention_forward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, s, scale,
                             causal, o, lse, o_bf16);
   }
-  // Σ do ∘ o is summed from the fp32 o: o_bf16 is not read.
+  // Σ do ∘ o is summed from the fp32 o where there is one, else from o_bf16.
   void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
                 const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
-                const std::uint16_t*, std::uint16_t* dqkv_bf16) override {
-    fused_attention_backward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, o, lse, d_o,
-                             s, scale, causal, rowdot, dqkv, dqkv_bf16);
+                const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) override {
+    require_output(o, o_bf16, "o");
+    require_output(dqkv, dqkv_bf16, "dqkv");
+    fused_attention_backward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, o, o_bf16,
+                             lse, d_o, s, scale, causal, rowdot, dqkv, dqkv_bf16);
   }
 
  private:
+  // A tensor given in fp32, or in bf16 alone under bf16.
+  void require_output(const void* fp32, const void* copy, const char* what) const {
+    DPT_REQUIRE(fp32 || (copy && bf16_), ExitCode::kOther,
+                std::string("fused attention: ") + what +
+                    " needs its fp32 buffer (a bf16 copy alone only under --precision bf16)");
+  }
+
   Launch launch_;
   bool bf16_, requested_;
 };

@@ -47,10 +47,11 @@ __device__ inline std::size_t head_offset(const HeadShape& s, std::size_t bh, in
 __device__ inline std::size_t head_ld(const HeadShape& s, int part) {
   return (part < 0 ? 1 : 3) * std::size_t(s.heads) * s.head_dim;
 }
-// The same head in a bf16 copy laid out as its fp32 tensor (null: no copy).
-__device__ inline __nv_bfloat16* head_copy(__nv_bfloat16* copy, const HeadShape& s,
-                                           std::size_t bh, int part) {
-  return copy ? copy + head_offset(s, bh, part) : nullptr;
+// The same head in a tensor of that layout (fp32, or a bf16 copy) where
+// there is one (base null: none, and null is returned).
+template <typename T>
+__device__ inline T* head_at(T* base, const HeadShape& s, std::size_t bh, int part) {
+  return base ? base + head_offset(s, bh, part) : nullptr;
 }
 
 __device__ inline bool aligned_to(const void* p, std::size_t bytes) {
@@ -101,9 +102,10 @@ __device__ void stage_vector(float* dst, const float* src, int t0, int tokens) {
   for (int r = threadIdx.x; r < ROWS; r += blockDim.x) dst[r] = t0 + r < tokens ? src[t0 + r] : 0.0f;
 }
 // The head's rows t0 .. t0 + ROWS (those before its end) = src[ROWS × HDP]'s
-// first `width` columns; and, where base16 is not null, their bf16
-// rounding at the same places of base16's tensor. Four values a store
-// (16 bytes, and 8 of the copy) where the rows allow it, else one.
+// first `width` columns, where base is not null; and, where base16 is not
+// null, their bf16 rounding at the same places of base16's tensor. Four
+// values a store (16 bytes, and 8 of the copy) where the rows allow it,
+// else one.
 template <int ROWS, int HDP>
 __device__ void write_rows(float* base, std::size_t ld, int tokens, int width, const float* src,
                            int t0, __nv_bfloat16* base16 = nullptr) {
@@ -114,12 +116,12 @@ __device__ void write_rows(float* base, std::size_t ld, int tokens, int width, c
     __nv_bfloat16 v[4];
   };
   const bool packed = width % 4 == 0 && ld % 4 == 0 && aligned_to(base, 16) &&
-                      (!base16 || aligned_to(base16, 8));
+                      aligned_to(base16, 8);
   if (!packed) {
     for (int i = threadIdx.x; i < ROWS * HDP; i += blockDim.x) {
       const int r = i / HDP, c = i % HDP, t = t0 + r;
       if (t >= tokens || c >= width) continue;
-      base[std::size_t(t) * ld + c] = src[i];
+      if (base) base[std::size_t(t) * ld + c] = src[i];
       if (base16) base16[std::size_t(t) * ld + c] = __float2bfloat16_rn(src[i]);
     }
     return;
@@ -129,7 +131,7 @@ __device__ void write_rows(float* base, std::size_t ld, int tokens, int width, c
     if (t >= tokens || c >= width) continue;
     const Floats4 x = *reinterpret_cast<const Floats4*>(src + r * HDP + c);
     const std::size_t at = std::size_t(t) * ld + c;
-    *reinterpret_cast<Floats4*>(base + at) = x;
+    if (base) *reinterpret_cast<Floats4*>(base + at) = x;
     if (!base16) continue;
     Bf16x4 y;
     for (int e = 0; e < 4; ++e) y.v[e] = __float2bfloat16_rn(x.v[e]);

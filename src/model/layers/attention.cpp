@@ -19,6 +19,8 @@
 // dqkv in backward, the weights in forward (kept for the input
 // gradients); the fused kernels write merged's and dqkv's copies in
 // the pass that writes them, so only the math path rounds those two.
+// Where the fused kernels read qkv in bf16 (under --precision bf16), qkv,
+// merged and dqkv live in bf16 alone: their fp32 values are never made.
 // Nothing allocates after allocate().
 #include <cmath>
 
@@ -63,13 +65,13 @@ class Attention final : public Layer {
   void allocate(Backend& be, int max_rows) override {
     be.kernels<SequenceKernels>();
     fused_ = fused_kernels(be);
-    qkv16_only_ = fused_ && fused_->reads_qkv_bf16() && RoundedOperand::wanted(be);
+    bf16_alone_ = fused_ && fused_->reads_qkv_bf16() && RoundedOperand::wanted(be);
     // Per row (one sequence): its values, and the scores of every head.
     const std::size_t seq = std::size_t(tokens_) * dim_, scores = std::size_t(heads_) * tokens_ * tokens_;
     auto take = [&](ArenaBuffer<float>& b, std::size_t per_row, Lifetime life) {
       b = reserve<float>(be, max_rows, per_row, life);
     };
-    if (qkv16_only_) {  // qkv in bf16; the fp32 scratch of the epilogue's fallback
+    if (bf16_alone_) {  // qkv in bf16; the fp32 scratch of the epilogue's fallback
       qkv16_ = reserve<std::uint16_t>(be, max_rows, 3 * seq, Lifetime::kSaved);
       qkv_ = reserve<float>(be, bf16_output_scratch_samples(3 * seq, max_rows), 3 * seq,
                             Lifetime::kPass);
@@ -77,9 +79,9 @@ class Attention final : public Layer {
           be, max_rows, RoundedOperand::weight_bytes(3 * std::size_t(dim_)), Lifetime::kPass));
     } else {
       take(qkv_, 3 * seq, Lifetime::kSaved);
+      take(merged_, seq, Lifetime::kSaved);
+      take(dqkv_, 3 * seq, Lifetime::kPass);
     }
-    take(merged_, seq, Lifetime::kSaved);
-    take(dqkv_, 3 * seq, Lifetime::kPass);
     take(d_heads_, seq, Lifetime::kPass);
     if (RoundedOperand::wanted(be)) {
       auto slot = [&](std::size_t per_row, Lifetime life) {
@@ -136,7 +138,7 @@ class Attention final : public Layer {
     const std::size_t dd = std::size_t(d) * d;
     const GemmOperand x_op = x_bf16_.round(be, x, n);
     const GemmOperand w_op = in_w_bf16_.round(be, p + in_weight_, 3 * dd);
-    if (qkv16_only_) {  // qkv = bf16(x W_inᵀ + b_in), written in bf16 alone
+    if (bf16_alone_) {  // qkv = bf16(x W_inᵀ + b_in), written in bf16 alone
       const std::size_t per_sample = 3 * std::size_t(tokens_) * d;
       const int scratch_rows = bf16_output_scratch_samples(per_sample, x.rows) * tokens_;
       be.gemm_epilogue_bf16(Backend::GemmEpilogue::kBias, false, true, rows, 3 * d, d, x_op, d,
@@ -148,7 +150,11 @@ class Attention final : public Layer {
                        Backend::GemmEpilogue::kBias, arenas().params + in_bias_);
     }
     GemmOperand merged_op = merged_.get();
-    if (fused_) {  // the kernels write merged's bf16 copy themselves
+    if (bf16_alone_) {  // merged in bf16 alone
+      fused_->forward(qkv_operand(), shape(x.rows), scale(), causal_, nullptr, lse_.get(),
+                      merged_bf16_.slot());
+      merged_op = {nullptr, merged_bf16_.slot()};
+    } else if (fused_) {  // the kernels write merged's bf16 copy themselves
       fused_->forward(qkv_operand(), shape(x.rows), scale(), causal_, merged_.get(), lse_.get(),
                       merged_bf16_.slot_for(merged_.get()));
       merged_op = merged_bf16_.held(merged_.get());
@@ -185,15 +191,21 @@ class Attention final : public Layer {
     // Output projection: its gradients, and the gradient of the merged heads
     // (over merged itself on the math path, which no longer needs it).
     const GemmOperand dy_op = dy_bf16_.round(be, dy, std::size_t(rows) * d);
-    const GemmOperand merged_op = merged_bf16_.take(merged_.get());
+    const GemmOperand merged_op = bf16_alone_ ? GemmOperand(nullptr, merged_bf16_.slot())
+                                              : merged_bf16_.take(merged_.get());
     be.gemm_epilogue(true, false, d, d, rows, dy_op, d, merged_op, d, g + out_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + out_bias_);
     float* d_merged = fused_ ? d_heads_.get() : merged_.get();
     be.gemm(false, false, rows, d, d, 1.0f, dy_bf16_.take(dy.data), d,
             out_w_bf16_.take(p + out_weight_), d, 0.0f, d_merged, d);
-    // Input projection: dqkv and, from the fused kernels, its bf16 copy.
+    // Input projection: dqkv and, from the fused kernels, its bf16 copy
+    // (or the copy alone).
     GemmOperand dqkv_op = dqkv_.get();
-    if (fused_) {
+    if (bf16_alone_) {
+      fused_->backward(qkv_operand(), nullptr, lse_.get(), d_merged, shape(x.rows), scale(),
+                       causal_, rowdot_.get(), nullptr, merged_op.bf16, dqkv_bf16_.slot());
+      dqkv_op = {nullptr, dqkv_bf16_.slot()};
+    } else if (fused_) {
       fused_->backward(qkv_operand(), merged_.get(), lse_.get(), d_merged, shape(x.rows),
                        scale(), causal_, rowdot_.get(), dqkv_.get(), merged_op.bf16,
                        dqkv_bf16_.slot_for(dqkv_.get()));
@@ -230,7 +242,9 @@ class Attention final : public Layer {
   void backward_input(Backend& be, ConstTensorView x, ConstTensorView, ConstTensorView,
                       TensorView dx) override {
     const int d = dim_;
-    be.gemm(false, false, x.rows * tokens_, d, 3 * d, 1.0f, dqkv_bf16_.take(dqkv_.get()), 3 * d,
+    const GemmOperand dqkv_op = bf16_alone_ ? GemmOperand(nullptr, dqkv_bf16_.slot())
+                                            : dqkv_bf16_.take(dqkv_.get());
+    be.gemm(false, false, x.rows * tokens_, d, 3 * d, 1.0f, dqkv_op, 3 * d,
             in_w_bf16_.take(arenas().params + in_weight_), d, 0.0f, dx.data, d);
   }
 
@@ -258,7 +272,7 @@ class Attention final : public Layer {
   HeadShape shape(int rows) const { return {rows, tokens_, heads_, head_dim_}; }
   // qkv as the fused kernels read it: in bf16 alone where the layer keeps it so.
   GemmOperand qkv_operand() const {
-    return qkv16_only_ ? GemmOperand(nullptr, qkv16_.get()) : GemmOperand(qkv_.get());
+    return bf16_alone_ ? GemmOperand(nullptr, qkv16_.get()) : GemmOperand(qkv_.get());
   }
   float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_))); }
 
@@ -268,8 +282,10 @@ class Attention final : public Layer {
   std::size_t in_weight_, in_bias_, out_weight_, out_bias_;
   FusedAttentionKernels* fused_ = nullptr;  // set by allocate(); null: math
   // Under bf16 with kernels that read it so: qkv kept in bf16 alone
-  // (qkv16_; qkv_ is then the fp32 scratch of the epilogue's fallback).
-  bool qkv16_only_ = false;
+  // (qkv16_; qkv_ is then the fp32 scratch of the epilogue's fallback), and
+  // merged and dqkv too (in their bf16 slots; merged_ and dqkv_ are not
+  // reserved): the projections' GEMMs read the copies alone.
+  bool bf16_alone_ = false;
   ArenaBuffer<std::uint16_t> qkv16_;
   RoundedOperand in_bias_bf16_;  // the input projection's bias as the bf16 epilogue takes it
   // Fused: qkv, merged (the output projection's input), each row's

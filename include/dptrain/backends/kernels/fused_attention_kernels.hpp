@@ -52,7 +52,8 @@ class FusedAttentionKernels : public KernelFamily {
   // value; the bf16 operands are those bits either way). o_bf16, where not
   // null, also receives o rounded to bf16 (bf16_bits of each value), made
   // in the same pass: the output projection's GEMM operand under
-  // --precision bf16.
+  // --precision bf16. Where reads_qkv_bf16(), o may be null and o_bf16 is
+  // then written alone.
   virtual void forward(GemmOperand qkv, const HeadShape& s, float scale, bool causal, float* o,
                        float* lse, std::uint16_t* o_bf16) = 0;
   // dqkv (overwritten) from qkv, the forward's o and lse, and do. The
@@ -60,7 +61,9 @@ class FusedAttentionKernels : public KernelFamily {
   // of N·H·T floats (Σ do ∘ o per row). o_bf16, where not null, is the
   // forward's rounding of o (a table that reads o in bf16 reads it there);
   // dqkv_bf16, where not null, receives dqkv rounded to bf16, as forward's
-  // o_bf16 receives o.
+  // o_bf16 receives o. Where reads_qkv_bf16(), o may be null (o_bf16 is
+  // then o, and Σ do ∘ o is summed from it) and so may dqkv (dqkv_bf16 is
+  // then written alone).
   virtual void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
                         const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                         const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) = 0;

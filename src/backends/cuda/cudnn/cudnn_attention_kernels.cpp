@@ -50,6 +50,7 @@
 #include "backends/cuda/kernel_factory.hpp"
 #include "dptrain/backends/backend.hpp"
 #include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
 
 namespace dptrain::cuda {
@@ -110,7 +111,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     if (plans->forward_checked) return run();
     plans->forward_checked = true;
     if (!first_run(s, causal, "forward", run)) return fused();
-    if (!forward_agrees(qkv, s, scale, causal, o, lse)) fused();
+    if (!forward_agrees(qkv, s, scale, causal, o, o_bf16, lse)) fused();
   }
 
   void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
@@ -127,7 +128,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     if (plans->backward_checked) return run();
     plans->backward_checked = true;
     if (!first_run(s, causal, "backward", run)) return fused();
-    if (!backward_agrees(qkv, o, lse, d_o, s, scale, causal, dqkv)) fused();
+    if (!backward_agrees({qkv, o, lse, d_o, o_bf16}, s, scale, causal, dqkv, dqkv_bf16)) fused();
   }
 
  private:
@@ -140,7 +141,7 @@ class CudnnAttention final : public FusedAttentionKernels {
   };
 
   // O is written in bf16 into o_bf16 where the caller keeps that copy (else
-  // the staging) and expanded into o.
+  // the staging) and expanded into o where the caller has one.
   void run_forward(const SdpaPlans* plans, GemmOperand qkv, const HeadShape& s, float scale,
                    bool causal, float* o, float* lse, std::uint16_t* o_bf16) {
     void* q16 = qkv_bf16(qkv, s);
@@ -151,12 +152,12 @@ class CudnnAttention final : public FusedAttentionKernels {
                           &scale_value};
     if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
     execute(handle(), plans->forward, uids, at, workspace_.get());
-    from_bf16(launch_, o16, o, head_values(s));
+    if (o) from_bf16(launch_, o16, o, head_values(s));
   }
 
   // O is read from the caller's bf16 copy where it has one; dQ, dK and dV
   // are written into dqkv_bf16 where given (else the staging), expanded
-  // into dqkv.
+  // into dqkv where the caller has one.
   void run_backward(const SdpaPlans* plans, const BackwardInputs& in, const HeadShape& s,
                     float scale, bool causal, float* rowdot, float* dqkv,
                     std::uint16_t* dqkv_bf16) {
@@ -183,7 +184,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     bind(uids, at, kSdpaDK, slice(dqkv16, s, 1));
     bind(uids, at, kSdpaDV, slice(dqkv16, s, 2));
     execute(handle(), plans->backward, uids, at, workspace_.get());
-    from_bf16(launch_, dqkv16, dqkv, qkv_values(s));
+    if (dqkv) from_bf16(launch_, dqkv16, dqkv, qkv_values(s));
   }
 
   // The first run of a plan: false, the shape rejected, where cuDNN
@@ -203,13 +204,14 @@ class CudnnAttention final : public FusedAttentionKernels {
 
   // The first forward of a shape against the fused kernels' o and lse;
   // false where cuDNN's are off: the shape runs fused from now on, and the
-  // caller runs the fused kernels again for this call's results.
+  // caller runs the fused kernels again for this call's results. cuDNN's o
+  // is the caller's fp32 o, or where it keeps o in bf16 alone that copy.
   bool forward_agrees(GemmOperand qkv, const HeadShape& s, float scale, bool causal,
-                      const float* o, const float* lse) {
+                      const float* o, const std::uint16_t* o_bf16, const float* lse) {
     const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.tokens;
     DeviceBuffer<float> want_o(backend_, head_values(s)), want_lse(backend_, rows);
     fused_->forward(qkv, s, scale, causal, want_o.get(), want_lse.get());
-    const double gap_o = relative_gap(download(o, want_o.size()), download(want_o));
+    const double gap_o = relative_gap(download(o, o_bf16, want_o.size()), download(want_o));
     const double gap_lse = relative_gap(download(lse, rows), download(want_lse));
     if (gap_o <= kOutputBound && gap_lse <= kLseBound) return true;
     reject(s, causal, differs("forward", "o " + number(gap_o) + ", lse " + number(gap_lse)));
@@ -217,17 +219,29 @@ class CudnnAttention final : public FusedAttentionKernels {
   }
 
   // The first backward of a shape against the fused kernels' dqkv, as above.
-  bool backward_agrees(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
-                       const HeadShape& s, float scale, bool causal, const float* dqkv) {
+  bool backward_agrees(const BackwardInputs& in, const HeadShape& s, float scale, bool causal,
+                       const float* dqkv, const std::uint16_t* dqkv_bf16) {
     const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.tokens;
     DeviceBuffer<float> want(backend_, qkv_values(s)), rowdot(backend_, rows);
-    fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot.get(), want.get());
-    const double gap = relative_gap(download(dqkv, want.size()), download(want));
+    fused_->backward(in.qkv, in.o, in.lse, in.d_o, s, scale, causal, rowdot.get(), want.get(),
+                     in.o_bf16, nullptr);
+    const double gap =
+        relative_gap(download(dqkv, dqkv_bf16, want.size()), download(want));
     if (gap <= kGradientBound) return true;
     reject(s, causal, differs("backward", "dqkv " + number(gap)));
     return false;
   }
 
+  // n values of a tensor on the device: its fp32 values where p is not
+  // null, else its bf16 copy's.
+  std::vector<float> download(const float* p, const std::uint16_t* copy, std::size_t n) {
+    if (p) return download(p, n);
+    std::vector<std::uint16_t> bits(n);
+    backend_.copy_to_host(bits.data(), copy, n * sizeof(std::uint16_t));
+    std::vector<float> host(n);
+    for (std::size_t i = 0; i < n; ++i) host[i] = bf16_value(bits[i]);
+    return host;
+  }
   std::vector<float> download(const float* p, std::size_t n) {
     std::vector<float> host(n);
     backend_.copy_to_host(host.data(), p, n * sizeof(float));
