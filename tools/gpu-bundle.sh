@@ -119,6 +119,7 @@ build_probe "$stage/bin/dptrain_libprobe"
 # The check itself, for a GPU machine that gets the tarball alone.
 mkdir -p "$stage/tools"
 cp tools/gpu-check.sh tools/gpu-check-env.sh tools/gpu-check-gpt.sh tools/gpu-check-torch.py \
+  tools/gpu-check-kernels.py \
   tools/make_synthetic.py tools/convert_text.py "$stage/tools/"
 cp -a .gpu-deps/root "$stage/root"
 cp -a .gpu-deps/fallback "$stage/fallback"

@@ -28,7 +28,12 @@
 #   the activations);
 # - the tokens/s row with --shard-params on the one GPU: its step time
 #   against the default row's (issue: at most 1.1x; the gathers and
-#   reduce-scatters run from the GPU to itself).
+#   reduce-scatters run from the GPU to itself);
+# - last, where the machine has Nsight Compute, the bf16 step by kernel
+#   (ncu, each launch's duration; tools/gpu-check-kernels.py sums them):
+#   the heaviest kernels' shares of all kernel time, the whole table and
+#   the CSV in logs/ ("skipped" or "failed" and why otherwise, never a
+#   failure of the check).
 # MFU = tokens/s x (6 N + 12 L T D) / peak: N the parameters in matrix
 # products (all but the token and position tables), 12 L T D attention's
 # two batched products, forward and backward, over the full T x T
@@ -224,6 +229,50 @@ gpt_layer_rows() {
   done
 }
 
+# The step by kernel, where the machine has Nsight Compute (ncu): the
+# GPT-2 row's bf16 step (one warm-up and one timed step, default
+# attention) with each launch's duration alone (one replay pass), the
+# clocks and caches left as they run (--clock-control none, --cache-control
+# none). The CSV and the whole table stay in logs/; the rows name the
+# heaviest kernels by their share of all kernel time. Never fails the
+# check: a machine without ncu, or without access to the GPU's counters,
+# says so in the row.
+find_ncu() {
+  local c
+  for c in "$(command -v ncu 2>/dev/null)" /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu \
+    /opt/nvidia/nsight-compute/*/ncu; do
+    [[ -n $c && -x $c ]] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+gpt_kernel_rows() {
+  local ncu rc csv=$work/gpt-kernels.csv log=$work/gpt-kernels.txt name="GPT step by kernel (1 GPU, bf16, batch $gpt2_batch)"
+  if ! ncu=$(find_ncu); then
+    row speed "$name (ncu)" skipped "no Nsight Compute (ncu) on this machine"
+    return
+  fi
+  run_for 180 "$log" "${mpirun[@]}" -n 1 "$ncu" --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum --print-units base --csv --log-file "$csv" \
+    "$gpt_bench" throughput --model "$gpt2_model" --tokens "$gpt2_t" --vocab "$gpt2_v" \
+    --batch "$gpt2_batch" --device cuda --precision bf16 --peak-tflops "$peak" --repeats 1 --warmup 1
+  rc=$?
+  if ((rc != 0)); then
+    row speed "$name (ncu)" failed "$(outcome "$rc" | tr '[:upper:]' '[:lower:]'): $(tail -1 "$log")"
+    return
+  fi
+  if [[ -z $py ]]; then
+    row speed "$name (ncu)" skipped "no Python to sum the CSV (logs/gpt-kernels.csv)"
+    return
+  fi
+  if "${start_cmd[@]}" "$py" tools/gpu-check-kernels.py "$csv" --label "$name" \
+    --markdown "$work/gpt-kernels.md" >"$work/gpt-kernels.tsv" 2>>"$log"; then
+    grep $'^speed\t' "$work/gpt-kernels.tsv" >>"$rows" || true
+    write_table
+  else
+    row speed "$name (ncu)" failed "$(tail -1 "$log")"
+  fi
+}
+
 gpt_section() {
   if ! gpt_data; then
     row gpt "token set" FAILED "no bundled gpt_text.h5 and no Python with h5py to make one"
@@ -252,4 +301,5 @@ gpt_section() {
   done
   gpt_layer_rows "$gemm_batch"
   gpt_torch_rows compiled 180  # torch.compile takes 20 to 30 s of it on an H200
+  gpt_kernel_rows
 }

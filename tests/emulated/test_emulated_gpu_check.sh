@@ -45,6 +45,31 @@ else
 fi
 EOF
 chmod +x "$WORK/driver/nvidia-smi"
+# A stand-in Nsight Compute: it runs the program it is given (after its
+# own options) and writes, as ncu --csv does, a details-page CSV of three
+# launches of two kernels to --log-file.
+cat >"$WORK/driver/ncu" <<'EOF'
+#!/bin/bash
+log=/dev/stdout
+while [[ $1 == --* ]]; do
+  case $1 in
+    --csv) shift ;;
+    --log-file) log=$2; shift 2 ;;
+    *) shift 2 ;;
+  esac
+done
+"$@" || exit
+k='"void dptrain::cuda::(anonymous namespace)::fused_forward_kernel<__nv_bfloat16, 16, __nv_bfloat16>(const T3 *, dptrain::HeadShape, float, bool, float *, float *, __nv_bfloat16 *)"'
+m='"Command line profiler metrics","gpu__time_duration.sum","nsecond"'
+launch() { echo "\"$1\",\"1\",\"p\",\"h\",$2,\"1\",\"7\",\"(128, 1, 1)\",\"(4, 1, 1)\",\"0\",\"9.0\",$m,\"$3\""; }
+{
+  echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+  launch 0 "$k" 3,000
+  launch 1 '"nvjet_standin"' 1,000
+  launch 2 "$k" 4,000
+} >"$log"
+EOF
+chmod +x "$WORK/driver/ncu"
 # The check's python3 is the first on PATH: the one with h5py (and torch,
 # where installed), whose PyTorch side then runs on the CPU.
 ln -s "$PYTHON" "$WORK/driver/python3"
@@ -200,6 +225,14 @@ for r in "GPT GEMMs inside the step vs replayed bare" "GPT step driven layer by 
   grep -F "| speed | $r $layers |" "$table" | grep -qE "^\| speed \| .* \| $number \| ours $number ms" ||
     fail "no GPU layers row: $r"
 done
+# The step by kernel (the stand-in ncu's CSV, summed): the whole and each
+# kernel's share, heaviest first, and the whole table in logs/.
+kernels="| speed | GPT step by kernel (1 GPU, bf16, batch 2)"
+has "$kernels (ncu) | ok | 3 launches of 2 kernels, 0.008 ms of kernel time in all;"
+has "$kernels: fused_forward_kernel<__nv_bfloat16, 16, __nv_bfloat16> (ncu) | 0.875 | 2 launches, 0.007 ms in all,"
+has "$kernels: nvjet_standin (ncu) | 0.125 | 1 launches, "
+grep -qF '| `nvjet_standin` | 1 | 0.0010 | 0.1250 |' "$WORK/out/logs/gpt-kernels.md" ||
+  fail "no whole kernel table in logs/gpt-kernels.md"
 if ((GPUS == 2)); then
   grep -qE "^\| speed \| all-reduce 1 MiB bus bandwidth vs NCCL \(2 GPUs\) \| $number \|" "$table" ||
     fail "no all-reduce row"

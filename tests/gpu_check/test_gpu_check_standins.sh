@@ -234,7 +234,7 @@ line=$(awk '/^<!-- the one command line -->$/ {getline; getline; print; exit}' "
 ((${#line} <= 2000)) || fail "the command line has ${#line} characters, over 2,000"
 mkdir -p "$B/tools" "$WORK/carried/.gpu-bundle"
 cp "$src"/tools/gpu-check.sh "$src"/tools/gpu-check-env.sh "$src"/tools/gpu-check-gpt.sh \
-  "$src"/tools/gpu-check-torch.py "$B/tools/"
+  "$src"/tools/gpu-check-torch.py "$src"/tools/gpu-check-kernels.py "$B/tools/"
 tar -C "$B" -czf "$WORK/carried/.gpu-bundle/dptrain-gpu.tar.gz" .
 set +e
 (cd "$WORK/carried" && env -u BUNDLE HOME="$WORK/home" PATH="$S/bin:$PATH" STEPS=16 STANDIN_LOG="$WORK/line.launches" \
