@@ -145,7 +145,7 @@ class CudnnAttention final : public FusedAttentionKernels {
   void run_forward(const SdpaPlans* plans, GemmOperand qkv, const HeadShape& s, float scale,
                    bool causal, float* o, float* lse, std::uint16_t* o_bf16) {
     void* q16 = qkv_bf16(qkv, s);
-    void* o16 = o_bf16 ? static_cast<void*>(o_bf16) : o16_.get();
+    void* o16 = o_bf16 ? static_cast<void*>(o_bf16) : staging(o16_, head_values(s));
     float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
     std::vector<std::int64_t> uids{kSdpaQ, kSdpaK, kSdpaV, kSdpaO, kSdpaStats, kSdpaScale};
     std::vector<void*> at{slice(q16, s, 0), slice(q16, s, 1), slice(q16, s, 2), o16, lse,
@@ -166,10 +166,10 @@ class CudnnAttention final : public FusedAttentionKernels {
     void* o16 = const_cast<std::uint16_t*>(in.o_bf16);
     if (o16) to_bf16(launch_, in.d_o, do16_.get(), head_values(s));
     else {
-      o16 = o16_.get();
+      o16 = staging(o16_, head_values(s));
       to_bf16_pair(launch_, in.o, o16, head_values(s), in.d_o, do16_.get(), head_values(s));
     }
-    void* dqkv16 = dqkv_bf16 ? static_cast<void*>(dqkv_bf16) : dqkv16_.get();
+    void* dqkv16 = dqkv_bf16 ? static_cast<void*>(dqkv_bf16) : staging(dqkv16_, qkv_values(s));
     DPT_CUDA_CHECK(cudaMemsetAsync(dq_accum_.get(), 0, head_values(s) * sizeof(float),
                                    launch_.stream));
     float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
@@ -278,8 +278,9 @@ class CudnnAttention final : public FusedAttentionKernels {
   // rounded into the staging.
   void* qkv_bf16(GemmOperand qkv, const HeadShape& s) {
     if (qkv.bf16) return const_cast<std::uint16_t*>(qkv.bf16);
-    to_bf16(launch_, qkv.data, qkv16_.get(), qkv_values(s));
-    return qkv16_.get();
+    void* q16 = staging(qkv16_, qkv_values(s));
+    to_bf16(launch_, qkv.data, q16, qkv_values(s));
+    return q16;
   }
   // Q, K or V (which = 0, 1, 2) in a bf16 tensor of qkv's layout (qkv's,
   // or their gradients').
@@ -319,7 +320,8 @@ class CudnnAttention final : public FusedAttentionKernels {
   }
 
   // The staging and the workspace, counted as the backend's DeviceBuffers
-  // are (the memory line), growing only here.
+  // are (the memory line), growing only with a shape's plans (do, dQ's
+  // accumulator, the workspace) and in staging().
   std::size_t staged_bytes() const {
     return qkv16_.bytes() + dqkv16_.bytes() + o16_.bytes() + do16_.bytes() + dq_accum_.bytes() +
            workspace_.bytes();
@@ -327,15 +329,26 @@ class CudnnAttention final : public FusedAttentionKernels {
   void reserve_buffers(const HeadShape& s, const SdpaPlans& p) {
     const cudaStream_t stream = launch_.stream;
     const std::size_t before = staged_bytes();
-    qkv16_.reserve(qkv_values(s) * kBf16Bytes, stream);
-    dqkv16_.reserve(qkv_values(s) * kBf16Bytes, stream);
-    o16_.reserve(head_values(s) * kBf16Bytes, stream);
     do16_.reserve(head_values(s) * kBf16Bytes, stream);
     dq_accum_.reserve(head_values(s) * sizeof(float), stream);
     const std::int64_t work = std::max(p.forward.workspace_bytes, p.backward.workspace_bytes);
     workspace_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(work, 1)), stream);
     backend_.count_buffer(before, false);
     backend_.count_buffer(staged_bytes(), true);
+  }
+
+  // The bf16 staging of qkv, o or dqkv (`values` of them) for a caller
+  // that does not hand over its copy: reserved the first time such a call
+  // needs it. The attention layer under bf16 always hands its copies
+  // over, so it never reserves these.
+  void* staging(GrowingBuffer& b, std::size_t values) {
+    if (b.bytes() < values * kBf16Bytes) {
+      const std::size_t before = staged_bytes();
+      b.reserve(values * kBf16Bytes, launch_.stream);
+      backend_.count_buffer(before, false);
+      backend_.count_buffer(staged_bytes(), true);
+    }
+    return b.get();
   }
 
   // One line on stderr, the first time only for this table.
