@@ -9,8 +9,8 @@
 
 #include "backends/cuda/fused_attention.hpp"
 #include "backends/cuda/kernel_factory.hpp"
-#include "dptrain/common/error.hpp"
 #include "dptrain/backends/kernels/fused_attention_kernels.hpp"
+#include "dptrain/common/error.hpp"
 
 namespace dptrain::cuda {
 namespace {
