@@ -52,9 +52,9 @@ void Backend::gemm_epilogue_bf16(GemmEpilogue epilogue, bool trans_a, bool trans
   DPT_REQUIRE(ldc == n && epilogue != GemmEpilogue::kBiasGradA &&
                   epilogue != GemmEpilogue::kBiasAdd,
               ExitCode::kOther,
-              "gemm_epilogue_bf16: kBias or a gelu:tanh epilogue with ldc == n");
+              "gemm_epilogue_bf16: kNone, kBias or a gelu:tanh epilogue with ldc == n");
   ConvertKernels& convert = kernels<ConvertKernels>();
-  if (epilogue == GemmEpilogue::kBias) {
+  if (epilogue == GemmEpilogue::kBias || epilogue == GemmEpilogue::kNone) {
     // Row chunks of op(A): rows of A, or columns where it is transposed.
     const int chunk = scratch_rows > 0 ? std::min(scratch_rows, m) : m;
     for (int r = 0; r < m; r += chunk) {
@@ -105,6 +105,9 @@ void Backend::gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, Gem
                             : "ldc == n"));
   const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(n);
   switch (epilogue) {
+    case GemmEpilogue::kNone:
+      gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+      return;
     case GemmEpilogue::kBias:
       gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
       kernels<DenseKernels>().add_bias(c, vector, m, n);

@@ -1,7 +1,8 @@
 // Implements: the folds with bf16 outputs (Backend::gemm_epilogue_bf16): the
 // bf16 MLP's gelu:tanh between two dense layers with its input, its output
 // and the first dense's output gradient held in bf16 only, as autocast
-// holds them, and the head's logits (kBias) in bf16 only.
+// holds them, the head's logits (kBias) and attention's output gradient
+// (kNone) in bf16 only.
 // Against the fp32 fold of the same backend (gemm_epilogue's kBiasGeluTanh
 // and kGeluTanhGrad, the same bf16 operands) given the bias's rounding and
 // the bf16 aux expanded: each bf16 output is that fp32 result rounded, bit
@@ -116,6 +117,28 @@ void check_bias(Backend& gpu, int scratch_rows) {
   EXPECT_TRUE(rounded_from(download(gpu, c16), download(gpu, want), terms, "logits"));
 }
 
+// Attention's output gradient: c16 = bf16(dy w) (kNone) against the fp32
+// product, through the backend (cuBLASLt with a bf16 D) and through the
+// default that runs where it has no algorithm (the fp32 product in chunks
+// of scratch_rows rows, rounded).
+void check_product(Backend& gpu, int scratch_rows) {
+  const Floats dy = random_vector(std::size_t(kRows) * kOut, 14), w = random_vector(std::size_t(kOut) * kIn, 15);
+  auto ddy = upload(gpu, dy), dw = upload(gpu, w);
+  const std::size_t n = std::size_t(kRows) * kIn;
+  DeviceBuffer<float> want(gpu, n), scratch(gpu, std::size_t(scratch_rows) * kIn);
+  DeviceBuffer<std::uint16_t> c16(gpu, n), fallback16(gpu, n);
+  gpu.gemm(false, false, kRows, kIn, kOut, 1.0f, ddy.get(), kOut, dw.get(), kIn, 0.0f, want.get(), kIn);
+  gpu.gemm_epilogue_bf16(Epilogue::kNone, false, false, kRows, kIn, kOut, ddy.get(), kOut,
+                         dw.get(), kIn, c16.get(), kIn, nullptr, nullptr, nullptr, scratch.get(),
+                         nullptr, scratch_rows);
+  gpu.Backend::gemm_epilogue_bf16(Epilogue::kNone, false, false, kRows, kIn, kOut, ddy.get(),
+                                  kOut, dw.get(), kIn, fallback16.get(), kIn, nullptr, nullptr,
+                                  nullptr, scratch.get(), nullptr, scratch_rows);
+  const Floats terms = magnitudes(dy, w, kRows, kIn, kOut, false);
+  EXPECT_TRUE(rounded_from(download(gpu, c16), download(gpu, want), terms, "product"));
+  EXPECT_TRUE(rounded_from(download(gpu, fallback16), download(gpu, want), terms, "default"));
+}
+
 // c16 = bf16((dy w) ∘ gelu'(aux16)) against the fp32 fold over aux16's values.
 void check_backward(Backend& gpu) {
   const Floats dy = random_vector(std::size_t(kRows) * kOut, 8), w = random_vector(std::size_t(kOut) * kIn, 9);
@@ -140,6 +163,7 @@ TEST(Bf16Mlp, TheFoldsBf16OutputsAreTheFp32FoldRounded) {
   check_forward(*gpu);
   check_backward(*gpu);
   check_bias(*gpu, 5);
+  check_product(*gpu, 5);
 }
 
 #ifdef DPTRAIN_EMULATED_DEVICE
@@ -148,9 +172,13 @@ TEST(Bf16Mlp, RunsOnCublasLtAndFallsBackWhereItHasNoAlgorithm) {
   const long forward = dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
   const long backward = dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_DGELU);
   const long bias = dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_BIAS);
+  const long product = dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_DEFAULT);
   check_forward(*gpu);
   check_backward(*gpu);
   check_bias(*gpu, kRows);
+  check_product(*gpu, kRows);
+  // cuBLASLt's bf16 D, and the default's fp32 product (one chunk).
+  EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_DEFAULT), product + 2);
   // The references' fp32 folds and the bf16 ones: two calls each.
   EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), forward + 2);
   EXPECT_EQ(dptrain_emu::lt_epilogue_calls(CUBLASLT_EPILOGUE_DGELU), backward + 2);

@@ -85,9 +85,10 @@ Floats values_of(const std::vector<std::uint16_t>& bits, bool* written) {
   return v;
 }
 
-// `alone`: o and dqkv in their bf16 copies alone (no fp32 buffers, as the
-// attention layer keeps them under bf16); the Pass's o and dqkv are then
-// the copies' values, and `copies` says that every value was written.
+// `alone`: o, do and dqkv in their bf16 copies alone (no fp32 buffers, as
+// the attention layer keeps them under bf16; do's copy is its rounding);
+// the Pass's o and dqkv are then the copies' values, and `copies` says
+// that every value was written.
 Pass run_pass(dptrain::Backend& be, const Case& c, bool alone = false) {
   const HeadShape& s = c.shape;
   dptrain::FusedAttentionKernels* k = be.find_kernels<dptrain::FusedAttentionKernels>();
@@ -95,7 +96,9 @@ Pass run_pass(dptrain::Backend& be, const Case& c, bool alone = false) {
   if (!k) return {};
   const std::size_t n = heads_values(s), rows = n / static_cast<std::size_t>(s.head_dim);
   const auto qkv = gpu_test::upload(be, gpu_test::random_vector(3 * n, 11));
-  const auto d_o = gpu_test::upload(be, gpu_test::random_vector(n, 12));
+  const Floats d_o_host = gpu_test::random_vector(n, 12);
+  const auto d_o = gpu_test::upload(be, d_o_host);
+  const auto d_o16 = gpu_test::upload(be, gpu_test::bf16_bits_of(d_o_host));
   DeviceBuffer<float> o(be, n), lse(be, rows), rowdot(be, rows), dqkv(be, 3 * n);
   auto o16 = gpu_test::upload(be, std::vector<std::uint16_t>(n, kNotWritten));
   auto dqkv16 = gpu_test::upload(be, std::vector<std::uint16_t>(3 * n, kNotWritten));
@@ -103,7 +106,9 @@ Pass run_pass(dptrain::Backend& be, const Case& c, bool alone = false) {
   float* dqkv32 = alone ? nullptr : dqkv.get();
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   k->forward(qkv.get(), s, scale, c.causal, o32, lse.get(), o16.get());
-  k->backward(qkv.get(), o32, lse.get(), d_o.get(), s, scale, c.causal, rowdot.get(), dqkv32,
+  const dptrain::GemmOperand dout =
+      alone ? dptrain::GemmOperand(nullptr, d_o16.get()) : dptrain::GemmOperand(d_o.get());
+  k->backward(qkv.get(), o32, lse.get(), dout, s, scale, c.causal, rowdot.get(), dqkv32,
               o16.get(), dqkv16.get());
   if (alone) {
     Pass p{{}, gpu_test::download(be, lse), {}, true};

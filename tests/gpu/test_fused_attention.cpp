@@ -188,10 +188,10 @@ TEST(FusedAttention, Bf16QkvAloneGivesTheBitsOfTheFp32Qkv) {
   }
 }
 
-// Under bf16 the attn layer keeps o and dqkv in their bf16 copies alone:
-// the kernels then write the copies alone, with the bits they write
-// beside fp32 buffers when those hold o's bf16 values (Σ do ∘ o is summed
-// from the bf16 o), and lse the same bits.
+// Under bf16 the attn layer keeps o, do and dqkv in their bf16 copies
+// alone: the kernels then read and write the copies alone, with the bits
+// they give with fp32 buffers that hold the copies' values (Σ do ∘ o is
+// summed from the bf16 o and do), and lse the same bits.
 TEST(FusedAttention, Bf16OutputsAloneGiveTheBitsOfTheirCopies) {
   auto be = gpu_test::make_gpu(Precision::kBf16, AttentionImpl::kFused);
   auto* fused = be->find_kernels<dptrain::FusedAttentionKernels>();
@@ -201,16 +201,20 @@ TEST(FusedAttention, Bf16OutputsAloneGiveTheBitsOfTheirCopies) {
     const std::size_t n = std::size_t(c.batch) * c.tokens * c.heads * c.head_dim;
     const std::size_t rows = std::size_t(c.batch) * c.heads * c.tokens;
     auto qkv16 = upload(*be, gpu_test::bf16_bits_of(random_vector(3 * n, 41)));
-    auto d_o = upload(*be, random_vector(n, 42));
+    const Floats d_o_host = random_vector(n, 42);
+    auto d_o = upload(*be, gpu_test::values_of_bf16(d_o_host));
+    auto d_o16 = upload(*be, gpu_test::bf16_bits_of(d_o_host));
     const dptrain::GemmOperand in(nullptr, qkv16.get());
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
-    // alone: no fp32 o or dqkv; else o holds the copy's values.
+    // alone: no fp32 o, do or dqkv; else o and do hold the copies' values.
     auto run = [&](bool alone) {
       DeviceBuffer<float> o(*be, n), lse(*be, rows), rowdot(*be, rows), dqkv(*be, 3 * n);
       DeviceBuffer<std::uint16_t> o16(*be, n), dqkv16(*be, 3 * n);
       fused->forward(in, s, scale, c.causal, alone ? nullptr : o.get(), lse.get(), o16.get());
       if (!alone) be->kernels<dptrain::ConvertKernels>().from_bf16(o16.get(), o.get(), n);
-      fused->backward(in, alone ? nullptr : o.get(), lse.get(), d_o.get(), s, scale, c.causal,
+      const dptrain::GemmOperand dout =
+          alone ? dptrain::GemmOperand(nullptr, d_o16.get()) : dptrain::GemmOperand(d_o.get());
+      fused->backward(in, alone ? nullptr : o.get(), lse.get(), dout, s, scale, c.causal,
                       rowdot.get(), alone ? nullptr : dqkv.get(), o16.get(), dqkv16.get());
       std::vector<std::uint16_t> copies(n + 3 * n);
       be->copy_to_host(copies.data(), o16.get(), n * 2);

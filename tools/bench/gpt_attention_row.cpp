@@ -7,8 +7,9 @@
 // output projections; the row's figure is the attention's core, the
 // layer's time less the six projection GEMMs' (the same calls made alone,
 // back to back, on operands of their own: under bf16 their bf16 copies,
-// made before as the layer's producers make them, and the weights rounded
-// as the layer rounds them), so that it compares with a bare
+// made before as the layer's producers make them, the weights rounded as
+// the layer rounds them, and the merged heads' gradient written in bf16
+// as the layer writes it), so that it compares with a bare
 // scaled-dot-product attention (PyTorch's SDPA, in the GPU check).
 #include "gpt_bench.hpp"
 
@@ -129,8 +130,12 @@ Row attention_row(Backend& be, const GptArgs& a, const AttentionShape& shape) {
                      out.get(), d, E::kBias, b_out);
     be.gemm_epilogue(true, false, d, d, rows, op(dy.get(), dy16), d, op(merged.get(), merged16),
                      d, g_w_out, d, E::kBiasGradA, g_b_out);
-    be.gemm(false, false, rows, d, d, 1.0f, op(dy.get(), dy16), d, w_out_op, d, 0.0f,
-            merged.get(), d);
+    if (rounds)  // the merged heads' gradient in bf16 alone, as the layer writes it
+      be.gemm_epilogue_bf16(E::kNone, false, false, rows, d, d, op(dy.get(), dy16), d, w_out_op,
+                            d, merged16.get(), d, nullptr, nullptr, nullptr, merged.get(),
+                            nullptr);
+    else
+      be.gemm(false, false, rows, d, d, 1.0f, dy.get(), d, w_out, d, 0.0f, merged.get(), d);
     be.gemm_epilogue(true, false, 3 * d, d, rows, op(qkv.get(), qkv16), 3 * d, op(x.get(), x16),
                      d, g_w_in, d, E::kBiasGradA, g_b_in);
     be.gemm(false, false, rows, d, 3 * d, 1.0f, op(qkv.get(), qkv16), 3 * d, w_in_op, d, 0.0f,

@@ -115,7 +115,9 @@ struct GemmCall {
   double flops() const { return 2.0 * m * n * k * batch; }
   // By Backend::GemmEpilogue.
   static constexpr const char* epilogue_names[] = {" +bias", " +bias grad", " +bias +gelu",
-                                                   " +gelu grad"};
+                                                   " +gelu grad", " +bias +shortcut", ""};
+  static_assert(std::size(epilogue_names) == int(Backend::GemmEpilogue::kNone) + 1,
+                "a name for every epilogue");
   // "2048x384x128 N/T" or "64x64x32 N/T x128 (batched)"
   std::string shape() const {
     std::string s = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +

@@ -175,14 +175,17 @@ class Backend {
   // and trans_a with lda == m (kBiasGradA), as the dense layer has them;
   // Error(kOther) otherwise. Where the library fuses kBiasAdd (cuBLASLt:
   // beta 1 with aux as C), its order of the two additions is the library's.
+  // kNone: c = P (for gemm_epilogue_bf16's bf16 product; vector unused).
   // k == 0 gives P = 0.
-  enum class GemmEpilogue { kBias, kBiasGradA, kBiasGeluTanh, kGeluTanhGrad, kBiasAdd };
+  enum class GemmEpilogue { kBias, kBiasGradA, kBiasGeluTanh, kGeluTanhGrad, kBiasAdd, kNone };
   virtual void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a,
                              int lda, GemmOperand b, int ldb, float* c, int ldc,
                              GemmEpilogue epilogue, float* vector, float* aux = nullptr);
 
   // A GEMM's output written only as bf16 (ldc its row stride), under bf16
   // on a backend that rounds GEMM operands:
+  //   kNone:         c16 = bf16(P) (attention's output gradient, which its
+  //                  kernels read in bf16 alone)
   //   kBias:         c16 = bf16(P + bias) (the head's logits, which
   //                  nothing reads in fp32 under bf16)
   //   kBiasGeluTanh: t = P + bias, aux16 = bf16(t), c16 = bf16(gelu:tanh(t))
@@ -193,8 +196,8 @@ class Backend {
   // where the library has no algorithm, is gemm_epilogue's fp32 fold with
   // the fp32 vector into scratch (c) and scratch2 (aux), ldc == n, then the
   // roundings (kGeluTanhGrad expands aux16 into scratch2 first). scratch
-  // and scratch2 hold [m, n]; for kBias scratch may hold only scratch_rows
-  // rows (0: m), and the fold runs in chunks of that many rows.
+  // and scratch2 hold [m, n]; for kBias and kNone scratch may hold only
+  // scratch_rows rows (0: m), and the fold runs in chunks of that many rows.
   virtual void gemm_epilogue_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m, int n,
                                   int k, GemmOperand a, int lda, GemmOperand b, int ldb,
                                   std::uint16_t* c16, int ldc, std::uint16_t* aux16,

@@ -437,6 +437,8 @@ class CudaBackend final : public Backend {
         return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;  // cuBLASLt's GELU is the tanh form
       case GemmEpilogue::kGeluTanhGrad:
         return CUBLASLT_EPILOGUE_DGELU;
+      case GemmEpilogue::kNone:
+        return CUBLASLT_EPILOGUE_DEFAULT;
     }
     return CUBLASLT_EPILOGUE_DEFAULT;
   }

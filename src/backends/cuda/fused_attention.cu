@@ -196,10 +196,10 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // rowdot[r] = Σ_c do[r, c] · o[r, c] over one head's row: one warp a row,
-// in double over a fixed lane stride and butterfly. o is the output in
-// fp32 or its bf16 rounding (O = __nv_bfloat16), as cuDNN reads it.
-template <typename O>
-__global__ void row_dot_kernel(const float* d_o, const O* o, HeadShape s, size_t rows,
+// in double over a fixed lane stride and butterfly. do and o are fp32, or
+// their bf16 roundings (D, O = __nv_bfloat16), as cuDNN reads them.
+template <typename D, typename O>
+__global__ void row_dot_kernel(const D* d_o, const O* o, HeadShape s, size_t rows,
                                float* rowdot) {
   const size_t r = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
   if (r >= rows) return;
@@ -207,7 +207,7 @@ __global__ void row_dot_kernel(const float* d_o, const O* o, HeadShape s, size_t
   const size_t at = head_offset(s, bh, -1) + t * head_ld(s, -1);
   double sum = 0.0;
   for (int c = lane(); c < s.head_dim; c += kWarp)
-    sum = __dadd_rn(sum, __dmul_rn(d_o[at + c], to_float(o[at + c])));
+    sum = __dadd_rn(sum, __dmul_rn(to_float(d_o[at + c]), to_float(o[at + c])));
   for (int off = kWarp / 2; off > 0; off >>= 1)
     sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
   if (lane() == 0) rowdot[r] = static_cast<float>(sum);
@@ -230,9 +230,9 @@ __device__ void softmax_grad_tile(const float* sc, const float* dp, const float*
 
 // dK and dV of one key tile: over the query tiles in order (from the
 // diagonal when causal), dV += Pᵀ dO and dK += dSᵀ Q.
-template <typename E, int HDP, typename Q>
+template <typename E, int HDP, typename Q, typename D>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_key_grad_kernel(const Q* qkv, const float* d_o, const float* lse,
+    fused_key_grad_kernel(const Q* qkv, const D* d_o, const float* lse,
                           const float* rowdot, HeadShape s, float scale, bool causal,
                           float* dqkv, bf16* dqkv16) {
   constexpr int TILE = tile_for(key_grad_bytes<E, HDP>(32));
@@ -286,9 +286,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // dQ of one query tile: over the key tiles in order, dQ += dS K.
-template <typename E, int HDP, typename Q>
+template <typename E, int HDP, typename Q, typename D>
 __global__ void __launch_bounds__(kBlockThreads)
-    fused_query_grad_kernel(const Q* qkv, const float* d_o, const float* lse,
+    fused_query_grad_kernel(const Q* qkv, const D* d_o, const float* lse,
                             const float* rowdot, HeadShape s, float scale, bool causal,
                             float* dqkv, bf16* dqkv16) {
   constexpr int TILE = tile_for(query_grad_bytes<E, HDP>(32));
@@ -351,17 +351,17 @@ void forward_as(const Launch& l, const Q* qkv, const HeadShape& s, float scale, 
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename E, int HDP, typename Q>
-void backward_as(const Launch& l, const Q* qkv, const float* lse, const float* d_o,
+template <typename E, int HDP, typename Q, typename D>
+void backward_as(const Launch& l, const Q* qkv, const float* lse, const D* d_o,
                  const float* rowdot, const HeadShape& s, float scale, bool causal,
                  float* dqkv, bf16* dqkv16) {
-  fused_key_grad_kernel<E, HDP, Q><<<tiles_grid(s, key_grad_bytes<E, HDP>(32)),
-                                     kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s,
-                                                                   scale, causal, dqkv, dqkv16);
+  fused_key_grad_kernel<E, HDP, Q, D><<<tiles_grid(s, key_grad_bytes<E, HDP>(32)),
+                                        kBlockThreads, 0, l.stream>>>(
+      qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
-  fused_query_grad_kernel<E, HDP, Q><<<tiles_grid(s, query_grad_bytes<E, HDP>(32)),
-                                       kBlockThreads, 0, l.stream>>>(qkv, d_o, lse, rowdot, s,
-                                                                     scale, causal, dqkv, dqkv16);
+  fused_query_grad_kernel<E, HDP, Q, D><<<tiles_grid(s, query_grad_bytes<E, HDP>(32)),
+                                          kBlockThreads, 0, l.stream>>>(
+      qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -407,25 +407,35 @@ void fused_attention_forward(const Launch& l, bool bf16_operands, const float* q
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
                               const std::uint16_t* qkv16, const float* o,
                               const std::uint16_t* o16, const float* lse, const float* d_o,
-                              const HeadShape& s, float scale, bool causal, float* rowdot,
-                              float* dqkv, std::uint16_t* dqkv16) {
+                              const std::uint16_t* d_o16, const HeadShape& s, float scale,
+                              bool causal, float* rowdot, float* dqkv, std::uint16_t* dqkv16) {
   const size_t rows = size_t(s.batch) * s.heads * s.tokens;
   if (!rows) return;
+  const auto* q16 = reinterpret_cast<const bf16*>(qkv16);
+  const auto* do16 = bf16_operands ? reinterpret_cast<const bf16*>(d_o16) : nullptr;
   const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
-  if (o)
-    row_dot_kernel<float><<<blocks, kRowWarps * kWarp, 0, l.stream>>>(d_o, o, s, rows, rowdot);
-  else
-    row_dot_kernel<bf16><<<blocks, kRowWarps * kWarp, 0, l.stream>>>(
-        d_o, reinterpret_cast<const bf16*>(o16), s, rows, rowdot);
-  DPT_CUDA_CHECK(cudaGetLastError());
+  const auto row_dot = [&](const auto* dout) {
+    using D = std::remove_cv_t<std::remove_pointer_t<decltype(dout)>>;
+    if (o)
+      row_dot_kernel<D, float><<<blocks, kRowWarps * kWarp, 0, l.stream>>>(dout, o, s, rows,
+                                                                           rowdot);
+    else
+      row_dot_kernel<D, bf16><<<blocks, kRowWarps * kWarp, 0, l.stream>>>(
+          dout, reinterpret_cast<const bf16*>(o16), s, rows, rowdot);
+    DPT_CUDA_CHECK(cudaGetLastError());
+  };
+  if (do16) row_dot(do16);
+  else row_dot(d_o);
   with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
     auto* copy = reinterpret_cast<bf16*>(dqkv16);
-    const auto* q16 = reinterpret_cast<const bf16*>(qkv16);
-    if (bf16_operands && q16)
-      backward_as<bf16, HDP>(l, q16, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
-    else if (bf16_operands)
-      backward_as<bf16, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
+    const auto run = [&](const auto* in, const auto* dout) {
+      backward_as<bf16, HDP>(l, in, lse, dout, rowdot, s, scale, causal, dqkv, copy);
+    };
+    if (bf16_operands && q16 && do16) run(q16, do16);
+    else if (bf16_operands && q16) run(q16, d_o);
+    else if (bf16_operands && do16) run(qkv, do16);
+    else if (bf16_operands) run(qkv, d_o);
     else if constexpr (HDP <= kFloatHeadDim)
       backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
   });

@@ -23,11 +23,12 @@ void fused_attention_forward(const Launch& l, bool bf16_operands, const float* q
                              const std::uint16_t* qkv16, const HeadShape& s, float scale,
                              bool causal, float* o, float* lse, std::uint16_t* o16);
 // rowdot: scratch of N·H·T floats, Σ do ∘ o per row, from o where it is
-// not null, else from its bf16 rounding o16.
+// not null, else from its bf16 rounding o16. d_o16, where not null
+// (bf16_operands only), is read in place of d_o, which may then be null.
 void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
                               const std::uint16_t* qkv16, const float* o,
                               const std::uint16_t* o16, const float* lse, const float* d_o,
-                              const HeadShape& s, float scale, bool causal, float* rowdot,
-                              float* dqkv, std::uint16_t* dqkv16);
+                              const std::uint16_t* d_o16, const HeadShape& s, float scale,
+                              bool causal, float* rowdot, float* dqkv, std::uint16_t* dqkv16);
 
 }  // namespace dptrain::cuda

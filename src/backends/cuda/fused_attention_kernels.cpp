@@ -37,14 +37,17 @@ class CudaFusedAttention final : public FusedAttentionKernels {
     fused_attention_forward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, s, scale,
                             causal, o, lse, o_bf16);
   }
-  // Σ do ∘ o is summed from the fp32 o where there is one, else from o_bf16.
-  void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
+  // Σ do ∘ o is summed from the fp32 o where there is one, else from o_bf16;
+  // under bf16 from do's copy where given (the operands are its bits).
+  void backward(GemmOperand qkv, const float* o, const float* lse, GemmOperand d_o,
                 const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                 const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) override {
     require_output(o, o_bf16, "o");
+    require_output(d_o.data, d_o.bf16, "do");
     require_output(dqkv, dqkv_bf16, "dqkv");
     fused_attention_backward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, o, o_bf16,
-                             lse, d_o, s, scale, causal, rowdot, dqkv, dqkv_bf16);
+                             lse, d_o.data, bf16_ ? d_o.bf16 : nullptr, s, scale, causal, rowdot,
+                             dqkv, dqkv_bf16);
   }
 
  private:
@@ -52,7 +55,7 @@ class CudaFusedAttention final : public FusedAttentionKernels {
   void require_output(const void* fp32, const void* copy, const char* what) const {
     DPT_REQUIRE(fp32 || (copy && bf16_), ExitCode::kOther,
                 std::string("fused attention: ") + what +
-                    " needs its fp32 buffer (a bf16 copy alone only under --precision bf16)");
+                    " needs its fp32 values (its bf16 copy alone only under --precision bf16)");
   }
 
   Launch launch_;

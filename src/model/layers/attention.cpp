@@ -20,7 +20,8 @@
 // gradients); the fused kernels write merged's and dqkv's copies in
 // the pass that writes them, so only the math path rounds those two.
 // Where the fused kernels read qkv in bf16 (under --precision bf16), qkv,
-// merged and dqkv live in bf16 alone: their fp32 values are never made.
+// merged, merged's gradient and dqkv live in bf16 alone: their fp32 values
+// are never made.
 // Nothing allocates after allocate().
 #include <cmath>
 
@@ -77,12 +78,13 @@ class Attention final : public Layer {
                             Lifetime::kPass);
       in_bias_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
           be, max_rows, RoundedOperand::weight_bytes(3 * std::size_t(dim_)), Lifetime::kPass));
+      d_heads16_ = reserve<std::uint16_t>(be, max_rows, seq, Lifetime::kPass);
     } else {
       take(qkv_, 3 * seq, Lifetime::kSaved);
       take(merged_, seq, Lifetime::kSaved);
       take(dqkv_, 3 * seq, Lifetime::kPass);
+      take(d_heads_, seq, Lifetime::kPass);
     }
-    take(d_heads_, seq, Lifetime::kPass);
     if (RoundedOperand::wanted(be)) {
       auto slot = [&](std::size_t per_row, Lifetime life) {
         return RoundedOperand(reserve<std::uint16_t>(be, max_rows, per_row, life));
@@ -196,13 +198,24 @@ class Attention final : public Layer {
     be.gemm_epilogue(true, false, d, d, rows, dy_op, d, merged_op, d, g + out_weight_, d,
                      Backend::GemmEpilogue::kBiasGradA, g + out_bias_);
     float* d_merged = fused_ ? d_heads_.get() : merged_.get();
-    be.gemm(false, false, rows, d, d, 1.0f, dy_bf16_.take(dy.data), d,
-            out_w_bf16_.take(p + out_weight_), d, 0.0f, d_merged, d);
+    const GemmOperand dy_again = dy_bf16_.take(dy.data);
+    const GemmOperand w_out = out_w_bf16_.take(p + out_weight_);
+    GemmOperand d_merged_op = d_merged;
+    if (bf16_alone_) {  // in bf16 alone, as the kernels read it; qkv_: the fallback's scratch
+      const std::size_t per_sample = 3 * std::size_t(tokens_) * d;
+      const int scratch_rows = bf16_output_scratch_samples(per_sample, x.rows) * tokens_;
+      be.gemm_epilogue_bf16(Backend::GemmEpilogue::kNone, false, false, rows, d, d, dy_again, d,
+                            w_out, d, d_heads16_.get(), d, nullptr, nullptr, nullptr, qkv_.get(),
+                            nullptr, scratch_rows);
+      d_merged_op = {nullptr, d_heads16_.get()};
+    } else {
+      be.gemm(false, false, rows, d, d, 1.0f, dy_again, d, w_out, d, 0.0f, d_merged, d);
+    }
     // Input projection: dqkv and, from the fused kernels, its bf16 copy
     // (or the copy alone).
     GemmOperand dqkv_op = dqkv_.get();
     if (bf16_alone_) {
-      fused_->backward(qkv_operand(), nullptr, lse_.get(), d_merged, shape(x.rows), scale(),
+      fused_->backward(qkv_operand(), nullptr, lse_.get(), d_merged_op, shape(x.rows), scale(),
                        causal_, rowdot_.get(), nullptr, merged_op.bf16, dqkv_bf16_.slot());
       dqkv_op = {nullptr, dqkv_bf16_.slot()};
     } else if (fused_) {
@@ -284,9 +297,11 @@ class Attention final : public Layer {
   // Under bf16 with kernels that read it so: qkv kept in bf16 alone
   // (qkv16_; qkv_ is then the fp32 scratch of the epilogue's fallback), and
   // merged and dqkv too (in their bf16 slots; merged_ and dqkv_ are not
-  // reserved): the projections' GEMMs read the copies alone.
+  // reserved): the projections' GEMMs read the copies alone; and merged's
+  // gradient, which the output projection writes in bf16 alone for the
+  // kernels (d_heads16_; d_heads_ is not reserved).
   bool bf16_alone_ = false;
-  ArenaBuffer<std::uint16_t> qkv16_;
+  ArenaBuffer<std::uint16_t> qkv16_, d_heads16_;
   RoundedOperand in_bias_bf16_;  // the input projection's bias as the bf16 epilogue takes it
   // Fused: qkv, merged (the output projection's input), each row's
   // log-sum-exp; in backward d_heads_ holds the merged heads' gradient,

@@ -62,9 +62,10 @@ class FusedAttentionKernels : public KernelFamily {
   // forward's rounding of o (a table that reads o in bf16 reads it there);
   // dqkv_bf16, where not null, receives dqkv rounded to bf16, as forward's
   // o_bf16 receives o. Where reads_qkv_bf16(), o may be null (o_bf16 is
-  // then o, and Σ do ∘ o is summed from it) and so may dqkv (dqkv_bf16 is
+  // then o, and Σ do ∘ o is summed from it), do may come as its bf16
+  // rounding alone (d_o.bf16, as qkv) and dqkv may be null (dqkv_bf16 is
   // then written alone).
-  virtual void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
+  virtual void backward(GemmOperand qkv, const float* o, const float* lse, GemmOperand d_o,
                         const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                         const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) = 0;
 
@@ -73,7 +74,7 @@ class FusedAttentionKernels : public KernelFamily {
                float* lse) {
     forward(qkv, s, scale, causal, o, lse, nullptr);
   }
-  void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
+  void backward(GemmOperand qkv, const float* o, const float* lse, GemmOperand d_o,
                 const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv) {
     backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv, nullptr, nullptr);
   }

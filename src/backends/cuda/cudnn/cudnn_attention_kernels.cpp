@@ -114,7 +114,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     if (!forward_agrees(qkv, s, scale, causal, o, o_bf16, lse)) fused();
   }
 
-  void backward(GemmOperand qkv, const float* o, const float* lse, const float* d_o,
+  void backward(GemmOperand qkv, const float* o, const float* lse, GemmOperand d_o,
                 const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                 const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) override {
     SdpaPlans* plans = plans_for(s, causal);
@@ -133,10 +133,12 @@ class CudnnAttention final : public FusedAttentionKernels {
 
  private:
   using ShapeKey = std::tuple<int, int, int, int, bool>;
-  // What backward reads: o_bf16 may be null (o is rounded then).
+  // What backward reads: o_bf16 may be null (o is rounded then), and so
+  // may d_o.bf16 (d_o.data is rounded then).
   struct BackwardInputs {
     GemmOperand qkv;
-    const float *o, *lse, *d_o;
+    const float *o, *lse;
+    GemmOperand d_o;
     const std::uint16_t* o_bf16;
   };
 
@@ -155,19 +157,24 @@ class CudnnAttention final : public FusedAttentionKernels {
     if (o) from_bf16(launch_, o16, o, head_values(s));
   }
 
-  // O is read from the caller's bf16 copy where it has one; dQ, dK and dV
-  // are written into dqkv_bf16 where given (else the staging), expanded
-  // into dqkv where the caller has one.
+  // O and dO are read from the caller's bf16 copies where it has them
+  // (else rounded into the staging); dQ, dK and dV are written into
+  // dqkv_bf16 where given (else the staging), expanded into dqkv where the
+  // caller has one.
   void run_backward(const SdpaPlans* plans, const BackwardInputs& in, const HeadShape& s,
                     float scale, bool causal, float* rowdot, float* dqkv,
                     std::uint16_t* dqkv_bf16) {
     const float* lse = in.lse;
     void* q16 = qkv_bf16(in.qkv, s);
     void* o16 = const_cast<std::uint16_t*>(in.o_bf16);
-    if (o16) to_bf16(launch_, in.d_o, do16_.get(), head_values(s));
-    else {
+    if (!o16) {
       o16 = staging(o16_, head_values(s));
-      to_bf16_pair(launch_, in.o, o16, head_values(s), in.d_o, do16_.get(), head_values(s));
+      to_bf16(launch_, in.o, o16, head_values(s));
+    }
+    void* do16 = const_cast<std::uint16_t*>(in.d_o.bf16);
+    if (!do16) {
+      do16 = staging(do16_, head_values(s));
+      to_bf16(launch_, in.d_o.data, do16, head_values(s));
     }
     void* dqkv16 = dqkv_bf16 ? static_cast<void*>(dqkv_bf16) : staging(dqkv16_, qkv_values(s));
     DPT_CUDA_CHECK(cudaMemsetAsync(dq_accum_.get(), 0, head_values(s) * sizeof(float),
@@ -176,7 +183,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     std::vector<std::int64_t> uids{kSdpaQ,  kSdpaK,     kSdpaKRows, kSdpaV,      kSdpaO,
                                    kSdpaDO, kSdpaStats, kSdpaScale, kSdpaRowDot, kSdpaDQAccum};
     std::vector<void*> at{slice(q16, s, 0), slice(q16, s, 1), slice(q16, s, 1),
-                          slice(q16, s, 2), o16,              do16_.get(),
+                          slice(q16, s, 2), o16,              do16,
                           const_cast<float*>(lse), &scale_value, rowdot,
                           dq_accum_.get()};
     if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
@@ -320,7 +327,7 @@ class CudnnAttention final : public FusedAttentionKernels {
   }
 
   // The staging and the workspace, counted as the backend's DeviceBuffers
-  // are (the memory line), growing only with a shape's plans (do, dQ's
+  // are (the memory line), growing only with a shape's plans (dQ's
   // accumulator, the workspace) and in staging().
   std::size_t staged_bytes() const {
     return qkv16_.bytes() + dqkv16_.bytes() + o16_.bytes() + do16_.bytes() + dq_accum_.bytes() +
@@ -329,7 +336,6 @@ class CudnnAttention final : public FusedAttentionKernels {
   void reserve_buffers(const HeadShape& s, const SdpaPlans& p) {
     const cudaStream_t stream = launch_.stream;
     const std::size_t before = staged_bytes();
-    do16_.reserve(head_values(s) * kBf16Bytes, stream);
     dq_accum_.reserve(head_values(s) * sizeof(float), stream);
     const std::int64_t work = std::max(p.forward.workspace_bytes, p.backward.workspace_bytes);
     workspace_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(work, 1)), stream);
@@ -337,10 +343,10 @@ class CudnnAttention final : public FusedAttentionKernels {
     backend_.count_buffer(staged_bytes(), true);
   }
 
-  // The bf16 staging of qkv, o or dqkv (`values` of them) for a caller
-  // that does not hand over its copy: reserved the first time such a call
-  // needs it. The attention layer under bf16 always hands its copies
-  // over, so it never reserves these.
+  // The bf16 staging of qkv, o, do or dqkv (`values` of them) for a
+  // caller that does not hand over its copy: reserved the first time such
+  // a call needs it. The attention layer under bf16 always hands its
+  // copies over, so it never reserves these.
   void* staging(GrowingBuffer& b, std::size_t values) {
     if (b.bytes() < values * kBf16Bytes) {
       const std::size_t before = staged_bytes();
