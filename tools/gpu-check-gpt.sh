@@ -246,7 +246,8 @@ find_ncu() {
   return 1
 }
 gpt_kernel_rows() {
-  local ncu rc csv=$work/gpt-kernels.csv log=$work/gpt-kernels.txt name="GPT step by kernel (1 GPU, bf16, batch $gpt2_batch)"
+  local ncu rc csv=$work/gpt-kernels.csv log=$work/gpt-kernels.txt
+  local name="GPT step by kernel (1 GPU, bf16, batch $gpt2_batch)"
   if ! ncu=$(find_ncu); then
     row speed "$name (ncu)" skipped "no Nsight Compute (ncu) on this machine"
     return
