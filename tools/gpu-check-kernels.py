@@ -17,7 +17,6 @@ holds no duration.
 """
 import argparse
 import csv
-import re
 import sys
 
 METRIC = "gpu__time_duration.sum"
@@ -36,15 +35,15 @@ def short_name(name):
         elif ch == "(" and depth == 0 and not name.startswith("(anonymous", i):
             cut = i
             break
-    head = name[:cut].strip()
-    head = re.sub(r"^void\s+", "", head)
-    head = head.replace("(anonymous namespace)::", "")
-    depth, last = 0, 0  # drop the namespaces before the name, not inside <...>
+    head = name[:cut].strip().replace("(anonymous namespace)::", "")
+    depth, last = 0, 0  # drop the return type and namespaces, not what is inside <...>
     for i, ch in enumerate(head):
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
+        elif depth == 0 and ch == " ":
+            last = i + 1
         elif depth == 0 and head.startswith("::", i):
             last = i + 2
     return head[last:] or name
