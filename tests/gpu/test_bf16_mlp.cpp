@@ -36,16 +36,11 @@ using gpu_test::download;
 using gpu_test::kEmulated;
 using gpu_test::random_vector;
 using gpu_test::upload;
+using gpu_test::values_of_bf16;
 using Floats = std::vector<float>;
 using Bits = std::vector<std::uint16_t>;
 
 constexpr int kRows = 67, kIn = 24, kOut = 40;  // kOut: a multiple of 8, as cuBLASLt's aux needs
-
-Floats rounded_values(const Floats& v) {
-  Floats out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = dptrain::bf16_value(dptrain::bf16_bits(v[i]));
-  return out;
-}
 
 // got is want rounded: the same bits on the emulation, else within one bf16
 // rounding and the fp32 bound (`terms`: the magnitude of each value's terms).
@@ -77,7 +72,7 @@ Floats magnitudes(const Floats& a, const Floats& b, int m, int n, int k, bool tr
 // with the bias's rounding.
 void check_forward(Backend& gpu) {
   const Floats x = random_vector(std::size_t(kRows) * kIn, 5), w = random_vector(std::size_t(kOut) * kIn, 6);
-  const Floats b = random_vector(kOut, 7), b_rounded = rounded_values(b);
+  const Floats b = random_vector(kOut, 7), b_rounded = values_of_bf16(b);
   auto dx = upload(gpu, x), dw = upload(gpu, w), db = upload(gpu, b);
   auto db_rounded = upload(gpu, b_rounded);
   auto b16 = upload(gpu, bf16_bits_of(b));
@@ -101,7 +96,7 @@ void check_forward(Backend& gpu) {
 // scratch holds no more, and the rows past it are written all the same).
 void check_bias(Backend& gpu, int scratch_rows) {
   const Floats x = random_vector(std::size_t(kRows) * kIn, 11), w = random_vector(std::size_t(kOut) * kIn, 12);
-  const Floats b = random_vector(kOut, 13), b_rounded = rounded_values(b);
+  const Floats b = random_vector(kOut, 13), b_rounded = values_of_bf16(b);
   auto dx = upload(gpu, x), dw = upload(gpu, w), db_rounded = upload(gpu, b_rounded);
   auto b16 = upload(gpu, bf16_bits_of(b));
   const std::size_t n = std::size_t(kRows) * kOut;
@@ -142,7 +137,7 @@ void check_product(Backend& gpu, int scratch_rows) {
 // c16 = bf16((dy w) ∘ gelu'(aux16)) against the fp32 fold over aux16's values.
 void check_backward(Backend& gpu) {
   const Floats dy = random_vector(std::size_t(kRows) * kOut, 8), w = random_vector(std::size_t(kOut) * kIn, 9);
-  const Floats pre = rounded_values(random_vector(std::size_t(kRows) * kIn, 10, -3.0f, 3.0f));
+  const Floats pre = values_of_bf16(random_vector(std::size_t(kRows) * kIn, 10, -3.0f, 3.0f));
   auto ddy = upload(gpu, dy), dw = upload(gpu, w), dpre = upload(gpu, pre);
   auto aux16 = upload(gpu, bf16_bits_of(pre));
   const std::size_t n = std::size_t(kRows) * kIn;
