@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <utility>
 
 #include "dptrain/common/error.hpp"
 #include "dptrain/parallel/state_slices.hpp"
@@ -162,7 +163,8 @@ void write_state(const std::string& path, bool in_checkpoint_dir, const Options&
   const std::string broken = "refusing to write checkpoint " + path +
                              ": parameters hold NaN/Inf at step " + std::to_string(step);
   const bool sliced_params = model.param_slice() != nullptr;
-  DPT_REQUIRE(sliced_params || be.count_nonfinite(model.params(), model.num_params()) == 0,
+  DPT_REQUIRE(sliced_params ||
+                  be.count_nonfinite(std::as_const(model).params(), model.num_params()) == 0,
               ExitCode::kNumeric, broken);
   CheckpointData ck;
   const BatchSlot slot = plan.slot(step);
@@ -189,7 +191,8 @@ void write_state(const std::string& path, bool in_checkpoint_dir, const Options&
     };
   } else {
     ck.params.resize(model.num_params());
-    be.copy_to_host(ck.params.data(), model.params(), ck.params.size() * sizeof(float));
+    be.copy_to_host(ck.params.data(), std::as_const(model).params(),
+                    ck.params.size() * sizeof(float));
   }
   ck.buffer_layout = model.buffer_layout();
   ck.buffers.resize(model.num_buffers());
@@ -246,7 +249,7 @@ void save_state(const std::string& path, bool in_checkpoint_dir, const Options& 
 
 void check_towers(const MpiSession& mpi, Backend& be, Model& model, std::uint64_t step) {
   std::vector<float> p(model.num_params());
-  be.copy_to_host(p.data(), model.params(), p.size() * sizeof(float));
+  be.copy_to_host(p.data(), std::as_const(model).params(), p.size() * sizeof(float));
   // Identical bits give an identical sum; any drift changes it (almost surely).
   double sum = 0, weighted = 0;
   for (std::size_t i = 0; i < p.size(); ++i) {

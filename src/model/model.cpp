@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/common/error.hpp"
 
 namespace dptrain {
@@ -76,10 +77,21 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     params_ = DeviceBuffer<float>(be_, num_params());
     grads_ = DeviceBuffer<float>(be_, num_params());
   }
-  if (storage_ != ModelStorage::kPlanOnly) buffers_ = DeviceBuffer<float>(be_, num_buffers());
+  // The bf16 twin where GEMMs read bf16 operands; --shard-params has no
+  // whole arena to twin (its layers round their gathered weights).
+  const bool sharded = storage_ == ModelStorage::kShardedParams ||
+                       storage_ == ModelStorage::kPlanOnlyShardedParams;
+  if (!sharded && be_.caps().rounds_gemm_operands && num_params() > 0) {
+    twin_ = std::make_unique<ParamsBf16>();
+    if (storage_ == ModelStorage::kAllocated) {
+      params16_ = DeviceBuffer<std::uint16_t>(be_, num_params());
+      twin_->data = params16_.get();
+    }
+  }
+  if (!plans_only()) buffers_ = DeviceBuffer<float>(be_, num_buffers());
   bound_grads_.assign(layers_.size(), nullptr);
   const std::size_t held_before = be_.buffer_bytes();
-  const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get(), &arena_};
+  const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get(), &arena_, twin_.get()};
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     Layer& l = *layers_[li];
     l.bind(arenas, &step_);
@@ -119,7 +131,7 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
   }
   // Buffers layers allocate themselves (per channel, a few floats).
   own_layer_bytes_ = be_.buffer_bytes() - held_before;
-  if (storage_ == ModelStorage::kPlanOnly) {
+  if (plans_only()) {
     activation_bytes_ = activation_plan(max_rows_, this->recompute()).total();
   } else {
     arena_.allocate(be_, max_rows_, recompute_);
@@ -157,7 +169,7 @@ void Model::init(std::uint64_t seed) {
     layers_[li]->init(seed, next_rectifies, host);
   }
   if (!params.empty() && params_.get())
-    be_.copy_to_device(params_.get(), params.data(), params.size() * sizeof(float));
+    be_.copy_to_device(this->params(), params.data(), params.size() * sizeof(float));
   if (!buffers.empty())
     be_.copy_to_device(buffers_.get(), buffers.data(), buffers.size() * sizeof(float));
 }
@@ -208,7 +220,13 @@ ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const 
 }
 
 void Model::require_storage(const char* what) const {
-  DPT_REQUIRE(storage_ != ModelStorage::kPlanOnly, ExitCode::kOther, std::string("Model::") + what + " on a model built to plan only");
+  DPT_REQUIRE(!plans_only(), ExitCode::kOther, std::string("Model::") + what + " on a model built to plan only");
+}
+
+void Model::round_params() {
+  if (twin_current_ || !params16_.get()) return;
+  be_.kernels<ConvertKernels>().to_bf16(params_.get(), params16_.get(), num_params());
+  twin_current_ = true;
 }
 
 const float* Model::forward(const float* x, int rows, LayerListener* events, Mode mode) {
@@ -223,6 +241,7 @@ const float* Model::forward(const float* x, int rows, LayerListener* events, Mod
     }
     return acts_.back().get();
   }
+  round_params();
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     if (events) events->before_forward(li);
     const TensorView out{acts_[li].get(), rows, layers_[li]->output_shape()};
@@ -253,6 +272,7 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
     if (events) events->grads_ready(0);
     return;
   }
+  round_params();  // as forward left it, unless the parameters were taken since
   // Layers before the first one with parameters have none to train, so the
   // gradient need not flow past it.
   ConstTensorView dy{dout, rows, output_shape(), dout_bf16};

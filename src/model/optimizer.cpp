@@ -144,7 +144,8 @@ void Optimizer::clip(float* g, const double* total_sum_squares) {
     be_.kernels<OptimizerKernels>().scale(g + owned_.offset, coef, owned_.count);
 }
 
-void Optimizer::step(float* w, float* g, float lr, const double* total_sum_squares) {
+void Optimizer::step(float* w, float* g, float lr, const double* total_sum_squares,
+                     std::uint16_t* w16) {
   ++step_count_;
   clip(g, total_sum_squares);
   for (const Segment& s : segments_) {
@@ -157,8 +158,9 @@ void Optimizer::step(float* w, float* g, float lr, const double* total_sum_squar
       p.momentum = cfg_.momentum;
       p.nesterov = cfg_.nesterov;
       p.weight_decay = wd;
-      be_.kernels<OptimizerKernels>().sgd_step(
-          w + at, g + at, s1_.get() ? s1_.get() + state_at : nullptr, count, p);
+      be_.kernels<OptimizerKernels>().sgd_step(w + at, w16 ? w16 + at : nullptr, g + at,
+                                               s1_.get() ? s1_.get() + state_at : nullptr, count,
+                                               p);
       continue;
     }
     AdamParams p;
@@ -169,8 +171,9 @@ void Optimizer::step(float* w, float* g, float lr, const double* total_sum_squar
     p.weight_decay = wd;
     p.decoupled = cfg_.kind == OptimizerKind::kAdamW;
     p.step = step_count_;
-    be_.kernels<OptimizerKernels>().adam_step(w + at, g + at, s1_.get() + state_at,
-                                              s2_.get() + state_at, count, p);
+    be_.kernels<OptimizerKernels>().adam_step(w + at, w16 ? w16 + at : nullptr, g + at,
+                                              s1_.get() + state_at, s2_.get() + state_at, count,
+                                              p);
   }
 }
 

@@ -50,13 +50,15 @@ void TrainingRun::print_memory_plan() {
   agree(mpi_.world(), [&] {
     model = std::make_unique<Model>(*rt_.backend, layers_, sample_shape(train_.info), 1,
                                     model_vocab(train_.info), Recompute::kNone,
-                                    ModelStorage::kPlanOnly,
+                                    opts_.shard_params ? ModelStorage::kPlanOnlyShardedParams
+                                                       : ModelStorage::kPlanOnly,
                                     logits_precision(opts_.precision, loss_));
   });
   if (mpi_.rank() != 0) return;
   RankMemory mem = rank_memory(model->num_params(), state_arrays_of(optimizer_config(opts_)),
                                ranks, opts_.shard_optimizer, micro > 1, opts_.shard_params,
                                model->largest_layer_params(), opts_.precision == "bf16");
+  mem.params_bf16 = model->params_bf16_bytes();
   const std::uint64_t fixed = mem.total();
   const ActivationPlan plain = model->activation_plan(rows, Recompute::kNone);
   const ActivationPlan recomputed = model->activation_plan(rows, Recompute::kBlocks);

@@ -42,7 +42,9 @@ std::string human_bytes(std::uint64_t bytes) {
 }
 
 std::string describe(const RankMemory& m) {
-  std::string s = "parameters " + human_bytes(m.params) + ", gradients " + human_bytes(m.grads);
+  std::string s = "parameters " + human_bytes(m.params);
+  if (m.params_bf16) s += " (+" + human_bytes(m.params_bf16) + " bf16 copy)";
+  s += ", gradients " + human_bytes(m.grads);
   if (m.params_sliced)
     s += " (slices 1/" + std::to_string(m.ranks) + " of " + human_bytes(m.params_whole) +
          "; unit buffers " + human_bytes(m.unit_buffers) +

@@ -299,6 +299,7 @@ void TrainingRun::print_summary() const {
                                !sync_->state_slices().empty(), opts_.accumulate > 1,
                                opts_.shard_params, model_->largest_layer_params(),
                                opts_.precision == "bf16");
+  mem.params_bf16 = model_->params_bf16_bytes();
   mem.activations = model_->activation_bytes();
   mem.largest_activation = model_->largest_activation_bytes();
   mem.activation_rows = model_->max_rows();

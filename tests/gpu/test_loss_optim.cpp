@@ -20,6 +20,8 @@ using dptrain::DeviceBuffer;
 using dptrain::SgdParams;
 using gpu_test::all_close;
 using gpu_test::download;
+using gpu_test::is_bf16_rounding;
+using gpu_test::kNotWritten;
 using gpu_test::random_vector;
 using gpu_test::upload;
 
@@ -154,17 +156,28 @@ TEST_F(CudaLossOptim, SgdSteps) {
   for (const SgdParams& p : configs)
     for (std::size_t n : kArenaSizes) {
       auto w = random_vector(n, 41), vel = std::vector<float>(n, 0.0f);
+      std::vector<std::uint16_t> w16(n, kNotWritten);
       auto gw = upload(*gpu_, w);
       auto gv = upload(*gpu_, vel);
+      auto gw16 = upload(*gpu_, w16);
       for (int it = 0; it < kIterations; ++it) {
         const auto g = random_vector(n, 42 + it);
-        cpu_->kernels<dptrain::OptimizerKernels>().sgd_step(w.data(), g.data(), vel.data(), n, p);
+        // The bf16 copy is asked for in the last step only.
+        std::uint16_t* copy = it + 1 == kIterations ? w16.data() : nullptr;
+        std::uint16_t* gcopy = it + 1 == kIterations ? gw16.get() : nullptr;
+        cpu_->kernels<dptrain::OptimizerKernels>().sgd_step(w.data(), copy, g.data(), vel.data(),
+                                                            n, p);
         auto gg = upload(*gpu_, g);
-        gpu_->kernels<dptrain::OptimizerKernels>().sgd_step(gw.get(), gg.get(), gv.get(), n, p);
+        gpu_->kernels<dptrain::OptimizerKernels>().sgd_step(gw.get(), gcopy, gg.get(), gv.get(),
+                                                            n, p);
       }
       const auto what = ::testing::Message() << "mu=" << p.momentum << " nesterov=" << p.nesterov << " n=" << n;
-      EXPECT_TRUE(all_close(download(*gpu_, gw), w, 1e-5, 1e-6)) << what;
+      const auto got_w = download(*gpu_, gw);
+      EXPECT_TRUE(all_close(got_w, w, 1e-5, 1e-6)) << what;
       EXPECT_TRUE(all_close(download(*gpu_, gv), vel, 1e-5, 1e-6)) << what;
+      // Each backend's copy is the rounding of the weights it wrote.
+      EXPECT_TRUE(is_bf16_rounding(w16, w)) << what;
+      EXPECT_TRUE(is_bf16_rounding(download(*gpu_, gw16), got_w)) << what;
     }
 }
 
@@ -181,20 +194,26 @@ TEST_F(CudaLossOptim, AdamAndAdamWSteps) {
     for (std::size_t n : kArenaSizes) {
       auto w = random_vector(n, 51);
       std::vector<float> m(n, 0.0f), v(n, 0.0f);
+      std::vector<std::uint16_t> w16(n, kNotWritten);
       auto gw = upload(*gpu_, w);
       auto gm = upload(*gpu_, m);
       auto gv = upload(*gpu_, v);
+      auto gw16 = upload(*gpu_, w16);
       for (int it = 0; it < kIterations; ++it) {
         p.step = it + 1;
         const auto g = random_vector(n, 52 + it);
-        cpu_->kernels<dptrain::OptimizerKernels>().adam_step(w.data(), g.data(), m.data(), v.data(),
-                                                             n, p);
+        // The bf16 copy is written in every step; the last one's is checked.
+        cpu_->kernels<dptrain::OptimizerKernels>().adam_step(w.data(), w16.data(), g.data(),
+                                                             m.data(), v.data(), n, p);
         auto gg = upload(*gpu_, g);
-        gpu_->kernels<dptrain::OptimizerKernels>().adam_step(gw.get(), gg.get(), gm.get(), gv.get(),
-                                                             n, p);
+        gpu_->kernels<dptrain::OptimizerKernels>().adam_step(gw.get(), gw16.get(), gg.get(),
+                                                             gm.get(), gv.get(), n, p);
       }
       const auto what = ::testing::Message() << "wd=" << p.weight_decay << " decoupled=" << p.decoupled << " n=" << n;
-      EXPECT_TRUE(all_close(download(*gpu_, gw), w, 1e-5, 1e-6)) << what;
+      const auto got_w = download(*gpu_, gw);
+      EXPECT_TRUE(all_close(got_w, w, 1e-5, 1e-6)) << what;
+      EXPECT_TRUE(is_bf16_rounding(w16, w)) << what;
+      EXPECT_TRUE(is_bf16_rounding(download(*gpu_, gw16), got_w)) << what;
       EXPECT_TRUE(all_close(download(*gpu_, gm), m, 1e-5, 1e-7)) << what;
       EXPECT_TRUE(all_close(download(*gpu_, gv), v, 1e-5, 1e-8)) << what;
     }

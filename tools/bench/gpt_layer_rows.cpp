@@ -63,6 +63,7 @@ class DrivenGpt {
                                      Recompute::kNone, ModelStorage::kAllocated,
                                      logits_precision(a.precision, LossKind::kXent));
     model_->init(1);
+    model_->round_params();  // the layers run here without Model::forward
     opt_ = std::make_unique<Optimizer>(be, adamw(a, *model_), model_->num_params());
     const auto rows = static_cast<std::size_t>(a.batch);
     std::size_t next = 0;
@@ -227,8 +228,9 @@ class DrivenGpt {
       dy = block_dx;
     }
     timed(acc, kOptimizer, kUpdate, [&] {
-      if (be_.count_nonfinite(model_->grads(), model_->num_params()) == 0)
-        opt_->step(model_->params(), model_->grads(), a_.lr);
+      if (be_.count_nonfinite(model_->grads(), model_->num_params()) != 0) return;
+      float* w = model_->params();  // and the bf16 twin in the same pass, as training does
+      opt_->step(w, model_->grads(), a_.lr, nullptr, model_->params_bf16_for_update());
     });
     be_.synchronize();
     be_.device_gemms = false;

@@ -65,18 +65,42 @@ std::vector<std::size_t> layer_begins(const std::vector<ParamInfo>& tensors);
 // "[3, 5]"
 std::string dims_string(const std::vector<std::size_t>& dims);
 
+// The parameters rounded to bf16 (ConvertKernels::to_bf16's bits), laid out
+// as the parameter arena: parameter i at data[i]. A model keeps this twin
+// where the backend rounds GEMM operands and the model holds its whole
+// arena (Model::params_bf16); the model brings it up to date before a pass
+// reads it, so a layer's GEMMs read their weights' copies there and no layer
+// rounds a weight of its own. data is null on a model that only plans.
+struct ParamsBf16 {
+  const std::uint16_t* data = nullptr;
+};
+
 // Where a layer's tensors live: the model's arenas (device memory when
 // bound for compute, host memory when handed to init). grads is laid out
 // like params.
 // activations: where the layer reserves what it keeps per row (the model's
 // activation arena); nullptr for a layer used on its own, which then owns
 // its buffers.
+// params_bf16: the model's bf16 twin of the parameter arena (ParamsBf16),
+// where it keeps one; nullptr where each layer rounds its own weights.
 struct ArenaPointers {
   float* params = nullptr;
   float* grads = nullptr;
   float* buffers = nullptr;
   ActivationArena* activations = nullptr;
+  const ParamsBf16* params_bf16 = nullptr;
 };
+
+// What Layer::reserve_bytes reserves for a layer bound to `arenas`: a slot
+// of their activation arena, or memory of its own where they have none.
+template <typename T>
+ArenaBuffer<T> reserve_in(const ArenaPointers& arenas, Backend& be, int max_rows, RowBytes bytes,
+                          Lifetime life) {
+  const std::size_t count = bytes(max_rows) / sizeof(T);
+  if (!arenas.activations) return ArenaBuffer<T>(be, count);
+  return ArenaBuffer<T>(arenas.activations, arenas.activations->reserve(std::move(bytes), life),
+                        count);
+}
 
 // The sum over every replica of the model (every rank's tower) of a few
 // values in backend memory, in place: what batch norm over the global batch
@@ -306,10 +330,7 @@ class Layer {
   // The same with the bytes any function of the rows (a kernel's workspace).
   template <typename T>
   ArenaBuffer<T> reserve_bytes(Backend& be, int max_rows, RowBytes bytes, Lifetime life) const {
-    const std::size_t count = bytes(max_rows) / sizeof(T);
-    if (!arenas_.activations) return ArenaBuffer<T>(be, count);
-    return ArenaBuffer<T>(arenas_.activations, arenas_.activations->reserve(std::move(bytes), life),
-                          count);
+    return reserve_in<T>(arenas_, be, max_rows, std::move(bytes), life);
   }
   // The step being run (never null once bound).
   const StepInfo& step() const { return *step_; }

@@ -42,7 +42,11 @@ Recompute parse_recompute(const std::string& name);
 // and grads() are null) and its buffers and activations as usual. Before a
 // top-level layer runs, the strategy points it at that layer's gathered
 // parameters and a gradient buffer (bind_layer); init_params fills a slice.
-enum class ModelStorage { kAllocated, kPlanOnly, kShardedParams };
+// It keeps no bf16 twin of the parameters (params_bf16_for_update).
+//
+// kPlanOnlyShardedParams: plans what kShardedParams holds, as kPlanOnly
+// plans kAllocated.
+enum class ModelStorage { kAllocated, kPlanOnly, kShardedParams, kPlanOnlyShardedParams };
 
 // Logits::kBf16 (train under --precision bf16 with --loss xent): the last
 // layer keeps its output in bf16 only where it can on this backend
@@ -96,6 +100,9 @@ class Model {
   void set_param_slice(float* slice) { param_slice_ = slice; }
   float* param_slice() const { return param_slice_; }
   ModelStorage storage() const { return storage_; }
+  bool plans_only() const {
+    return storage_ == ModelStorage::kPlanOnly || storage_ == ModelStorage::kPlanOnlyShardedParams;
+  }
 
   // Forward over x[rows, input] (device); returns the output [rows, output]
   // (where output_bf16() is not null, the output is there, in bf16 only,
@@ -126,7 +133,32 @@ class Model {
   // an empty shard.
   bool communicates() const;
 
-  float* params() { return params_.get(); }
+  // The parameter arena. Whoever takes it writable may change it, so the
+  // bf16 twin (params_bf16) is rounded again before the next pass reads it;
+  // a reader that changes nothing takes the const one.
+  float* params() {
+    twin_current_ = false;
+    return params_.get();
+  }
+  const float* params() const { return params_.get(); }
+  // Where the backend rounds GEMM operands (CUDA under --precision bf16)
+  // and the model holds its whole arena: the parameters rounded to bf16,
+  // which the layers' GEMMs read (ParamsBf16). forward rounds the arena
+  // into it in one pass where it is out of date; an update that writes
+  // every parameter and its rounding in one pass (Optimizer::step's w16)
+  // takes it here, which counts it up to date. nullptr elsewhere.
+  std::uint16_t* params_bf16_for_update() {
+    if (!params16_.get()) return nullptr;
+    twin_current_ = true;
+    return params16_.get();
+  }
+  // The twin as it is now (nullptr where the model keeps none).
+  const std::uint16_t* params_bf16() const { return params16_.get(); }
+  // Rounds the parameters into the twin where it is out of date, as
+  // forward does first (for a caller that runs the layers itself).
+  void round_params();
+  // Its device bytes (0 where the model keeps none).
+  std::size_t params_bf16_bytes() const { return twin_ ? num_params() * sizeof(std::uint16_t) : 0; }
   float* grads() { return grads_.get(); }
   float* buffers() { return buffers_.get(); }
   // Where the loss writes the gradient of the output, [max_rows,
@@ -205,6 +237,12 @@ class Model {
   std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0, own_layer_bytes_ = 0;
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)
   DeviceBuffer<float> params_, grads_, buffers_;
+  // The bf16 twin of params_ (params_bf16_for_update), where the model keeps
+  // one: twin_ points the layers at it (null: no twin); twin_current_ says
+  // whether it holds the rounding of the parameters as they are.
+  DeviceBuffer<std::uint16_t> params16_;
+  std::unique_ptr<ParamsBf16> twin_;
+  bool twin_current_ = false;
   // Every per-row buffer below and the layers' (activation_arena.hpp).
   ActivationArena arena_;
   std::vector<ArenaBuffer<float>> acts_;  // output of each layer [max_rows, its output shape]

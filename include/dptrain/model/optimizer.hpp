@@ -66,7 +66,11 @@ class Optimizer {
   // torch.nn.utils.clip_grad_norm_ does; the norm is that of the whole
   // gradient: total_sum_squares when given (a sliced step sums its slices'
   // local_sum_squares over ranks), else this optimizer's own slice's.
-  void step(float* w, float* g, float lr, const double* total_sum_squares = nullptr);
+  // w16 (a whole arena of bf16 values, or null): the owned slice's new
+  // values rounded to bf16 are written there in the same pass
+  // (Model::params_bf16_for_update).
+  void step(float* w, float* g, float lr, const double* total_sum_squares = nullptr,
+            std::uint16_t* w16 = nullptr);
   // The sum of g[i]^2 over the owned slice (double, a fixed order).
   double local_sum_squares(const float* g) const;
   bool clips() const { return cfg_.clip_grad_norm > 0.0f; }

@@ -19,6 +19,7 @@ struct RankMemory {
   std::uint64_t unit_buffers = 0;  // --shard-params: two gathered units, two units' gradients
                                    // (and, gathering bf16, their two packed twins)
   std::uint64_t params = 0;        // fp32 parameters, every rank all of them
+  std::uint64_t params_bf16 = 0;   // their bf16 twin (Model::params_bf16_bytes), set by the caller
   std::uint64_t grads = 0;         // fp32 gradient arena
   std::uint64_t accumulation = 0;  // --accumulate K > 1: the earlier micro-batches' sum
   std::uint64_t state = 0;         // optimizer state this rank keeps (its slice when sliced)
@@ -31,7 +32,7 @@ struct RankMemory {
   std::uint64_t kept = 0;          // of the activations, those kept from forward for backward
   std::uint64_t kept_other = 0;    // the same the other way (with / without recomputation)
   std::uint64_t total() const {
-    return params + grads + accumulation + state + unit_buffers + activations;
+    return params + params_bf16 + grads + accumulation + state + unit_buffers + activations;
   }
 };
 

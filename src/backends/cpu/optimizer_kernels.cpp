@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernel_factory.hpp"
 #include "backends/cpu/vector_clones.hpp"
+#include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/backends/kernels/optimizer_kernels.hpp"
 
 namespace dptrain {
@@ -51,7 +52,7 @@ double squares_loop(const float* __restrict g, std::size_t n) {
 class CpuOptimizerKernels final : public OptimizerKernels {
  public:
   // torch.optim.SGD with dampening 0.
-  void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
+  void sgd_step(float* w, std::uint16_t* w16, const float* g, float* velocity, std::size_t n,
                 const SgdParams& p) override {
     const float lr = p.lr, mu = p.momentum, wd = p.weight_decay;
     if (mu > 0.0f) {
@@ -64,11 +65,12 @@ class CpuOptimizerKernels final : public OptimizerKernels {
     } else {
       for (std::size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
     }
+    round_into(w16, w, n);
   }
 
   // torch.optim.Adam / AdamW (amsgrad off).
-  void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
-                 const AdamParams& p) override {
+  void adam_step(float* w, std::uint16_t* w16, const float* g, float* m, float* v,
+                 std::size_t n, const AdamParams& p) override {
     const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
     const double t = static_cast<double>(std::max<std::int64_t>(1, p.step));
     // Bias corrections in double: 1 - 0.999^t loses most of its digits in
@@ -78,12 +80,21 @@ class CpuOptimizerKernels final : public OptimizerKernels {
     const float l2 = p.decoupled ? 0.0f : p.weight_decay;
     const float shrink = p.decoupled ? 1.0f - p.lr * p.weight_decay : 1.0f;
     adam_loop(w, g, m, v, n, p.lr, b1, b2, eps, inv_bc1, inv_bc2, l2, shrink);
+    round_into(w16, w, n);
   }
 
   double sum_squares(const float* g, std::size_t n) override { return squares_loop(g, n); }
 
   void scale(float* x, float a, std::size_t n) override {
     for (std::size_t i = 0; i < n; ++i) x[i] *= a;
+  }
+
+ private:
+  // The CPU's GEMMs round nothing, so no caller asks for w16 here; it is
+  // written after the update, with the same bits as CUDA's in-pass rounding.
+  static void round_into(std::uint16_t* w16, const float* w, std::size_t n) {
+    if (!w16) return;
+    for (std::size_t i = 0; i < n; ++i) w16[i] = bf16_bits(w[i]);
   }
 };
 

@@ -80,13 +80,14 @@ void mse(const Launch& l, const float* pred, const float* target, int rows, int 
 // The sum of x[i]^2 in double into *out: per-block partials (max_blocks of
 // them), then one block adds those in a fixed order, so the bits never vary.
 void sum_squares(const Launch& l, const float* x, std::size_t n, double* partials, double* out);
-void sgd_step(const Launch& l, float* w, const float* g, float* velocity, std::size_t n,
-              float lr, float momentum, float weight_decay, bool nesterov);
+// w16 (bf16 values), where not null: the updated w rounded, in the same pass.
+void sgd_step(const Launch& l, float* w, void* w16, const float* g, float* velocity,
+              std::size_t n, float lr, float momentum, float weight_decay, bool nesterov);
 // l2: weight decay folded into g (Adam); shrink: 1 - lr * wd (AdamW, else 1);
 // inv_bc1/2: 1 / (1 - beta^t), computed in double on the host.
-void adam_step(const Launch& l, float* w, const float* g, float* m, float* v, std::size_t n,
-               float lr, float beta1, float beta2, float eps, float l2, float shrink,
-               float inv_bc1, float inv_bc2);
+void adam_step(const Launch& l, float* w, void* w16, const float* g, float* m, float* v,
+               std::size_t n, float lr, float beta1, float beta2, float eps, float l2,
+               float shrink, float inv_bc1, float inv_bc2);
 
 // --- norm.cu --- batch norm over [rows, channels, spatial] (norm_kernels.hpp
 // says what each computes). The sums reduce each channel in a fixed order

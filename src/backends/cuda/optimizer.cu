@@ -1,6 +1,8 @@
 // Implements: the fused optimizer kernels — SGD (momentum, Nesterov, L2) and
 // Adam/AdamW — one launch over the whole parameter arena, with the update
-// formulas of src/backends/cpu/optimizer_kernels.cpp (torch.optim semantics).
+// formulas of src/backends/cpu/optimizer_kernels.cpp (torch.optim semantics),
+// each writing the updated weights' bf16 rounding too where asked (w16).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "backends/cuda/error_cuda.hpp"
@@ -9,8 +11,14 @@
 namespace dptrain::cuda {
 namespace {
 
-__global__ void sgd_kernel(float* w, const float* g, float* velocity, std::size_t n, float lr,
-                           float mu, float wd, bool nesterov) {
+// The updated weight w at i, and its rounding where w16 is not null.
+__device__ void store_weight(float* w, __nv_bfloat16* w16, std::size_t i, float value) {
+  w[i] = value;
+  if (w16) w16[i] = __float2bfloat16_rn(value);
+}
+
+__global__ void sgd_kernel(float* w, __nv_bfloat16* w16, const float* g, float* velocity,
+                           std::size_t n, float lr, float mu, float wd, bool nesterov) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -19,16 +27,16 @@ __global__ void sgd_kernel(float* w, const float* g, float* velocity, std::size_
     if (mu > 0.0f) {
       const float v = mu * velocity[i] + gi;
       velocity[i] = v;
-      w[i] = wi - lr * (nesterov ? gi + mu * v : v);
+      store_weight(w, w16, i, wi - lr * (nesterov ? gi + mu * v : v));
     } else {
-      w[i] = wi - lr * gi;
+      store_weight(w, w16, i, wi - lr * gi);
     }
   }
 }
 
-__global__ void adam_kernel(float* w, const float* g, float* m, float* v, std::size_t n, float lr,
-                            float b1, float b2, float eps, float l2, float shrink, float inv_bc1,
-                            float inv_bc2) {
+__global__ void adam_kernel(float* w, __nv_bfloat16* w16, const float* g, float* m, float* v,
+                            std::size_t n, float lr, float b1, float b2, float eps, float l2,
+                            float shrink, float inv_bc1, float inv_bc2) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -38,7 +46,7 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, std::s
     const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    w[i] = w0 * shrink - lr * (mi * inv_bc1) / (sqrtf(vi * inv_bc2) + eps);
+    store_weight(w, w16, i, w0 * shrink - lr * (mi * inv_bc1) / (sqrtf(vi * inv_bc2) + eps));
   }
 }
 
@@ -86,19 +94,20 @@ void sum_squares(const Launch& l, const float* x, std::size_t n, double* partial
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
-void sgd_step(const Launch& l, float* w, const float* g, float* velocity, std::size_t n, float lr,
-              float momentum, float weight_decay, bool nesterov) {
+void sgd_step(const Launch& l, float* w, void* w16, const float* g, float* velocity,
+              std::size_t n, float lr, float momentum, float weight_decay, bool nesterov) {
   if (n == 0) return;
-  sgd_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(w, g, velocity, n, lr, momentum,
-                                                        weight_decay, nesterov);
+  sgd_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(
+      w, static_cast<__nv_bfloat16*>(w16), g, velocity, n, lr, momentum, weight_decay, nesterov);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
-void adam_step(const Launch& l, float* w, const float* g, float* m, float* v, std::size_t n,
-               float lr, float beta1, float beta2, float eps, float l2, float shrink,
-               float inv_bc1, float inv_bc2) {
+void adam_step(const Launch& l, float* w, void* w16, const float* g, float* m, float* v,
+               std::size_t n, float lr, float beta1, float beta2, float eps, float l2,
+               float shrink, float inv_bc1, float inv_bc2) {
   if (n == 0) return;
-  adam_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(w, g, m, v, n, lr, beta1, beta2, eps, l2,
+  adam_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(w, static_cast<__nv_bfloat16*>(w16), g,
+                                                         m, v, n, lr, beta1, beta2, eps, l2,
                                                          shrink, inv_bc1, inv_bc2);
   DPT_CUDA_CHECK(cudaGetLastError());
 }

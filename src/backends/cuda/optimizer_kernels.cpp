@@ -23,21 +23,22 @@ class CudaOptimizerKernels final : public OptimizerKernels {
         partials_(static_cast<std::size_t>(l.max_blocks + 1) * sizeof(double)),
         host_sum_(sizeof(double)) {}
 
-  void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
+  void sgd_step(float* w, std::uint16_t* w16, const float* g, float* velocity, std::size_t n,
                 const SgdParams& p) override {
-    cuda::sgd_step(launch_, w, g, velocity, n, p.lr, p.momentum, p.weight_decay, p.nesterov);
+    cuda::sgd_step(launch_, w, w16, g, velocity, n, p.lr, p.momentum, p.weight_decay,
+                   p.nesterov);
   }
 
-  void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
-                 const AdamParams& p) override {
+  void adam_step(float* w, std::uint16_t* w16, const float* g, float* m, float* v,
+                 std::size_t n, const AdamParams& p) override {
     // Bias corrections in double, exactly as the CPU backend computes them.
     const double t = static_cast<double>(std::max<std::int64_t>(1, p.step));
     const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta1), t)));
     const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(p.beta2), t)));
     const float l2 = p.decoupled ? 0.0f : p.weight_decay;
     const float shrink = p.decoupled ? 1.0f - p.lr * p.weight_decay : 1.0f;
-    cuda::adam_step(launch_, w, g, m, v, n, p.lr, p.beta1, p.beta2, p.eps, l2, shrink, inv_bc1,
-                    inv_bc2);
+    cuda::adam_step(launch_, w, w16, g, m, v, n, p.lr, p.beta1, p.beta2, p.eps, l2, shrink,
+                    inv_bc1, inv_bc2);
   }
 
   double sum_squares(const float* g, std::size_t n) override {

@@ -76,8 +76,7 @@ class Attention final : public Layer {
       qkv16_ = reserve<std::uint16_t>(be, max_rows, 3 * seq, Lifetime::kSaved);
       qkv_ = reserve<float>(be, bf16_output_scratch_samples(3 * seq, max_rows), 3 * seq,
                             Lifetime::kPass);
-      in_bias_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
-          be, max_rows, RoundedOperand::weight_bytes(3 * std::size_t(dim_)), Lifetime::kPass));
+      in_bias_bf16_ = ParamOperand(be, arenas(), max_rows, in_bias_, 3 * std::size_t(dim_));
       d_heads16_ = reserve<std::uint16_t>(be, max_rows, seq, Lifetime::kPass);
     } else {
       take(qkv_, 3 * seq, Lifetime::kSaved);
@@ -93,12 +92,8 @@ class Attention final : public Layer {
       merged_bf16_ = slot(seq, Lifetime::kSaved);
       dy_bf16_ = slot(seq, Lifetime::kPass);
       dqkv_bf16_ = slot(3 * seq, Lifetime::kPass);
-      auto weight = [&](std::size_t n) {
-        return RoundedOperand(reserve_bytes<std::uint16_t>(
-            be, max_rows, RoundedOperand::weight_bytes(n), Lifetime::kSaved));
-      };
-      in_w_bf16_ = weight(3 * std::size_t(dim_) * dim_);
-      out_w_bf16_ = weight(std::size_t(dim_) * dim_);
+      in_w_bf16_ = ParamOperand(be, arenas(), max_rows, in_weight_, 3 * std::size_t(dim_) * dim_);
+      out_w_bf16_ = ParamOperand(be, arenas(), max_rows, out_weight_, std::size_t(dim_) * dim_);
     }
     if (fused_) {
       const std::size_t row_stats = std::size_t(heads_) * tokens_;
@@ -137,15 +132,14 @@ class Attention final : public Layer {
     const int rows = x.rows * tokens_, d = dim_;
     const float* p = arenas().params;
     const std::size_t n = std::size_t(rows) * d;
-    const std::size_t dd = std::size_t(d) * d;
     const GemmOperand x_op = x_bf16_.round(be, x, n);
-    const GemmOperand w_op = in_w_bf16_.round(be, p + in_weight_, 3 * dd);
+    const GemmOperand w_op = in_weight_operand(be);
     if (bf16_alone_) {  // qkv = bf16(x W_inᵀ + b_in), written in bf16 alone
       const std::size_t per_sample = 3 * std::size_t(tokens_) * d;
       const int scratch_rows = bf16_output_scratch_samples(per_sample, x.rows) * tokens_;
       be.gemm_epilogue_bf16(Backend::GemmEpilogue::kBias, false, true, rows, 3 * d, d, x_op, d,
                             w_op, d, qkv16_.get(), 3 * d, nullptr, p + in_bias_,
-                            in_bias_bf16_.round(be, p + in_bias_, 3 * std::size_t(d)).bf16,
+                            in_bias_bf16_.operand(be, p + in_bias_, 3 * std::size_t(d)).bf16,
                             qkv_.get(), nullptr, scratch_rows);
     } else {
       be.gemm_epilogue(false, true, rows, 3 * d, d, x_op, d, w_op, d, qkv_.get(), 3 * d,
@@ -165,7 +159,7 @@ class Attention final : public Layer {
       merged_op = merged_bf16_.round(be, merged_.get(), n);
     }
     be.gemm_epilogue(false, true, rows, d, d, merged_op, d,
-                     out_w_bf16_.round(be, p + out_weight_, dd), d, y.data, d,
+                     out_weight_operand(be), d, y.data, d,
                      add ? Backend::GemmEpilogue::kBiasAdd : Backend::GemmEpilogue::kBias,
                      arenas().params + out_bias_, const_cast<float*>(add));
   }
@@ -188,7 +182,6 @@ class Attention final : public Layer {
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
     const int rows = x.rows * tokens_, d = dim_;
-    const float* p = arenas().params;
     float* g = arenas().grads;
     // Output projection: its gradients, and the gradient of the merged heads
     // (over merged itself on the math path, which no longer needs it).
@@ -199,7 +192,7 @@ class Attention final : public Layer {
                      Backend::GemmEpilogue::kBiasGradA, g + out_bias_);
     float* d_merged = fused_ ? d_heads_.get() : merged_.get();
     const GemmOperand dy_again = dy_bf16_.take(dy.data);
-    const GemmOperand w_out = out_w_bf16_.take(p + out_weight_);
+    const GemmOperand w_out = out_weight_operand(be);
     GemmOperand d_merged_op = d_merged;
     if (bf16_alone_) {  // in bf16 alone, as the kernels read it; qkv_: the fallback's scratch
       const std::size_t per_sample = 3 * std::size_t(tokens_) * d;
@@ -257,8 +250,8 @@ class Attention final : public Layer {
     const int d = dim_;
     const GemmOperand dqkv_op = bf16_alone_ ? GemmOperand(nullptr, dqkv_bf16_.slot())
                                             : dqkv_bf16_.take(dqkv_.get());
-    be.gemm(false, false, x.rows * tokens_, d, 3 * d, 1.0f, dqkv_op, 3 * d,
-            in_w_bf16_.take(arenas().params + in_weight_), d, 0.0f, dx.data, d);
+    be.gemm(false, false, x.rows * tokens_, d, 3 * d, 1.0f, dqkv_op, 3 * d, in_weight_operand(be),
+            d, 0.0f, dx.data, d);
   }
 
  private:
@@ -283,6 +276,13 @@ class Attention final : public Layer {
     return nullptr;
   }
   HeadShape shape(int rows) const { return {rows, tokens_, heads_, head_dim_}; }
+  // The projections' weights as their GEMMs read them (ParamOperand).
+  GemmOperand in_weight_operand(Backend& be) {
+    return in_w_bf16_.operand(be, arenas().params + in_weight_, 3 * std::size_t(dim_) * dim_);
+  }
+  GemmOperand out_weight_operand(Backend& be) {
+    return out_w_bf16_.operand(be, arenas().params + out_weight_, std::size_t(dim_) * dim_);
+  }
   // qkv as the fused kernels read it: in bf16 alone where the layer keeps it so.
   GemmOperand qkv_operand() const {
     return bf16_alone_ ? GemmOperand(nullptr, qkv16_.get()) : GemmOperand(qkv_.get());
@@ -302,7 +302,7 @@ class Attention final : public Layer {
   // kernels (d_heads16_; d_heads_ is not reserved).
   bool bf16_alone_ = false;
   ArenaBuffer<std::uint16_t> qkv16_, d_heads16_;
-  RoundedOperand in_bias_bf16_;  // the input projection's bias as the bf16 epilogue takes it
+  ParamOperand in_bias_bf16_;  // the input projection's bias as the bf16 epilogue takes it
   // Fused: qkv, merged (the output projection's input), each row's
   // log-sum-exp; in backward d_heads_ holds the merged heads' gradient,
   // rowdot_ Σ do ∘ o per row, dqkv the input projection's output gradient.
@@ -314,9 +314,9 @@ class Attention final : public Layer {
   ArenaBuffer<float> d_heads_, dp_, dq_, dk_, dv_, dqkv_;
   ArenaBuffer<float> lse_, rowdot_;
   // Where the backend rounds operands: x and merged kept from forward, dy
-  // and dqkv per pass; the two weights rounded in forward, kept for the
-  // input gradients.
-  RoundedOperand x_bf16_, merged_bf16_, dy_bf16_, dqkv_bf16_, in_w_bf16_, out_w_bf16_;
+  // and dqkv per pass; the two weights' copies (ParamOperand).
+  RoundedOperand x_bf16_, merged_bf16_, dy_bf16_, dqkv_bf16_;
+  ParamOperand in_w_bf16_, out_w_bf16_;
 };
 
 LayerSpec parse_attention(const std::string& token) {

@@ -94,8 +94,7 @@ class Conv final : public Layer {
     };
     x_bf16_ = slot(input_shape().size(), Lifetime::kSaved);
     dy_bf16_ = slot(output_shape().size(), Lifetime::kPass);
-    w_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
-        be, max_rows, RoundedOperand::weight_bytes(params().front().count), Lifetime::kSaved));
+    w_bf16_ = ParamOperand(be, arenas(), max_rows, weight_, params().front().count);
   }
 
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
@@ -111,9 +110,8 @@ class Conv final : public Layer {
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode) override {
-    const float* w = arenas().params + weight_;
-    plan_->forward(x_bf16_.round(be, x, x.count()), w_bf16_.round(be, w, params().front().count),
-                   arenas().params + bias_, y.data, x.rows);
+    plan_->forward(x_bf16_.round(be, x, x.count()), weight_operand(be), arenas().params + bias_,
+                   y.data, x.rows);
   }
 
   void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
@@ -121,13 +119,15 @@ class Conv final : public Layer {
                             arenas().grads + weight_, arenas().grads + bias_, x.rows);
   }
 
-  void backward_input(Backend&, ConstTensorView, ConstTensorView, ConstTensorView dy,
+  void backward_input(Backend& be, ConstTensorView, ConstTensorView, ConstTensorView dy,
                       TensorView dx) override {
-    plan_->backward_data(dy_bf16_.take(dy.data), w_bf16_.take(arenas().params + weight_),
-                         dx.data, dy.rows);
+    plan_->backward_data(dy_bf16_.take(dy.data), weight_operand(be), dx.data, dy.rows);
   }
 
  private:
+  GemmOperand weight_operand(Backend& be) {
+    return w_bf16_.operand(be, arenas().params + weight_, params().front().count);
+  }
   static std::vector<std::size_t> weight_shape(const ConvGeometry& g) {
     std::vector<std::size_t> shape{std::size_t(g.out_channels), std::size_t(g.in_channels)};
     for (int d = 0; d < g.dims; ++d) shape.push_back(std::size_t(g.kernel[d]));
@@ -139,10 +139,11 @@ class Conv final : public Layer {
   int index_;
   std::size_t weight_, bias_;  // arena offsets
   std::unique_ptr<ConvPlan> plan_;
-  // Where the backend rounds operands to bf16: x and the weight rounded in
-  // forward and kept (for the weight and the input gradient), dy in
-  // backward_params for both gradients; each once a step.
-  RoundedOperand x_bf16_, dy_bf16_, w_bf16_;
+  // Where the backend rounds operands to bf16: x rounded in forward and
+  // kept (for the weight gradient), dy in backward_params for both
+  // gradients, each once a step; the weight's copy (ParamOperand).
+  RoundedOperand x_bf16_, dy_bf16_;
+  ParamOperand w_bf16_;
 };
 
 LayerSpec parse_conv(const std::string& token) {

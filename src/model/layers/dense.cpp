@@ -6,9 +6,10 @@
 // (Backend::gemm_epilogue). Where the backend rounds GEMM operands to bf16
 // (rounded_operand.hpp), x and dy are each rounded once for the two
 // products that read them (x: forward and the weight gradient, kept from
-// forward; dy: both gradients), the weight in forward (kept for the input
-// gradient); a producer that writes the rounding itself (the loss, a layer
-// norm or a block's gradient sum before it) hands it over in the view.
+// forward; dy: both gradients), and the weight's copy is the model's bf16
+// twin's (ParamOperand); a producer that writes the rounding itself (the
+// loss, a layer norm or a block's gradient sum before it) hands it over in
+// the view.
 // Inside a block, where the backend fuses GEMM epilogues, a gelu:tanh
 // after the layer is folded into its forward GEMM (bias, then GELU, the
 // pre-activation kept for the activation's backward) and a gelu:tanh
@@ -68,15 +69,13 @@ class Dense final : public Layer {
     if (!RoundedOperand::wanted(be)) return;
     x_bf16_ = RoundedOperand(
         reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * in_, Lifetime::kSaved));
-    w_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
-        be, max_rows, RoundedOperand::weight_bytes(std::size_t(in_) * out_), Lifetime::kSaved));
+    w_bf16_ = ParamOperand(be, arenas(), max_rows, weight_, std::size_t(in_) * out_);
     // Per pass even where it holds the logits from forward to backward:
     // between the head's forward and its backward only the loss runs.
     dy_bf16_ = RoundedOperand(
         reserve<std::uint16_t>(be, max_rows, std::size_t(positions_) * out_, Lifetime::kPass));
     if (folds_gelu_ || output_bf16_)  // the bias as the bf16 epilogues take it
-      bias_bf16_ = RoundedOperand(reserve_bytes<std::uint16_t>(
-          be, max_rows, RoundedOperand::weight_bytes(std::size_t(out_)), Lifetime::kPass));
+      bias_bf16_ = ParamOperand(be, arenas(), max_rows, bias_, std::size_t(out_));
   }
 
   void init(std::uint64_t seed, bool next_rectifies, const ArenaPointers& host) const override {
@@ -101,7 +100,7 @@ class Dense final : public Layer {
     if (!output_bf16_) return product(be, x, y.data, Backend::GemmEpilogue::kBias, nullptr);
     const int rows = x.rows * positions_;
     const float* bias = arenas().params + bias_;
-    const GemmOperand bias16 = bias_bf16_.round(be, bias, std::size_t(out_));
+    const GemmOperand bias16 = bias_bf16_.operand(be, bias, std::size_t(out_));
     const int scratch_rows =
         bf16_output_scratch_samples(std::size_t(positions_) * out_, x.rows) * positions_;
     be.gemm_epilogue_bf16(Backend::GemmEpilogue::kBias, false, true, rows, out_, in_,
@@ -124,7 +123,7 @@ class Dense final : public Layer {
       return product(be, x, next_y.data, Backend::GemmEpilogue::kBiasGeluTanh, y.data);
     const int rows = x.rows * positions_;
     const float* bias = arenas().params + bias_;
-    const GemmOperand bias16 = bias_bf16_.round(be, bias, std::size_t(out_));
+    const GemmOperand bias16 = bias_bf16_.operand(be, bias, std::size_t(out_));
     be.gemm_epilogue_bf16(Backend::GemmEpilogue::kBiasGeluTanh, false, true, rows, out_, in_,
                           x_bf16_.round(be, x, std::size_t(rows) * in_), in_, weight_operand(be),
                           in_, next_y.bf16, out_, y.bf16, bias, bias16.bf16, next_y.data, y.data);
@@ -143,7 +142,7 @@ class Dense final : public Layer {
                       TensorView dx) override {
     // dx[rows,in] = dy [rows,out] . W [out,in]
     be.gemm(false, false, x.rows * positions_, in_, out_, 1.0f, dy_bf16_.take(dy.data), out_,
-            w_bf16_.take(arenas().params + weight_), in_, 0.0f, dx.data, in_);
+            weight_operand(be), in_, 0.0f, dx.data, in_);
   }
   // prev_dx = (dy W) ∘ gelu:tanh'(prev_x): through the activation before.
   // The bf16 MLP: prev_x comes as its bf16 copy alone (prev_x.data is
@@ -152,7 +151,7 @@ class Dense final : public Layer {
                                        ConstTensorView dy, TensorView prev_dx) override {
     const int rows = x.rows * positions_;
     const GemmOperand dy_op = dy_bf16_.take(dy.data);
-    const GemmOperand w_op = w_bf16_.take(arenas().params + weight_);
+    const GemmOperand w_op = weight_operand(be);
     float* aux = const_cast<float*>(prev_x.data);  // only read by this epilogue
     if (!prev_x.bf16 || !prev_dx.bf16)
       return be.gemm_epilogue(false, false, rows, in_, out_, dy_op, out_, w_op, in_, prev_dx.data,
@@ -177,18 +176,17 @@ class Dense final : public Layer {
     be.gemm_epilogue(false, true, rows, out_, in_, x_op, in_, weight_operand(be), in_, out, out_,
                      epilogue, arenas().params + bias_, aux);
   }
-  // The weight for forward, rounded where the backend rounds (kept for the
-  // input gradient).
+  // The weight as the GEMMs read it (ParamOperand).
   GemmOperand weight_operand(Backend& be) {
-    return w_bf16_.round(be, arenas().params + weight_, std::size_t(in_) * out_);
+    return w_bf16_.operand(be, arenas().params + weight_, std::size_t(in_) * out_);
   }
 
   int positions_, in_, out_, index_;
   std::size_t weight_, bias_;  // arena offsets
   RoundedOperand x_bf16_;   // forward's rounding of x, for the weight gradient
   RoundedOperand dy_bf16_;  // backward_params' rounding of dy, for backward_input
-  RoundedOperand w_bf16_;   // forward's rounding of the weight, for the input gradient
-  RoundedOperand bias_bf16_;  // the bias's rounding, for the bf16 epilogues (MLP, head)
+  ParamOperand w_bf16_;     // the weight's rounding, for forward and the input gradient
+  ParamOperand bias_bf16_;  // the bias's, for the bf16 epilogues (MLP, head)
   bool folds_gelu_ = false;  // the backend fuses GEMM epilogues (set by allocate)
   bool output_bf16_ = false;  // the model's head, writing the logits in bf16 only
 };

@@ -8,7 +8,8 @@
 // to nearest even), so the products and their bits are those of before.
 // A producer that writes the copy itself in the pass that makes the tensor
 // (the loss's gradient; the fused attention's output and dqkv) writes it
-// into the slot, and no rounding pass runs.
+// into the slot, and no rounding pass runs. A parameter's copy is read
+// from the model's bf16 twin of the parameter arena instead (ParamOperand).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include "dptrain/backends/kernels/convert_kernels.hpp"
 #include "dptrain/common/error.hpp"
 #include "dptrain/model/activation_arena.hpp"
+#include "dptrain/model/layer.hpp"
 #include "dptrain/model/tensor.hpp"
 
 namespace dptrain {
@@ -98,6 +100,50 @@ class RoundedOperand {
   bool on_ = false;
   const float* of_ = nullptr;             // whose copy is held, until taken
   const std::uint16_t* copy_ = nullptr;  // where: the slot, or the producer's buffer
+};
+
+// A parameter tensor (a weight, a bias) as the GEMMs and their epilogues
+// read it where the backend rounds operands: its copy in the model's bf16
+// twin of the parameter arena (ParamsBf16: rounded once after each change
+// of the parameters, by the optimizer's pass where it can), else rounded
+// into a per-pass slot of the layer's own in each pass that reads it
+// (--shard-params, whose weights are gathered again for backward: a slot
+// kept from forward would hold a bf16 copy of every weight of the model on
+// every rank). Off elsewhere: the fp32 tensor alone.
+class ParamOperand {
+ public:
+  ParamOperand() = default;
+  // The parameter at arena offset `offset`, of n values, of a layer bound
+  // to `arenas`: the twin's copy where they have one and it starts on 16
+  // bytes (as the slots do: tensor-core kernels and cuDNN read 16 bytes at
+  // a time), else a per-pass slot (Layer::reserve_bytes' for max_rows);
+  // nothing where the backend does not round.
+  ParamOperand(Backend& be, const ArenaPointers& arenas, int max_rows, std::size_t offset,
+               std::size_t n) {
+    if (!RoundedOperand::wanted(be)) return;
+    if (arenas.params_bf16 && offset % kTwinAlignValues == 0) {
+      twin_ = arenas.params_bf16;
+      offset_ = offset;
+      return;
+    }
+    own_ = RoundedOperand(reserve_in<std::uint16_t>(arenas, be, max_rows,
+                                                    RoundedOperand::weight_bytes(n),
+                                                    Lifetime::kPass));
+  }
+
+  // The operand for the parameter p (n values, the one at the offset
+  // above) in this pass: the twin's copy, or p rounded into the slot now.
+  GemmOperand operand(Backend& be, const float* p, std::size_t n) {
+    return twin_ ? GemmOperand{p, twin_->data + offset_} : own_.round(be, p, n);
+  }
+
+ private:
+  // bf16 values in 16 bytes (the twin itself starts on 256).
+  static constexpr std::size_t kTwinAlignValues = 16 / sizeof(std::uint16_t);
+
+  const ParamsBf16* twin_ = nullptr;
+  std::size_t offset_ = 0;
+  RoundedOperand own_;
 };
 
 }  // namespace dptrain

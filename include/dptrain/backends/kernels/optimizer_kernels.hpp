@@ -33,12 +33,15 @@ class OptimizerKernels : public KernelFamily {
  public:
   static constexpr const char* kName = "optimizer";
 
+  // w16, where not null: n bf16 values, into which the pass also writes
+  // the updated w rounded to bf16 (ConvertKernels::to_bf16's bits), so that
+  // the bf16 copy of the weights GEMMs read needs no pass of its own.
   // velocity is read and written only when p.momentum > 0.
-  virtual void sgd_step(float* w, const float* g, float* velocity, std::size_t n,
-                        const SgdParams& p) = 0;
+  virtual void sgd_step(float* w, std::uint16_t* w16, const float* g, float* velocity,
+                        std::size_t n, const SgdParams& p) = 0;
   // m and v: first and second moment arenas.
-  virtual void adam_step(float* w, const float* g, float* m, float* v, std::size_t n,
-                         const AdamParams& p) = 0;
+  virtual void adam_step(float* w, std::uint16_t* w16, const float* g, float* m, float* v,
+                         std::size_t n, const AdamParams& p) = 0;
 
   // The sum of g[i]^2 over the arena, accumulated in double in an order
   // fixed for the backend and n (the same bits every run): the squared L2
