@@ -389,4 +389,17 @@ std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg,
   return result;
 }
 
+std::uint64_t or_in_warp(std::uint64_t v) {
+  Block& b = *t_block;
+  const auto me = static_cast<std::size_t>(b.current);
+  b.fibers[me].value = v;
+  wait_as(State::kInShuffle);  // every lane has stored its value
+  const std::size_t first = me - me % kWarpSize;
+  const std::size_t end = std::min(first + kWarpSize, b.fibers.size());
+  std::uint64_t all = 0;
+  for (std::size_t f = first; f < end; ++f) all |= b.fibers[f].value;
+  wait_as(State::kInShuffle);  // every lane has read before anyone stores again
+  return all;
+}
+
 }  // namespace dptrain_emu

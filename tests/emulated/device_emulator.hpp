@@ -134,6 +134,9 @@ void sync_block(const char* file, int line);
 // src's value (src from source(lane)), or v where source says so (-1).
 std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg, int width),
                                int arg, int width);
+// Stores v as this lane's value, waits for the warp, and returns the OR of
+// every lane's value (a ballot's gather, in one exchange).
+std::uint64_t or_in_warp(std::uint64_t v);
 
 template <typename T>
 std::uint64_t to_bits(T v) {
@@ -236,6 +239,16 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   return dptrain_emu::from_bits<T>(dptrain_emu::exchange_in_warp(
       dptrain_emu::to_bits(v), dptrain_emu::xor_source, lane_mask, width));
 }
+// Bit l of the result set where lane l's predicate is (lane l's place is
+// its flat thread index modulo 32, as a warp's lanes are on a GPU).
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  dptrain_emu::check_shuffle(mask, 32);
+  const unsigned flat = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  return static_cast<unsigned>(
+      dptrain_emu::or_in_warp(predicate ? std::uint64_t{1} << (flat % 32) : 0));
+}
+// 1 + the index of the lowest set bit, 0 for none.
+inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
 // Fibers of one host thread never run at the same time: a plain add is atomic.
 template <typename T>
 T atomicAdd(T* address, T v) {

@@ -219,6 +219,48 @@ TEST_F(CudaLossOptim, AdamAndAdamWSteps) {
     }
 }
 
+// The CUDA Adam pass moves four values a load where its arrays start on 16
+// bytes and one at a time elsewhere: the same values one float further on
+// (every array misaligned) come out the same, bit for bit, weights, moments
+// and bf16 copy, as in aligned arrays (four at a time, then a tail).
+TEST_F(CudaLossOptim, AdamGivesTheSameBitsWhereverItsArraysStart) {
+  AdamParams p;
+  p.lr = 1e-2f;
+  p.weight_decay = 0.05f;
+  p.decoupled = true;
+  for (std::size_t n : {std::size_t{7}, std::size_t{1003}}) {
+    // [0] of the shifted arrays is left alone; [1, n] holds the values.
+    auto shifted = [](std::vector<float> v) {
+      v.insert(v.begin(), 0.0f);
+      return v;
+    };
+    const auto w = random_vector(n, 71);
+    const std::vector<float> zeros(n, 0.0f);
+    auto aw = upload(*gpu_, w), am = upload(*gpu_, zeros), av = upload(*gpu_, zeros);
+    auto sw = upload(*gpu_, shifted(w)), sm = upload(*gpu_, shifted(zeros)),
+         sv = upload(*gpu_, shifted(zeros));
+    auto a16 = upload(*gpu_, std::vector<std::uint16_t>(n, kNotWritten));
+    auto s16 = upload(*gpu_, std::vector<std::uint16_t>(n + 1, kNotWritten));
+    for (int it = 0; it < 3; ++it) {
+      p.step = it + 1;
+      const auto g = random_vector(n, 72 + it);
+      auto ag = upload(*gpu_, g), sg = upload(*gpu_, shifted(g));
+      auto& opt = gpu_->kernels<dptrain::OptimizerKernels>();
+      opt.adam_step(aw.get(), a16.get(), ag.get(), am.get(), av.get(), n, p);
+      opt.adam_step(sw.get() + 1, s16.get() + 1, sg.get() + 1, sm.get() + 1, sv.get() + 1, n, p);
+    }
+    auto tail = [](auto v) {
+      v.erase(v.begin());
+      return v;
+    };
+    EXPECT_EQ(tail(download(*gpu_, sw)), download(*gpu_, aw)) << "n=" << n;
+    EXPECT_EQ(tail(download(*gpu_, sm)), download(*gpu_, am)) << "n=" << n;
+    EXPECT_EQ(tail(download(*gpu_, sv)), download(*gpu_, av)) << "n=" << n;
+    EXPECT_EQ(tail(download(*gpu_, s16)), download(*gpu_, a16)) << "n=" << n;
+    EXPECT_TRUE(is_bf16_rounding(download(*gpu_, a16), download(*gpu_, aw))) << "n=" << n;
+  }
+}
+
 // Clipping's norm: the CUDA sum of squares (per-block partials, then one
 // block) against the CPU's, both in double: the orders differ, so they agree
 // to double rounding over n terms, far below float's; and the same bits on

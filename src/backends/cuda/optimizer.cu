@@ -1,9 +1,13 @@
 // Implements: the fused optimizer kernels — SGD (momentum, Nesterov, L2) and
-// Adam/AdamW — one launch over the whole parameter arena, with the update
+// Adam/AdamW — one pass over the whole parameter arena, with the update
 // formulas of src/backends/cpu/optimizer_kernels.cpp (torch.optim semantics),
 // each writing the updated weights' bf16 rounding too where asked (w16).
+// Adam, the widest (30 bytes a parameter with the copy), moves 16 bytes a
+// load and store where its arrays are aligned, the tail value by value.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -34,20 +38,57 @@ __global__ void sgd_kernel(float* w, __nv_bfloat16* w16, const float* g, float* 
   }
 }
 
+struct AdamScalars {
+  float lr, b1, b2, eps, l2, shrink, inv_bc1, inv_bc2;
+};
+
+// One Adam/AdamW update of a weight w0 with gradient g and moments m, v
+// (updated in place); returns the new weight.
+__device__ inline float adam_update(float w0, float g, float& m, float& v, const AdamScalars& a) {
+  const float gi = g + a.l2 * w0;
+  m = a.b1 * m + (1.0f - a.b1) * gi;
+  v = a.b2 * v + (1.0f - a.b2) * gi * gi;
+  return w0 * a.shrink - a.lr * (m * a.inv_bc1) / (sqrtf(v * a.inv_bc2) + a.eps);
+}
+
+struct alignas(16) Floats4 {
+  float v[4];
+};
+struct alignas(8) Bf16x4 {
+  __nv_bfloat16 v[4];
+};
+
+// Units of four values (Vec4: w, g, m and v on 16 bytes, w16 on 8, n a
+// multiple of 4) or of one; each value's arithmetic is the same either way.
+template <bool Vec4>
 __global__ void adam_kernel(float* w, __nv_bfloat16* w16, const float* g, float* m, float* v,
-                            std::size_t n, float lr, float b1, float b2, float eps, float l2,
-                            float shrink, float inv_bc1, float inv_bc2) {
+                            std::size_t units, AdamScalars a) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float w0 = w[i];
-    const float gi = g[i] + l2 * w0;
-    const float mi = b1 * m[i] + (1.0f - b1) * gi;
-    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    store_weight(w, w16, i, w0 * shrink - lr * (mi * inv_bc1) / (sqrtf(vi * inv_bc2) + eps));
+  for (std::size_t u = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       u < units; u += stride) {
+    if constexpr (!Vec4) {
+      store_weight(w, w16, u, adam_update(w[u], g[u], m[u], v[u], a));
+    } else {
+      const std::size_t i = 4 * u;
+      Floats4 wi = *reinterpret_cast<const Floats4*>(w + i);
+      const Floats4 gi = *reinterpret_cast<const Floats4*>(g + i);
+      Floats4 mi = *reinterpret_cast<const Floats4*>(m + i);
+      Floats4 vi = *reinterpret_cast<const Floats4*>(v + i);
+      Bf16x4 rounded;
+      for (int k = 0; k < 4; ++k) {
+        wi.v[k] = adam_update(wi.v[k], gi.v[k], mi.v[k], vi.v[k], a);
+        rounded.v[k] = __float2bfloat16_rn(wi.v[k]);
+      }
+      *reinterpret_cast<Floats4*>(w + i) = wi;
+      *reinterpret_cast<Floats4*>(m + i) = mi;
+      *reinterpret_cast<Floats4*>(v + i) = vi;
+      if (w16) *reinterpret_cast<Bf16x4*>(w16 + i) = rounded;
+    }
   }
+}
+
+bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
 // A block's sum of its threads' values, in a fixed order; thread 0 has it.
@@ -106,9 +147,22 @@ void adam_step(const Launch& l, float* w, void* w16, const float* g, float* m, f
                std::size_t n, float lr, float beta1, float beta2, float eps, float l2,
                float shrink, float inv_bc1, float inv_bc2) {
   if (n == 0) return;
-  adam_kernel<<<grid_for(n, l), kThreads, 0, l.stream>>>(w, static_cast<__nv_bfloat16*>(w16), g,
-                                                         m, v, n, lr, beta1, beta2, eps, l2,
-                                                         shrink, inv_bc1, inv_bc2);
+  const AdamScalars a{lr, beta1, beta2, eps, l2, shrink, inv_bc1, inv_bc2};
+  auto* w16b = static_cast<__nv_bfloat16*>(w16);
+  // The whole multiple of 4 in units of four where every array is aligned
+  // for them (the arenas are; a segment of --weight-decay-params may not
+  // start on 4 values), the rest value by value.
+  const bool vec = aligned(w, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16) &&
+                   (!w16b || aligned(w16b, 8));
+  const std::size_t head = vec ? n / 4 * 4 : 0;
+  if (head > 0) {
+    adam_kernel<true><<<grid_for(head / 4, l), kThreads, 0, l.stream>>>(w, w16b, g, m, v,
+                                                                       head / 4, a);
+    DPT_CUDA_CHECK(cudaGetLastError());
+  }
+  if (head == n) return;
+  adam_kernel<false><<<grid_for(n - head, l), kThreads, 0, l.stream>>>(
+      w + head, w16b ? w16b + head : nullptr, g + head, m + head, v + head, n - head, a);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

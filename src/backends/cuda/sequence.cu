@@ -9,7 +9,8 @@
 //    The embedding gradient has no atomics: a thread owns one column of a
 //    range of vocabulary rows and walks the whole shard's ids in order,
 //    adding the rows whose id falls in its range (the ids are staged through
-//    shared memory, a tile at a time).
+//    shared memory, a tile at a time; a warp, whose lanes share a range,
+//    tests 32 ids at once and visits only those that fall in it).
 //  - Row statistics (layer norm, the attention softmax and its gradient): one
 //    warp per row, sums in double over a fixed lane stride and a fixed
 //    butterfly, so the same inputs give the same bits; the elementwise
@@ -73,11 +74,13 @@ __global__ void embed_kernel(const std::int32_t* ids, const float* table, size_t
 }
 
 // Thread (column c, range q) owns dtable[v, c] for v in [q·per, (q+1)·per):
-// it adds dy[r, c] for every row r with such an id, in increasing r.
+// it adds dy[r, c] for every row r with such an id, in increasing r. A
+// warp's lanes are 32 columns of one range: they test 32 staged ids at a
+// time, one each, and walk the ids that fall in the range in order.
 __global__ void embed_grad_kernel(const std::int32_t* ids, const float* dy, int rows, int dim,
                                   int per, float* dtable) {
   __shared__ std::int32_t tile[kIdTile];
-  const int c = static_cast<int>(blockIdx.x * kWarp + threadIdx.x);
+  const int c = static_cast<int>(blockIdx.x * kWarp) + lane();
   const int v0 = static_cast<int>(blockIdx.y * kVocabLanes + threadIdx.y) * per;
   const int flat = static_cast<int>(threadIdx.y * kWarp + threadIdx.x);
   for (int base = 0; base < rows; base += kIdTile) {
@@ -85,12 +88,17 @@ __global__ void embed_grad_kernel(const std::int32_t* ids, const float* dy, int 
     __syncthreads();  // the previous tile is read by everyone
     for (int i = flat; i < n; i += kWarp * kVocabLanes) tile[i] = ids[base + i];
     __syncthreads();
-    if (c >= dim) continue;
-    for (int i = 0; i < n; ++i) {
-      const int v = tile[i];
-      if (v < v0 || v - v0 >= per) continue;
-      float& d = dtable[static_cast<size_t>(v) * dim + c];
-      d = __fadd_rn(d, dy[static_cast<size_t>(base + i) * dim + c]);
+    for (int i0 = 0; i0 < n; i0 += kWarp) {
+      const int at = i0 + lane();
+      const int mine = at < n ? tile[at] - v0 : -1;  // the id's place in the range
+      unsigned hits = __ballot_sync(0xffffffffu, mine >= 0 && mine < per);
+      while (hits != 0u) {
+        const int i = i0 + __ffs(hits) - 1;
+        hits &= hits - 1u;
+        if (c >= dim) continue;
+        float& d = dtable[static_cast<size_t>(tile[i]) * dim + c];
+        d = __fadd_rn(d, dy[static_cast<size_t>(base + i) * dim + c]);
+      }
     }
   }
 }
