@@ -217,32 +217,35 @@ bool nondeterministic(const BackendDescriptor& config, std::int64_t* index) {
 
 ExecutionPlan make_plan(cudnnHandle_t handle, OperationGraph graph, bool deterministic) {
   std::string why = "the heuristics offered no engine";
-  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    std::vector<BackendDescriptor> configs;
-    try {
-      configs = heuristic_configs(graph.graph, mode);
-    } catch (const CudnnRefusal& e) {
-      why = e.what();
-      continue;
-    }
-    for (const BackendDescriptor& config : configs) {
+  // Deterministic: the engines without the note in a first round, the
+  // others in a second.
+  for (int round = 0; round < (deterministic ? 2 : 1); ++round) {
+    for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      std::vector<BackendDescriptor> configs;
       try {
-        std::int64_t engine = -1;
-        if (deterministic && nondeterministic(config, &engine)) {
-          why = "engine " + std::to_string(engine) + " is non-deterministic";
-          continue;
-        }
-        BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        plan.set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle);
-        plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config.get());
-        plan.finalize();
-        std::int64_t bytes = 0, n = 0;
-        check_building(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                CUDNN_TYPE_INT64, 1, &n, &bytes),
-                       "plan workspace size");
-        return {std::move(graph), std::move(plan), bytes, engine};
+        configs = heuristic_configs(graph.graph, mode);
       } catch (const CudnnRefusal& e) {
         why = e.what();
+        continue;
+      }
+      for (const BackendDescriptor& config : configs) {
+        try {
+          std::int64_t engine = -1;
+          const bool noted = deterministic && nondeterministic(config, &engine);
+          if (noted != (round == 1)) continue;
+          BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+          plan.set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle);
+          plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config.get());
+          plan.finalize();
+          std::int64_t bytes = 0, n = 0;
+          check_building(
+              cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                       CUDNN_TYPE_INT64, 1, &n, &bytes),
+              "plan workspace size");
+          return {std::move(graph), std::move(plan), bytes, engine, noted};
+        } catch (const CudnnRefusal& e) {
+          why = e.what();
+        }
       }
     }
   }

@@ -109,13 +109,16 @@ struct ExecutionPlan {
   OperationGraph graph;
   BackendDescriptor plan;
   std::int64_t workspace_bytes = 0;
-  std::int64_t engine = -1;  // cuDNN's global index of the engine
+  std::int64_t engine = -1;  // cuDNN's global index of the engine (where asked)
+  bool noted_nondeterministic = false;  // its numerical notes say NONDETERMINISTIC
 };
 
 // The plan of the first engine that cuDNN's heuristics (mode A, then the
-// fallback list) offer for graph and that finalizes, skipping those whose
-// numerical notes say NONDETERMINISTIC when deterministic; CudnnRefusal
-// where there is none (the reason: the last refusal).
+// fallback list) offer for graph and that finalizes; CudnnRefusal where
+// there is none (the reason: the last refusal). deterministic: the engines
+// whose numerical notes say NONDETERMINISTIC are tried only after every
+// other (the plan then says so; cudnn-frontend, which asks for determinism
+// by the graph's shape, reads no notes, so a note alone refuses nothing).
 ExecutionPlan make_plan(cudnnHandle_t handle, OperationGraph graph, bool deterministic);
 
 // One execution of plan on the handle's stream: uids[i] bound to

@@ -18,10 +18,13 @@
 // layer's rowdot scratch. The staging and cuDNN's workspace are counted
 // with the backend's DeviceBuffers (Backend::count_buffer: the start-up
 // summary's memory line and peak_device). Both graphs and their plans are made the first
-// time a shape (N, T, H, hd, causal) is seen and kept; the staging buffers
-// and cuDNN's workspace grow then and only then. Where cuDNN refuses a
-// shape (graph, heuristics, plan), the table says so once on stderr and
-// runs the own fused kernels for it, forward and backward alike.
+// time a shape (N, T, H, hd, causal) is seen and kept; cuDNN's workspace
+// grows then and only then (the backward's holds dP, N·H·T·T bf16 values:
+// the price of its deterministic algorithm). Where cuDNN refuses a pass of
+// a shape (graph, heuristics, plan), the table says so once on stderr and
+// runs the own fused kernels for that pass: the forward and the backward
+// are planned, checked and replaced apart (the fused kernels' lse is
+// cuDNN's Stats, so either pass reads the other's).
 //
 // The first run of each shape is checked against the fused kernels on the
 // same inputs (these graphs cannot be tried on every GPU and cuDNN release
@@ -32,11 +35,15 @@
 // results are further off, or not finite where the fused ones are, or its
 // first execution of a plan answers an error, the table says so once, runs
 // the fused kernels again for that call's results (and bf16 copies) and
-// runs the shape on them from then on. The check costs one fused pass and
-// a few downloads per shape, once.
+// runs the pass of that shape on them from then on. The first backward
+// also runs twice and must give the same bits both times (a run repeats
+// bit for bit; cuDNN's engines say so only in notes that cudnn-frontend
+// does not read), else it is replaced the same way. The check costs one
+// fused pass, one more cuDNN backward and a few downloads per shape, once.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -44,6 +51,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cuda/cudnn/attention_check.hpp"
 #include "backends/cuda/cudnn/cudnn_context.hpp"
 #include "backends/cuda/cudnn/sdpa_graphs.hpp"
 #include "backends/cuda/error_cuda.hpp"
@@ -62,26 +70,12 @@ namespace {
 
 constexpr std::size_t kBf16Bytes = 2;
 
+// A shape's plans, each null where cuDNN refused that pass or its first
+// use failed the check (the fused kernels run it).
 struct SdpaPlans {
-  ExecutionPlan forward, backward;
+  std::unique_ptr<ExecutionPlan> forward, backward;
   bool forward_checked = false, backward_checked = false;  // against the fused kernels
 };
-
-// The bounds of the first-use check, relative to the largest |value| of
-// the fused kernels' tensor.
-constexpr double kOutputBound = 1e-2, kLseBound = 1e-4, kGradientBound = 3e-2;
-
-// max |got - want| / max |want| (with a floor of 1e-30 under the latter);
-// NaN where got has a non-finite value or the gap is not a number.
-double relative_gap(const std::vector<float>& got, const std::vector<float>& want) {
-  double gap = 0.0, scale = 1e-30;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i]) && std::isfinite(want[i])) return std::nan("");
-    gap = std::max(gap, std::fabs(double(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  return gap / scale;
-}
 
 class CudnnAttention final : public FusedAttentionKernels {
  public:
@@ -96,20 +90,23 @@ class CudnnAttention final : public FusedAttentionKernels {
   std::string unsupported(int head_dim) const override { return fused_->unsupported(head_dim); }
   bool requested() const override { return requested_; }
   bool reads_qkv_bf16() const override { return true; }
+  // "cudnn" where cuDNN runs every pass met, "fused-fallback" where none,
+  // else "cudnn, fused-fallback for some passes".
   std::string implementation() const override {
     bool ran = plans_.empty(), refused = false;
-    for (const auto& [shape, plans] : plans_) (plans ? ran : refused) = true;
-    return ran ? (refused ? "cudnn, fused-fallback for some shapes" : "cudnn") : "fused-fallback";
+    for (const auto& [shape, plans] : plans_)
+      for (const auto* pass : {&plans.forward, &plans.backward}) (*pass ? ran : refused) = true;
+    return ran ? (refused ? "cudnn, fused-fallback for some passes" : "cudnn") : "fused-fallback";
   }
 
   void forward(GemmOperand qkv, const HeadShape& s, float scale, bool causal, float* o,
                float* lse, std::uint16_t* o_bf16) override {
-    SdpaPlans* plans = plans_for(s, causal);
+    SdpaPlans& plans = plans_for(s, causal);
     auto fused = [&] { fused_->forward(qkv, s, scale, causal, o, lse, o_bf16); };
-    if (!plans) return fused();
-    auto run = [&] { run_forward(plans, qkv, s, scale, causal, o, lse, o_bf16); };
-    if (plans->forward_checked) return run();
-    plans->forward_checked = true;
+    if (!plans.forward) return fused();
+    auto run = [&] { run_forward(*plans.forward, qkv, s, scale, causal, o, lse, o_bf16); };
+    if (plans.forward_checked) return run();
+    plans.forward_checked = true;
     if (!first_run(s, causal, "forward", run)) return fused();
     if (!forward_agrees(qkv, s, scale, causal, o, o_bf16, lse)) fused();
   }
@@ -117,18 +114,21 @@ class CudnnAttention final : public FusedAttentionKernels {
   void backward(GemmOperand qkv, const float* o, const float* lse, GemmOperand d_o,
                 const HeadShape& s, float scale, bool causal, float* rowdot, float* dqkv,
                 const std::uint16_t* o_bf16, std::uint16_t* dqkv_bf16) override {
-    SdpaPlans* plans = plans_for(s, causal);
+    SdpaPlans& plans = plans_for(s, causal);
     auto fused = [&] {
       fused_->backward(qkv, o, lse, d_o, s, scale, causal, rowdot, dqkv, o_bf16, dqkv_bf16);
     };
-    if (!plans) return fused();
+    if (!plans.backward) return fused();
+    const BackwardInputs in{qkv, o, lse, d_o, o_bf16};
     auto run = [&] {
-      run_backward(plans, {qkv, o, lse, d_o, o_bf16}, s, scale, causal, rowdot, dqkv, dqkv_bf16);
+      run_backward(*plans.backward, in, s, scale, causal, rowdot, dqkv, dqkv_bf16);
     };
-    if (plans->backward_checked) return run();
-    plans->backward_checked = true;
+    if (plans.backward_checked) return run();
+    plans.backward_checked = true;
     if (!first_run(s, causal, "backward", run)) return fused();
-    if (!backward_agrees({qkv, o, lse, d_o, o_bf16}, s, scale, causal, dqkv, dqkv_bf16)) fused();
+    if (!backward_repeats(s, causal, run, dqkv, dqkv_bf16) ||
+        !backward_agrees(in, s, scale, causal, dqkv, dqkv_bf16))
+      fused();
   }
 
  private:
@@ -144,7 +144,7 @@ class CudnnAttention final : public FusedAttentionKernels {
 
   // O is written in bf16 into o_bf16 where the caller keeps that copy (else
   // the staging) and expanded into o where the caller has one.
-  void run_forward(const SdpaPlans* plans, GemmOperand qkv, const HeadShape& s, float scale,
+  void run_forward(const ExecutionPlan& plan, GemmOperand qkv, const HeadShape& s, float scale,
                    bool causal, float* o, float* lse, std::uint16_t* o_bf16) {
     void* q16 = qkv_bf16(qkv, s);
     void* o16 = o_bf16 ? static_cast<void*>(o_bf16) : staging(o16_, head_values(s));
@@ -153,7 +153,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     std::vector<void*> at{slice(q16, s, 0), slice(q16, s, 1), slice(q16, s, 2), o16, lse,
                           &scale_value};
     if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
-    execute(handle(), plans->forward, uids, at, workspace_.get());
+    execute(handle(), plan, uids, at, workspace_.get());
     if (o) from_bf16(launch_, o16, o, head_values(s));
   }
 
@@ -161,7 +161,7 @@ class CudnnAttention final : public FusedAttentionKernels {
   // (else rounded into the staging); dQ, dK and dV are written into
   // dqkv_bf16 where given (else the staging), expanded into dqkv where the
   // caller has one.
-  void run_backward(const SdpaPlans* plans, const BackwardInputs& in, const HeadShape& s,
+  void run_backward(const ExecutionPlan& plan, const BackwardInputs& in, const HeadShape& s,
                     float scale, bool causal, float* rowdot, float* dqkv,
                     std::uint16_t* dqkv_bf16) {
     const float* lse = in.lse;
@@ -177,20 +177,17 @@ class CudnnAttention final : public FusedAttentionKernels {
       to_bf16(launch_, in.d_o.data, do16, head_values(s));
     }
     void* dqkv16 = dqkv_bf16 ? static_cast<void*>(dqkv_bf16) : staging(dqkv16_, qkv_values(s));
-    DPT_CUDA_CHECK(cudaMemsetAsync(dq_accum_.get(), 0, head_values(s) * sizeof(float),
-                                   launch_.stream));
-    float scale_value = scale, mask_value = -std::numeric_limits<float>::infinity();
-    std::vector<std::int64_t> uids{kSdpaQ,  kSdpaK,     kSdpaKRows, kSdpaV,      kSdpaO,
-                                   kSdpaDO, kSdpaStats, kSdpaScale, kSdpaRowDot, kSdpaDQAccum};
-    std::vector<void*> at{slice(q16, s, 0), slice(q16, s, 1), slice(q16, s, 1),
-                          slice(q16, s, 2), o16,              do16,
-                          const_cast<float*>(lse), &scale_value, rowdot,
-                          dq_accum_.get()};
+    float scale_value = scale, one = 1.0f, mask_value = -std::numeric_limits<float>::infinity();
+    std::vector<std::int64_t> uids{kSdpaQ,     kSdpaK,      kSdpaV,      kSdpaO,  kSdpaDO,
+                                   kSdpaStats, kSdpaScale,  kSdpaRowDot, kSdpaOne};
+    std::vector<void*> at{slice(q16, s, 0), slice(q16, s, 1),        slice(q16, s, 2),
+                          o16,              do16,                    const_cast<float*>(lse),
+                          &scale_value,     rowdot,                  &one};
     if (causal) bind(uids, at, kSdpaMaskValue, &mask_value);
     bind(uids, at, kSdpaDQ, slice(dqkv16, s, 0));
     bind(uids, at, kSdpaDK, slice(dqkv16, s, 1));
     bind(uids, at, kSdpaDV, slice(dqkv16, s, 2));
-    execute(handle(), plans->backward, uids, at, workspace_.get());
+    execute(handle(), plan, uids, at, workspace_.get());
     if (dqkv) from_bf16(launch_, dqkv16, dqkv, qkv_values(s));
   }
 
@@ -204,9 +201,23 @@ class CudnnAttention final : public FusedAttentionKernels {
       run();
       return true;
     } catch (const Error& e) {
-      reject(s, causal, std::string("its first ") + pass + " failed: " + e.what());
+      reject(s, causal, std::string(pass) == "forward",
+             std::string("its first ") + pass + " failed: " + e.what());
       return false;
     }
+  }
+
+  // The first backward of a shape, run once more: false where the two
+  // dqkv differ in any bit (the pass then runs fused from now on).
+  template <typename Run>
+  bool backward_repeats(const HeadShape& s, bool causal, Run run, const float* dqkv,
+                        const std::uint16_t* dqkv_bf16) {
+    const std::vector<float> first = download(dqkv, dqkv_bf16, qkv_values(s));
+    run();
+    const std::vector<float> second = download(dqkv, dqkv_bf16, qkv_values(s));
+    if (std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0) return true;
+    reject(s, causal, false, "its backward is not deterministic: two runs differ");
+    return false;
   }
 
   // The first forward of a shape against the fused kernels' o and lse;
@@ -221,7 +232,7 @@ class CudnnAttention final : public FusedAttentionKernels {
     const double gap_o = relative_gap(download(o, o_bf16, want_o.size()), download(want_o));
     const double gap_lse = relative_gap(download(lse, rows), download(want_lse));
     if (gap_o <= kOutputBound && gap_lse <= kLseBound) return true;
-    reject(s, causal, differs("forward", "o " + number(gap_o) + ", lse " + number(gap_lse)));
+    reject(s, causal, true, differs("forward", "o " + gap_text(gap_o) + ", lse " + gap_text(gap_lse)));
     return false;
   }
 
@@ -235,40 +246,23 @@ class CudnnAttention final : public FusedAttentionKernels {
     const double gap =
         relative_gap(download(dqkv, dqkv_bf16, want.size()), download(want));
     if (gap <= kGradientBound) return true;
-    reject(s, causal, differs("backward", "dqkv " + number(gap)));
+    reject(s, causal, false, differs("backward", "dqkv " + gap_text(gap)));
     return false;
   }
 
-  // n values of a tensor on the device: its fp32 values where p is not
-  // null, else its bf16 copy's.
   std::vector<float> download(const float* p, const std::uint16_t* copy, std::size_t n) {
-    if (p) return download(p, n);
-    std::vector<std::uint16_t> bits(n);
-    backend_.copy_to_host(bits.data(), copy, n * sizeof(std::uint16_t));
-    std::vector<float> host(n);
-    for (std::size_t i = 0; i < n; ++i) host[i] = bf16_value(bits[i]);
-    return host;
+    return device_values(backend_, p, copy, n);
   }
   std::vector<float> download(const float* p, std::size_t n) {
-    std::vector<float> host(n);
-    backend_.copy_to_host(host.data(), p, n * sizeof(float));
-    return host;
+    return device_values(backend_, p, nullptr, n);
   }
   std::vector<float> download(const DeviceBuffer<float>& b) { return download(b.get(), b.size()); }
-  static std::string number(double x) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.3g", x);
-    return text;
-  }
 
-  static std::string differs(const char* pass, const std::string& gaps) {
-    return std::string("its ") + pass + " differs from the fused kernels' by " + gaps +
-           " of their largest values, past bf16's bounds";
-  }
-
-  // The shape runs on the fused kernels from now on, said once per table.
-  void reject(const HeadShape& s, bool causal, const std::string& why) {
-    plans_[ShapeKey{s.batch, s.tokens, s.heads, s.head_dim, causal}].reset();
+  // The shape's forward (else backward) runs on the fused kernels from now
+  // on, said once per table.
+  void reject(const HeadShape& s, bool causal, bool forward, const std::string& why) {
+    SdpaPlans& plans = plans_[ShapeKey{s.batch, s.tokens, s.heads, s.head_dim, causal}];
+    (forward ? plans.forward : plans.backward).reset();
     note_fallback(s, causal, why);
   }
 
@@ -304,41 +298,46 @@ class CudnnAttention final : public FusedAttentionKernels {
     return handle_.get();
   }
 
-  // The plans of this shape, made on first sight; null where cuDNN refused it.
-  SdpaPlans* plans_for(const HeadShape& s, bool causal) {
+  // The plans of this shape, made on first sight, each pass apart (a
+  // refused pass is null and said once; both graphs are always tried).
+  SdpaPlans& plans_for(const HeadShape& s, bool causal) {
     const ShapeKey key{s.batch, s.tokens, s.heads, s.head_dim, causal};
     const auto known = plans_.find(key);
-    if (known != plans_.end()) return known->second.get();
-    std::unique_ptr<SdpaPlans>& made = plans_[key];
+    if (known != plans_.end()) return known->second;
+    SdpaPlans& made = plans_[key];
     const SdpaShape shape{s.batch, s.heads, s.tokens, s.head_dim, causal};
+    made.forward = plan_or_note(s, causal, "forward", [&] {
+      return sdpa_forward_plan(handle(), sdpa_forward_graph(handle(), shape));
+    });
+    made.backward = plan_or_note(s, causal, "backward", [&] {
+      return sdpa_backward_plan(handle(), sdpa_backward_graph(handle(), shape));
+    });
+    reserve_workspace(made);
+    return made;
+  }
+  template <typename Make>
+  std::unique_ptr<ExecutionPlan> plan_or_note(const HeadShape& s, bool causal, const char* pass,
+                                              Make make) {
     try {
-      // Both graphs first: a refusal of either is found before any plan.
-      OperationGraph forward = sdpa_forward_graph(handle(), shape);
-      OperationGraph backward = sdpa_backward_graph(handle(), shape);
-      auto plans = std::make_unique<SdpaPlans>(
-          SdpaPlans{sdpa_forward_plan(handle(), std::move(forward)),
-                    sdpa_backward_plan(handle(), std::move(backward))});
-      reserve_buffers(s, *plans);
-      made = std::move(plans);
+      return std::make_unique<ExecutionPlan>(make());
     } catch (const std::exception& e) {  // CudnnRefusal, or no handle on this machine
-      note_fallback(s, causal, e.what());
+      note_fallback(s, causal, std::string("its ") + pass + ": " + e.what());
+      return nullptr;
     }
-    return made.get();
   }
 
   // The staging and the workspace, counted as the backend's DeviceBuffers
-  // are (the memory line), growing only with a shape's plans (dQ's
-  // accumulator, the workspace) and in staging().
+  // are (the memory line), growing only with a shape's plans (the
+  // workspace) and in staging().
   std::size_t staged_bytes() const {
-    return qkv16_.bytes() + dqkv16_.bytes() + o16_.bytes() + do16_.bytes() + dq_accum_.bytes() +
-           workspace_.bytes();
+    return qkv16_.bytes() + dqkv16_.bytes() + o16_.bytes() + do16_.bytes() + workspace_.bytes();
   }
-  void reserve_buffers(const HeadShape& s, const SdpaPlans& p) {
-    const cudaStream_t stream = launch_.stream;
+  void reserve_workspace(const SdpaPlans& p) {
+    std::int64_t work = 1;
+    for (const auto* plan : {p.forward.get(), p.backward.get()})
+      if (plan) work = std::max(work, plan->workspace_bytes);
     const std::size_t before = staged_bytes();
-    dq_accum_.reserve(head_values(s) * sizeof(float), stream);
-    const std::int64_t work = std::max(p.forward.workspace_bytes, p.backward.workspace_bytes);
-    workspace_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(work, 1)), stream);
+    workspace_.reserve(static_cast<std::size_t>(work), launch_.stream);
     backend_.count_buffer(before, false);
     backend_.count_buffer(staged_bytes(), true);
   }
@@ -372,9 +371,9 @@ class CudnnAttention final : public FusedAttentionKernels {
   bool requested_;
   std::unique_ptr<FusedAttentionKernels> fused_;
   CudnnHandle handle_;
-  std::map<ShapeKey, std::unique_ptr<SdpaPlans>> plans_;  // null: cuDNN refused the shape
+  std::map<ShapeKey, SdpaPlans> plans_;
   bool noted_ = false;
-  GrowingBuffer qkv16_, dqkv16_, o16_, do16_, dq_accum_, workspace_;
+  GrowingBuffer qkv16_, dqkv16_, o16_, do16_, workspace_;
 };
 
 }  // namespace

@@ -2,9 +2,13 @@
 //
 // The choices, from the cuDNN developer guide's Graph API page, sections
 // "Fused Flash Attention fprop" and "Fused Flash Attention bprop"
-// (https://docs.nvidia.com/deeplearning/cudnn/developer/graph-api.html)
-// and the backend API reference of cudnn_graph.h
-// (https://docs.nvidia.com/deeplearning/cudnn/api/cudnn-graph-library.html):
+// (https://docs.nvidia.com/deeplearning/cudnn/developer/graph-api.html),
+// the backend API reference of cudnn_graph.h
+// (https://docs.nvidia.com/deeplearning/cudnn/api/cudnn-graph-library.html)
+// and the graphs NVIDIA's cudnn-frontend builds through that API for SDPA
+// (include/cudnn_frontend/node/scaled_dot_product_flash_attention.h, the
+// composite forward and backward nodes, which cuDNN's engines are matched
+// against):
 //   - Q, K, V, O, dO, dQ, dK, dV bf16 in memory; every intermediate that is
 //     not a matmul operand fp32 virtual; the matmuls' second operands in
 //     bf16 (P before O = P V; Pᵀ and dS, dSᵀ in backward), so the softmax's
@@ -15,11 +19,17 @@
 //     BINARY_SELECT(S, −∞ by value, keep) after the scale.
 //   - Softmax with stats: MAX reduction to [N,H,T,1], SUB, EXP, ADD
 //     reduction, LOG, ADD (max + log sum) to Stats fp32 in memory, DIV to P.
-//   - Backward: Σ dO ∘ O per row (MUL, ADD reduction) into fp32 memory;
-//     P recomputed as EXP(scale·S masked − Stats); dV = Pᵀ dO, dP = dO Vᵀ,
-//     dS = P ∘ (dP − Σ) · scale, dK = dSᵀ Q, dQ = dS K into fp32 memory
-//     then IDENTITY to bf16 dQ; the transposes Pᵀ and dSᵀ are RESHAPE ops
-//     onto virtual tensors with swapped strides.
+//   - Backward: Σ dO ∘ O per row (MUL, ADD reduction to a virtual row,
+//     MUL by a by-value 1.0, the frontend's node for graphs without
+//     dropout) into fp32 memory; P recomputed as EXP(scale·S masked −
+//     Stats) in fp32; dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − Σ) · scale in
+//     fp32, dK = dSᵀ Q, dQ = dS K straight into bf16 dQ. The transposes Pᵀ
+//     and dSᵀ (bf16: the reshape casts) and K from Kᵀ (one K input, as the
+//     frontend has it) are RESHAPE ops onto virtual tensors with swapped
+//     strides. dQ without an fp32 dQ_accum in memory is the frontend's
+//     deterministic backward (a dQ_accum is how the backend API is told
+//     it may sum dQ with atomics); its engine takes a dP workspace of
+//     N·H·T·T bf16 values, which the plan's workspace size says.
 #include "backends/cuda/cudnn/sdpa_graphs.hpp"
 
 #include <memory>
@@ -66,9 +76,13 @@ Tensor scaled_masked_scores(GraphBuilder& g, const SdpaViews& v, Tensor s, bool 
   return masked;
 }
 
+// Kᵀ [N, H, hd, T], a view of K in qkv (the one K input of a graph).
+Tensor keys_transposed(GraphBuilder& g, const SdpaViews& v) {
+  return g.io_tensor(kSdpaK, v.cols(), v.qkv_cols(), CUDNN_DATA_BFLOAT16);
+}
+
 // S = scale · Q Kᵀ (masked), from the bf16 views.
-Tensor forward_scores(GraphBuilder& g, const SdpaViews& v, Tensor q, bool causal) {
-  Tensor kt = g.io_tensor(kSdpaK, v.cols(), v.qkv_cols(), CUDNN_DATA_BFLOAT16);
+Tensor forward_scores(GraphBuilder& g, const SdpaViews& v, Tensor q, Tensor kt, bool causal) {
   Tensor s = g.virtual_tensor(v.scores(), CUDNN_DATA_FLOAT);
   g.matmul(q, kt, s);
   return scaled_masked_scores(g, v, s, causal);
@@ -104,23 +118,28 @@ Tensor probabilities_from_stats(GraphBuilder& g, const SdpaViews& v, Tensor s) {
   return p;
 }
 
-// xᵀ over the last two dimensions, bf16, as a reshape onto swapped strides.
+// xᵀ over the last two dimensions, bf16 (x may be fp32: the reshape casts,
+// as the frontend's reshape_p and reshape_dS do), onto swapped strides.
 Tensor transposed(GraphBuilder& g, const SdpaViews& v, Tensor x) {
   Tensor y = g.virtual_tensor(v.scores(), v.scores_transposed(), CUDNN_DATA_BFLOAT16);
   g.reshape(x, y);
   return y;
 }
 
-// Σ dO ∘ O per row, into fp32 memory (the rowdot of FusedAttentionKernels).
+// Σ dO ∘ O per row, into fp32 memory (the rowdot of FusedAttentionKernels):
+// the sum to a virtual row, then times a by-value 1.0 into memory.
 Tensor row_dot(GraphBuilder& g, const SdpaViews& v, Tensor d_o, Tensor o) {
-  Tensor product = g.virtual_tensor(v.rows(), CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, d_o, o, product);
-  Tensor dot = g.io_tensor(kSdpaRowDot, v.row_stat(), packed_strides(v.row_stat()), CUDNN_DATA_FLOAT);
-  g.reduction(CUDNN_REDUCE_TENSOR_ADD, product, dot);
+  const auto fp32 = CUDNN_DATA_FLOAT;
+  Tensor product = g.virtual_tensor(v.rows(), fp32);
+  g.pointwise(CUDNN_POINTWISE_MUL, fp32, d_o, o, product);
+  Tensor sum = g.virtual_tensor(v.row_stat(), fp32);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, product, sum);
+  Tensor dot = g.io_tensor(kSdpaRowDot, v.row_stat(), packed_strides(v.row_stat()), fp32);
+  g.pointwise(CUDNN_POINTWISE_MUL, fp32, sum, g.scalar_by_value(kSdpaOne, fp32), dot);
   return dot;
 }
 
-// dS (bf16) = P ∘ (dO Vᵀ − Σ dO ∘ O) · scale.
+// dS (fp32) = P ∘ (dO Vᵀ − Σ dO ∘ O) · scale.
 Tensor score_gradient(GraphBuilder& g, const SdpaViews& v, Tensor d_o, Tensor p, Tensor dot) {
   const auto fp32 = CUDNN_DATA_FLOAT;
   Tensor vt = g.io_tensor(kSdpaV, v.cols(), v.qkv_cols(), CUDNN_DATA_BFLOAT16);
@@ -130,7 +149,7 @@ Tensor score_gradient(GraphBuilder& g, const SdpaViews& v, Tensor d_o, Tensor p,
   g.pointwise(CUDNN_POINTWISE_SUB, fp32, dp, dot, centered);
   Tensor weighted = g.virtual_tensor(v.scores(), fp32);
   g.pointwise(CUDNN_POINTWISE_MUL, fp32, centered, p, weighted);
-  Tensor ds = g.virtual_tensor(v.scores(), CUDNN_DATA_BFLOAT16);
+  Tensor ds = g.virtual_tensor(v.scores(), fp32);
   g.pointwise(CUDNN_POINTWISE_MUL, fp32, weighted, g.scalar_by_value(kSdpaScale, fp32), ds);
   return ds;
 }
@@ -141,7 +160,8 @@ OperationGraph sdpa_forward_graph(cudnnHandle_t handle, const SdpaShape& shape) 
   const SdpaViews v(shape);
   auto g = std::make_unique<GraphBuilder>();
   Tensor q = g->io_tensor(kSdpaQ, v.rows(), v.qkv_rows(), CUDNN_DATA_BFLOAT16);
-  Tensor p = softmax_with_stats(*g, v, forward_scores(*g, v, q, shape.causal));
+  Tensor kt = keys_transposed(*g, v);
+  Tensor p = softmax_with_stats(*g, v, forward_scores(*g, v, q, kt, shape.causal));
   Tensor values = g->io_tensor(kSdpaV, v.rows(), v.qkv_rows(), CUDNN_DATA_BFLOAT16);
   Tensor o = g->io_tensor(kSdpaO, v.rows(), v.heads_rows(), CUDNN_DATA_BFLOAT16);
   g->matmul(p, values, o);
@@ -157,18 +177,17 @@ OperationGraph sdpa_backward_graph(cudnnHandle_t handle, const SdpaShape& shape)
   Tensor o = g->io_tensor(kSdpaO, v.rows(), v.heads_rows(), bf16);
   Tensor d_o = g->io_tensor(kSdpaDO, v.rows(), v.heads_rows(), bf16);
   Tensor dot = row_dot(*g, v, d_o, o);
-  Tensor p = probabilities_from_stats(*g, v, forward_scores(*g, v, q, shape.causal));
+  Tensor kt = keys_transposed(*g, v);
+  Tensor p = probabilities_from_stats(*g, v, forward_scores(*g, v, q, kt, shape.causal));
   Tensor dv = g->io_tensor(kSdpaDV, v.rows(), v.qkv_rows(), bf16);
   g->matmul(transposed(*g, v, p), d_o, dv);
   Tensor ds = score_gradient(*g, v, d_o, p, dot);
   Tensor dk = g->io_tensor(kSdpaDK, v.rows(), v.qkv_rows(), bf16);
   g->matmul(transposed(*g, v, ds), q, dk);
-  Tensor k_rows = g->io_tensor(kSdpaKRows, v.rows(), v.qkv_rows(), bf16);
-  Tensor dq_accum =
-      g->io_tensor(kSdpaDQAccum, v.rows(), packed_strides(v.rows()), CUDNN_DATA_FLOAT);
-  g->matmul(ds, k_rows, dq_accum);
+  Tensor k_rows = g->virtual_tensor(v.rows(), v.qkv_rows(), bf16);  // K, from Kᵀ
+  g->reshape(kt, k_rows);
   Tensor dq = g->io_tensor(kSdpaDQ, v.rows(), v.qkv_rows(), bf16);
-  g->pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_accum, nullptr, dq);
+  g->matmul(ds, k_rows, dq);
   BackendDescriptor graph = g->finalize(handle);
   return {std::move(g), std::move(graph)};
 }

@@ -25,8 +25,7 @@ struct SdpaShape {
 // The uids the graphs' memory tensors and by-value scalars are bound by.
 enum SdpaUid : std::int64_t {
   kSdpaQ = 1,
-  kSdpaK,         // K as Kᵀ [N, H, hd, T] (S = Q Kᵀ)
-  kSdpaKRows,     // K as [N, H, T, hd], the same memory (backward: dQ = dS K)
+  kSdpaK,         // K as Kᵀ [N, H, hd, T] (S = Q Kᵀ; backward reshapes it for dQ = dS K)
   kSdpaV,         // forward: V; backward: Vᵀ (dP = dO Vᵀ)
   kSdpaO,
   kSdpaStats,
@@ -37,7 +36,7 @@ enum SdpaUid : std::int64_t {
   kSdpaDK,
   kSdpaDV,
   kSdpaRowDot,    // fp32 [N, H, T, 1]: Σ dO ∘ O per row (backward's memory)
-  kSdpaDQAccum,   // fp32 [N, H, T, hd] packed: dQ before its rounding (backward's memory)
+  kSdpaOne,       // fp32 by value: 1, the row dot's last factor
 };
 
 // The element offsets of Q, K and V in the [N, T, 3, H, hd] buffer.
@@ -48,8 +47,9 @@ inline std::int64_t sdpa_qkv_offset(const SdpaShape& s, int which) {
 // The finalized operation graphs; CudnnRefusal where cuDNN takes no such graph.
 OperationGraph sdpa_forward_graph(cudnnHandle_t handle, const SdpaShape& s);
 OperationGraph sdpa_backward_graph(cudnnHandle_t handle, const SdpaShape& s);
-// Their plans (make_plan); the backward's only of engines without the
-// NONDETERMINISTIC numerical note, so that a run repeats bit for bit.
+// Their plans (make_plan); the backward's of an engine without the
+// NONDETERMINISTIC numerical note where one finalizes (the caller checks
+// that two runs agree bit for bit either way).
 inline ExecutionPlan sdpa_forward_plan(cudnnHandle_t handle, OperationGraph g) {
   return make_plan(handle, std::move(g), false);
 }
