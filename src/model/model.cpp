@@ -220,7 +220,8 @@ ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const 
 }
 
 void Model::require_storage(const char* what) const {
-  DPT_REQUIRE(!plans_only(), ExitCode::kOther, std::string("Model::") + what + " on a model built to plan only");
+  DPT_REQUIRE(!plans_only(), ExitCode::kOther,
+              std::string("Model::") + what + " on a model built to plan only");
 }
 
 void Model::round_params() {

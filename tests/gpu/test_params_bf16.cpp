@@ -179,7 +179,8 @@ TEST(ParamsBf16, StepsThroughTheTwinHaveTheBitsOfStepsThatRoundAgain) {
   dptrain::OptimizerConfig cfg;
   cfg.kind = dptrain::OptimizerKind::kAdamW;
   auto fused = make_model(*be), again = make_model(*be);
-  dptrain::Optimizer opt_fused(*be, cfg, fused->num_params()), opt_again(*be, cfg, again->num_params());
+  dptrain::Optimizer opt_fused(*be, cfg, fused->num_params());
+  dptrain::Optimizer opt_again(*be, cfg, again->num_params());
   OneRank comm;
   dptrain::ReplicatedSync sync(*be, comm, *fused, nullptr);
   for (int step = 0; step < 3; ++step) {

@@ -120,8 +120,11 @@ bool LtMatmul::run(const LtProblem& p, const void* a, const void* b, void* d, vo
       handle_, pl.desc, &one, a, pl.a, b, pl.b, c ? &one : &zero, c ? c : d, pl.d, d, pl.d,
       &pl.algo, workspace_.get(), kWorkspaceBytes, stream_);
   // An algorithm the heuristics offered but the launch refuses (nothing is
-  // queued then): the problem runs without the epilogue from now on.
-  if (rc == CUBLAS_STATUS_NOT_SUPPORTED) {
+  // queued then): the problem runs without the epilogue from now on. The
+  // plan is keyed by alignments up to 16 bytes while the heuristics saw the
+  // first call's pointers, so a later call's may not suit the algorithm:
+  // cuBLASLt answers INVALID_VALUE for that, and the problem falls back too.
+  if (rc == CUBLAS_STATUS_NOT_SUPPORTED || rc == CUBLAS_STATUS_INVALID_VALUE) {
     pl.supported = false;
     return false;
   }

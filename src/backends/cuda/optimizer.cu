@@ -3,7 +3,8 @@
 // formulas of src/backends/cpu/optimizer_kernels.cpp (torch.optim semantics),
 // each writing the updated weights' bf16 rounding too where asked (w16).
 // Adam, the widest (30 bytes a parameter with the copy), moves 16 bytes a
-// load and store where its arrays are aligned, the tail value by value.
+// load and store where its arrays are aligned (the tail value by value,
+// in the same launch).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -58,32 +59,35 @@ struct alignas(8) Bf16x4 {
   __nv_bfloat16 v[4];
 };
 
-// Units of four values (Vec4: w, g, m and v on 16 bytes, w16 on 8, n a
-// multiple of 4) or of one; each value's arithmetic is the same either way.
+// With Vec4 (w, g, m and v on 16 bytes, w16 on 8): the first n / 4 units
+// are four values each, the n % 4 after them one each; without, n units
+// of one. Each value's arithmetic is the same either way.
 template <bool Vec4>
 __global__ void adam_kernel(float* w, __nv_bfloat16* w16, const float* g, float* m, float* v,
-                            std::size_t units, AdamScalars a) {
+                            std::size_t n, AdamScalars a) {
+  const std::size_t quads = Vec4 ? n / 4 : 0, units = n - 3 * quads;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t u = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        u < units; u += stride) {
-    if constexpr (!Vec4) {
-      store_weight(w, w16, u, adam_update(w[u], g[u], m[u], v[u], a));
-    } else {
-      const std::size_t i = 4 * u;
-      Floats4 wi = *reinterpret_cast<const Floats4*>(w + i);
-      const Floats4 gi = *reinterpret_cast<const Floats4*>(g + i);
-      Floats4 mi = *reinterpret_cast<const Floats4*>(m + i);
-      Floats4 vi = *reinterpret_cast<const Floats4*>(v + i);
-      Bf16x4 rounded;
-      for (int k = 0; k < 4; ++k) {
-        wi.v[k] = adam_update(wi.v[k], gi.v[k], mi.v[k], vi.v[k], a);
-        rounded.v[k] = __float2bfloat16_rn(wi.v[k]);
-      }
-      *reinterpret_cast<Floats4*>(w + i) = wi;
-      *reinterpret_cast<Floats4*>(m + i) = mi;
-      *reinterpret_cast<Floats4*>(v + i) = vi;
-      if (w16) *reinterpret_cast<Bf16x4*>(w16 + i) = rounded;
+    if (!Vec4 || u >= quads) {
+      const std::size_t i = 4 * quads + (u - quads);
+      store_weight(w, w16, i, adam_update(w[i], g[i], m[i], v[i], a));
+      continue;
     }
+    const std::size_t i = 4 * u;
+    Floats4 wi = *reinterpret_cast<const Floats4*>(w + i);
+    const Floats4 gi = *reinterpret_cast<const Floats4*>(g + i);
+    Floats4 mi = *reinterpret_cast<const Floats4*>(m + i);
+    Floats4 vi = *reinterpret_cast<const Floats4*>(v + i);
+    Bf16x4 rounded;
+    for (int k = 0; k < 4; ++k) {
+      wi.v[k] = adam_update(wi.v[k], gi.v[k], mi.v[k], vi.v[k], a);
+      rounded.v[k] = __float2bfloat16_rn(wi.v[k]);
+    }
+    *reinterpret_cast<Floats4*>(w + i) = wi;
+    *reinterpret_cast<Floats4*>(m + i) = mi;
+    *reinterpret_cast<Floats4*>(v + i) = vi;
+    if (w16) *reinterpret_cast<Bf16x4*>(w16 + i) = rounded;
   }
 }
 
@@ -149,20 +153,15 @@ void adam_step(const Launch& l, float* w, void* w16, const float* g, float* m, f
   if (n == 0) return;
   const AdamScalars a{lr, beta1, beta2, eps, l2, shrink, inv_bc1, inv_bc2};
   auto* w16b = static_cast<__nv_bfloat16*>(w16);
-  // The whole multiple of 4 in units of four where every array is aligned
-  // for them (the arenas are; a segment of --weight-decay-params may not
-  // start on 4 values), the rest value by value.
+  // Four values a load where every array is aligned for them (the arenas
+  // are; a segment of --weight-decay-params may not start on 4 values).
   const bool vec = aligned(w, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16) &&
                    (!w16b || aligned(w16b, 8));
-  const std::size_t head = vec ? n / 4 * 4 : 0;
-  if (head > 0) {
-    adam_kernel<true><<<grid_for(head / 4, l), kThreads, 0, l.stream>>>(w, w16b, g, m, v,
-                                                                       head / 4, a);
-    DPT_CUDA_CHECK(cudaGetLastError());
-  }
-  if (head == n) return;
-  adam_kernel<false><<<grid_for(n - head, l), kThreads, 0, l.stream>>>(
-      w + head, w16b ? w16b + head : nullptr, g + head, m + head, v + head, n - head, a);
+  if (vec)
+    adam_kernel<true><<<grid_for(n - 3 * (n / 4), l), kThreads, 0, l.stream>>>(w, w16b, g, m, v,
+                                                                              n, a);
+  else
+    adam_kernel<false><<<grid_for(n, l), kThreads, 0, l.stream>>>(w, w16b, g, m, v, n, a);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -232,7 +232,8 @@ class CudnnAttention final : public FusedAttentionKernels {
     const double gap_o = relative_gap(download(o, o_bf16, want_o.size()), download(want_o));
     const double gap_lse = relative_gap(download(lse, rows), download(want_lse));
     if (gap_o <= kOutputBound && gap_lse <= kLseBound) return true;
-    reject(s, causal, true, differs("forward", "o " + gap_text(gap_o) + ", lse " + gap_text(gap_lse)));
+    reject(s, causal, true,
+           differs("forward", "o " + gap_text(gap_o) + ", lse " + gap_text(gap_lse)));
     return false;
   }
 
