@@ -32,10 +32,8 @@ class RoundedOperand {
 
   // Whether a layer should reserve a slot on this backend.
   static bool wanted(Backend& be) { return be.caps().rounds_gemm_operands; }
-  // The bytes of a slot for a layer's weight of n values, whatever the
-  // rows: kept from forward (which rounds it) to the input gradient (which
-  // takes it). A step's weights do not change between its forward and its
-  // backward (under --shard-params they are gathered again, the same values).
+  // The bytes of a slot for a parameter of n values, whatever the rows
+  // (ParamOperand's per-pass slot).
   static RowBytes weight_bytes(std::size_t n) {
     return [n](int) { return n * sizeof(std::uint16_t); };
   }
