@@ -26,7 +26,8 @@
 // spanning the tensor inside one allocation at its declared alignment,
 // host memory for by-value scalars, a device workspace of the plan's size —
 // and then COMPUTES NOTHING: every output tensor (and the workspace) is
-// left as it was. The engine exists only so that tests can reach the
+// left as it was (or, with dptrain_emu::cudnn_graph_execution_varies(),
+// filled with a byte pattern that changes with every execution). The engine exists only so that tests can reach the
 // callers' checks of cuDNN's results (a wrong result must make them fall
 // back); it says nothing about what a real engine computes.
 #include <algorithm>
@@ -56,6 +57,7 @@ struct Tensor {
   std::vector<std::int64_t> dims, strides;
   std::int64_t alignment = 0;
   bool is_virtual = false, by_value = false;
+  bool written = false;  // an operation of the graph writes it
 };
 using Tensors = std::map<std::int64_t, Tensor>;  // by uid
 
@@ -135,6 +137,12 @@ bool flag(const BackendDescriptor& d, int name) {
   return v;
 }
 
+// Whether an operation's attribute names what it writes.
+bool is_output(int name) {
+  return name == CUDNN_ATTR_OPERATION_POINTWISE_YDESC || name == CUDNN_ATTR_OPERATION_MATMUL_CDESC ||
+         name == CUDNN_ATTR_OPERATION_REDUCTION_YDESC || name == CUDNN_ATTR_OPERATION_RESHAPE_YDESC;
+}
+
 // What a descriptor being finalized records for execution: a tensor itself
 // (where it has a uid), anything else the tensors of what it names.
 void record_tensors(BackendDescriptor* d) {
@@ -155,8 +163,15 @@ void record_tensors(BackendDescriptor* d) {
     d->tensors[t.uid] = t;
     return;
   }
-  for (const auto& [name, given] : d->named)
-    for (const Named& n : given) d->tensors.insert(n.tensors.begin(), n.tensors.end());
+  for (const auto& [name, given] : d->named) {
+    const bool output = is_output(name);
+    for (const Named& n : given)
+      for (auto [uid, t] : n.tensors) {
+        t.written = t.written || output;
+        const auto [at, fresh] = d->tensors.emplace(uid, t);
+        if (!fresh) at->second.written = at->second.written || t.written;
+      }
+  }
 }
 
 // The one descriptor given as attribute name, or null.
@@ -177,6 +192,21 @@ std::size_t span_bytes(const Tensor& t) {
   for (std::size_t i = 0; i < t.dims.size() && i < t.strides.size(); ++i)
     last += (t.dims[i] - 1) * t.strides[i];
   return static_cast<std::size_t>(last + 1) * dptrain_emu::cudnn::element_bytes(t.type);
+}
+
+// Every element of t at p set to `byte` in each of its bytes.
+void fill_elements(const Tensor& t, void* p, unsigned char byte) {
+  const std::size_t bytes = dptrain_emu::cudnn::element_bytes(t.type);
+  std::vector<std::int64_t> at(t.dims.size(), 0);
+  while (true) {
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < at.size() && i < t.strides.size(); ++i) offset += at[i] * t.strides[i];
+    std::memset(static_cast<unsigned char*>(p) + offset * static_cast<std::int64_t>(bytes), byte,
+                bytes);
+    std::size_t i = at.size();
+    while (i > 0 && ++at[i - 1] == t.dims[i - 1]) at[--i] = 0;
+    if (i == 0) return;
+  }
 }
 
 // The test engine's answers to cudnnBackendGetAttribute (the switch on).
@@ -435,5 +465,11 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
                       " bytes is not device memory at " + text(w));
   if (dptrain_emu::cudnn_graph_execution_fails())
     return refuse(CUDNN_STATUS_EXECUTION_FAILED, "execute: the test engine was set to fail");
+  if (dptrain_emu::cudnn_graph_execution_varies()) {  // a finite pattern, new each time
+    static unsigned executions = 0;
+    const auto byte = static_cast<unsigned char>(0x30 + executions++ % 16);
+    for (const auto& [uid, t] : plan->engine->tensors)
+      if (t.written && !t.is_virtual && !t.by_value) fill_elements(t, bound.at(uid), byte);
+  }
   return CUDNN_STATUS_SUCCESS;  // the test engine computes nothing (the header says why)
 }

@@ -163,15 +163,18 @@ TEST(CudnnAttention, EmulationFallsBackOnceToTheFusedBits) {
   const std::string err = expect_fused_bits(kEmulatedCases, 3, nullptr);
   EXPECT_EQ(count(err, kFallbackNote), 1) << err;
   EXPECT_EQ(count(err, "\n"), 1) << err;  // one line, nothing else
-  // Both graphs, forward and backward, were taken up to the heuristics.
-  EXPECT_EQ(count(err, "no engines for backend graphs"), 1) << err;
+  // Both graphs, forward and backward, were taken up to the heuristics,
+  // and the line gives each pass's reason.
+  EXPECT_EQ(count(err, "no engines for backend graphs"), 2) << err;
+  EXPECT_EQ(count(err, "its backward: "), 1) << err;
 }
 
 // The first-use check. With the emulation's engine switched on, cuDNN's
 // plans are made and executed but compute nothing: the check finds the
 // first forward's o off the fused kernels', says so once, puts the fused
-// results in its place and runs the shape fused from then on, so every
-// result, that first one's included, has the fused kernels' bits.
+// results in its place and runs that pass fused from then on, and then
+// the same for the first backward's dqkv (the passes are checked apart),
+// so every result, the first ones included, has the fused kernels' bits.
 TEST(CudnnAttention, FirstRunThatDisagreesWithFusedIsReplacedAndSaidOnce) {
   struct Offering {  // for this test only, however it ends
     Offering() { dptrain_emu::cudnn_graph_engines() = true; }
@@ -179,10 +182,29 @@ TEST(CudnnAttention, FirstRunThatDisagreesWithFusedIsReplacedAndSaidOnce) {
   } offering;
   std::unique_ptr<dptrain::Backend> cudnn;
   const std::string err = expect_fused_bits(kEmulatedCases, 2, &cudnn);
-  EXPECT_EQ(count(err, kFallbackNote), 1) << err;
+  EXPECT_EQ(count(err, kFallbackNote), 2) << err;  // once a pass
   EXPECT_EQ(count(err, "its forward differs from the fused kernels'"), 1) << err;
+  EXPECT_EQ(count(err, "its backward differs from the fused kernels'"), 1) << err;
   EXPECT_EQ(cudnn->find_kernels<dptrain::FusedAttentionKernels>()->implementation(),
             "fused-fallback");
+}
+
+// A backward whose two first runs differ in a bit (the emulation's engine
+// writing a new pattern each time) is replaced by the fused kernels as one
+// whose results are off, and said so.
+TEST(CudnnAttention, FirstBackwardThatDoesNotRepeatIsReplaced) {
+  struct Varying {
+    static void set(bool on) {
+      dptrain_emu::cudnn_graph_engines() = on;
+      dptrain_emu::cudnn_graph_execution_varies() = on;
+    }
+    Varying() { set(true); }
+    ~Varying() { set(false); }
+  } varying;
+  const std::string err = expect_fused_bits({kEmulatedCases[0]}, 2, nullptr);
+  EXPECT_EQ(count(err, kFallbackNote), 2) << err;
+  EXPECT_EQ(count(err, "its backward is not deterministic"), 1) << err;
+  EXPECT_EQ(count(err, "its backward differs"), 0) << err;
 }
 
 // The same with o and dqkv in their bf16 copies alone (the attention
@@ -194,8 +216,9 @@ TEST(CudnnAttention, CopiesAloneAreCheckedAndReplacedTheSameWay) {
     ~Offering() { dptrain_emu::cudnn_graph_engines() = false; }
   } offering;
   const std::string err = expect_fused_bits(kEmulatedCases, 2, nullptr, true);
-  EXPECT_EQ(count(err, kFallbackNote), 1) << err;
+  EXPECT_EQ(count(err, kFallbackNote), 2) << err;
   EXPECT_EQ(count(err, "its forward differs from the fused kernels'"), 1) << err;
+  EXPECT_EQ(count(err, "its backward differs from the fused kernels'"), 1) << err;
 }
 
 // A plan that finalizes and then fails to execute (the emulation's engine
@@ -211,9 +234,10 @@ TEST(CudnnAttention, FirstExecutionThatFailsIsSaidOnceAndRunsFused) {
     ~Failing() { set(false); }
   } failing;
   const std::string err = expect_fused_bits({kEmulatedCases[0]}, 2, nullptr);
-  EXPECT_EQ(count(err, kFallbackNote), 1) << err;
+  EXPECT_EQ(count(err, kFallbackNote), 2) << err;
   EXPECT_EQ(count(err, "its first forward failed"), 1) << err;
-  EXPECT_EQ(count(err, "CUDNN_STATUS_EXECUTION_FAILED"), 1) << err;
+  EXPECT_EQ(count(err, "its first backward failed"), 1) << err;
+  EXPECT_EQ(count(err, "CUDNN_STATUS_EXECUTION_FAILED"), 2) << err;
 }
 
 TEST(CudnnAttention, Fp32SaysOnceThatItIsBf16Only) {

@@ -375,4 +375,12 @@ inline bool& cudnn_graph_execution_fails() {
   static bool failing = false;
   return failing;
 }
+// While true as well, that engine's cudnnBackendExecute writes into every
+// tensor in memory that an operation of the graph writes a value of its
+// own that changes with each execution (a byte pattern): for tests of the
+// callers' checks that a plan repeats bit for bit.
+inline bool& cudnn_graph_execution_varies() {
+  static bool varying = false;
+  return varying;
+}
 }  // namespace dptrain_emu

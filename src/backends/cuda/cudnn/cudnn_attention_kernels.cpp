@@ -4,44 +4,38 @@
 // which cuda_backend.cpp calls; no_cudnn/attention_kernels.cpp is the one
 // of a build without cuDNN).
 //
-// cuDNN runs SDPA in bf16 (and fp16) only, so this table exists under
-// --precision bf16: cuDNN reads Q, K and V through strides from the
-// layer's bf16 qkv where it keeps qkv so (reads_qkv_bf16), else from the
-// fp32 qkv rounded into staging, and writes O into a bf16
-// [N, T, H, hd] buffer (the layer's bf16 copy of o where it keeps one,
-// else staging), expanded to the fp32 o; its Stats are the fp32 lse.
-// Backward rounds do, qkv again where it is fp32, and o where the layer
-// kept no copy (a later layer's forward may have reused the staging),
-// writes dQ, dK and dV
-// through strides into a bf16 [N, T, 3, H, hd] buffer (the layer's copy of
-// dqkv, or staging), expanded to the fp32 dqkv; Σ dO ∘ O lands in the
-// layer's rowdot scratch. The staging and cuDNN's workspace are counted
-// with the backend's DeviceBuffers (Backend::count_buffer: the start-up
-// summary's memory line and peak_device). Both graphs and their plans are made the first
-// time a shape (N, T, H, hd, causal) is seen and kept; cuDNN's workspace
-// grows then and only then (the backward's holds dP, N·H·T·T bf16 values:
-// the price of its deterministic algorithm). Where cuDNN refuses a pass of
-// a shape (graph, heuristics, plan), the table says so once on stderr and
-// runs the own fused kernels for that pass: the forward and the backward
-// are planned, checked and replaced apart (the fused kernels' lse is
-// cuDNN's Stats, so either pass reads the other's).
+// cuDNN runs SDPA in bf16 only here, so this table exists under
+// --precision bf16: cuDNN reads Q, K and V through strides from the layer's
+// bf16 qkv (else from the fp32 qkv rounded into staging) and writes O into
+// a bf16 [N, T, H, hd] buffer (the layer's copy of o, else staging,
+// expanded to an fp32 o where the caller has one); its Stats are the fp32
+// lse. Backward reads do and o in bf16 (rounded into staging where the
+// caller has no copy), writes dQ, dK and dV through strides into a bf16
+// [N, T, 3, H, hd] buffer (the layer's copy of dqkv, else staging,
+// expanded likewise) and Σ dO ∘ O into the layer's rowdot. The staging and
+// cuDNN's workspace are counted with the backend's DeviceBuffers
+// (Backend::count_buffer: the memory line and peak_device). Both graphs
+// and their plans are made the first time a shape (N, T, H, hd, causal) is
+// seen and kept; cuDNN's workspace grows then and only then (the
+// backward's holds dP, N·H·T·T bf16 values: its deterministic algorithm's
+// price). Where cuDNN refuses a pass of a shape (graph, heuristics, plan),
+// the table says so once on stderr and runs the fused kernels for that
+// pass: forward and backward are planned, checked and replaced apart (the
+// fused kernels' lse is cuDNN's Stats, so either pass reads the other's).
 //
-// The first run of each shape is checked against the fused kernels on the
-// same inputs (these graphs cannot be tried on every GPU and cuDNN release
-// they will meet, and `auto` picks them): o and lse after the first
-// forward, dqkv after the first backward, each within what bf16 allows
-// (against the tensor's largest magnitude m: o 1e-2·m, lse 1e-4·m, dqkv
-// 3e-2·m; tests/gpu/test_cudnn_attention.cpp derives them). Where cuDNN's
+// The first run of each pass of a shape is checked against the fused
+// kernels on the same inputs (these graphs cannot be tried on every GPU and
+// cuDNN release they will meet, and `auto` picks them): o and lse, then
+// dqkv, each within what bf16 allows (attention_check.hpp). Where cuDNN's
 // results are further off, or not finite where the fused ones are, or its
-// first execution of a plan answers an error, the table says so once, runs
-// the fused kernels again for that call's results (and bf16 copies) and
-// runs the pass of that shape on them from then on. The first backward
-// also runs twice and must give the same bits both times (a run repeats
-// bit for bit; cuDNN's engines say so only in notes that cudnn-frontend
-// does not read), else it is replaced the same way. The check costs one
-// fused pass, one more cuDNN backward and a few downloads per shape, once.
+// first execution of a plan answers an error, or the first backward run
+// twice does not repeat bit for bit (cuDNN's engines say whether they are
+// deterministic only in notes that cudnn-frontend does not read), the table
+// says so once, runs the fused kernels again for that call's results (and
+// bf16 copies) and runs that pass of the shape on them from then on. The
+// check costs one fused pass, one more cuDNN backward and a few downloads
+// per shape, once.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -69,6 +63,7 @@ std::unique_ptr<FusedAttentionKernels> make_fused_attention(const Launch& l, Pre
 namespace {
 
 constexpr std::size_t kBf16Bytes = 2;
+constexpr int kForwardPass = 1, kBackwardPass = 2;  // bits of the passes a note speaks for
 
 // A shape's plans, each null where cuDNN refused that pass or its first
 // use failed the check (the fused kernels run it).
@@ -254,17 +249,15 @@ class CudnnAttention final : public FusedAttentionKernels {
   std::vector<float> download(const float* p, const std::uint16_t* copy, std::size_t n) {
     return device_values(backend_, p, copy, n);
   }
-  std::vector<float> download(const float* p, std::size_t n) {
-    return device_values(backend_, p, nullptr, n);
-  }
+  std::vector<float> download(const float* p, std::size_t n) { return download(p, nullptr, n); }
   std::vector<float> download(const DeviceBuffer<float>& b) { return download(b.get(), b.size()); }
 
   // The shape's forward (else backward) runs on the fused kernels from now
-  // on, said once per table.
+  // on, said once per table and pass.
   void reject(const HeadShape& s, bool causal, bool forward, const std::string& why) {
     SdpaPlans& plans = plans_[ShapeKey{s.batch, s.tokens, s.heads, s.head_dim, causal}];
     (forward ? plans.forward : plans.backward).reset();
-    note_fallback(s, causal, why);
+    note_fallback(s, causal, forward ? kForwardPass : kBackwardPass, why);
   }
 
   static std::size_t head_values(const HeadShape& s) {
@@ -307,22 +300,28 @@ class CudnnAttention final : public FusedAttentionKernels {
     if (known != plans_.end()) return known->second;
     SdpaPlans& made = plans_[key];
     const SdpaShape shape{s.batch, s.heads, s.tokens, s.head_dim, causal};
-    made.forward = plan_or_note(s, causal, "forward", [&] {
+    std::string why;  // the refusals, said in one line
+    int refused = 0;
+    made.forward = plan_or_refusal("forward", &why, &refused, kForwardPass, [&] {
       return sdpa_forward_plan(handle(), sdpa_forward_graph(handle(), shape));
     });
-    made.backward = plan_or_note(s, causal, "backward", [&] {
+    made.backward = plan_or_refusal("backward", &why, &refused, kBackwardPass, [&] {
       return sdpa_backward_plan(handle(), sdpa_backward_graph(handle(), shape));
     });
+    if (refused) note_fallback(s, causal, refused, why);
     reserve_workspace(made);
     return made;
   }
+  // A pass's plan, or null with cuDNN's reason added to *why and the pass
+  // to *refused.
   template <typename Make>
-  std::unique_ptr<ExecutionPlan> plan_or_note(const HeadShape& s, bool causal, const char* pass,
-                                              Make make) {
+  static std::unique_ptr<ExecutionPlan> plan_or_refusal(const char* pass, std::string* why,
+                                                        int* refused, int bit, Make make) {
     try {
       return std::make_unique<ExecutionPlan>(make());
     } catch (const std::exception& e) {  // CudnnRefusal, or no handle on this machine
-      note_fallback(s, causal, std::string("its ") + pass + ": " + e.what());
+      *why += std::string(why->empty() ? "" : "; ") + "its " + pass + ": " + e.what();
+      *refused |= bit;
       return nullptr;
     }
   }
@@ -357,10 +356,11 @@ class CudnnAttention final : public FusedAttentionKernels {
     return b.get();
   }
 
-  // One line on stderr, the first time only for this table.
-  void note_fallback(const HeadShape& s, bool causal, const std::string& why) {
-    if (noted_) return;
-    noted_ = true;
+  // One line on stderr for the passes (kForwardPass, kBackwardPass bits),
+  // the first time only for each pass of this table.
+  void note_fallback(const HeadShape& s, bool causal, int passes, const std::string& why) {
+    if ((noted_ & passes) == passes) return;
+    noted_ |= passes;
     std::fprintf(stderr,
                  "dptrain: note: --attention cudnn: cuDNN cannot run attention of %d rows x %d "
                  "tokens x %d heads x %d dims%s here (%s); using the fused kernels for it\n",
@@ -373,7 +373,7 @@ class CudnnAttention final : public FusedAttentionKernels {
   std::unique_ptr<FusedAttentionKernels> fused_;
   CudnnHandle handle_;
   std::map<ShapeKey, SdpaPlans> plans_;
-  bool noted_ = false;
+  int noted_ = 0;  // the passes said (kForwardPass, kBackwardPass)
   GrowingBuffer qkv16_, dqkv16_, o16_, do16_, workspace_;
 };
 
