@@ -27,9 +27,10 @@
 // host memory for by-value scalars, a device workspace of the plan's size —
 // and then COMPUTES NOTHING: every output tensor (and the workspace) is
 // left as it was (or, with dptrain_emu::cudnn_graph_execution_varies(),
-// filled with a byte pattern that changes with every execution). The engine exists only so that tests can reach the
-// callers' checks of cuDNN's results (a wrong result must make them fall
-// back); it says nothing about what a real engine computes.
+// filled with a byte pattern that changes with every execution). The
+// engine exists only so that tests can reach the callers' checks of
+// cuDNN's results (a wrong result must make them fall back); it says
+// nothing about what a real engine computes.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -139,8 +140,10 @@ bool flag(const BackendDescriptor& d, int name) {
 
 // Whether an operation's attribute names what it writes.
 bool is_output(int name) {
-  return name == CUDNN_ATTR_OPERATION_POINTWISE_YDESC || name == CUDNN_ATTR_OPERATION_MATMUL_CDESC ||
-         name == CUDNN_ATTR_OPERATION_REDUCTION_YDESC || name == CUDNN_ATTR_OPERATION_RESHAPE_YDESC;
+  return name == CUDNN_ATTR_OPERATION_POINTWISE_YDESC ||
+         name == CUDNN_ATTR_OPERATION_MATMUL_CDESC ||
+         name == CUDNN_ATTR_OPERATION_REDUCTION_YDESC ||
+         name == CUDNN_ATTR_OPERATION_RESHAPE_YDESC;
 }
 
 // What a descriptor being finalized records for execution: a tensor itself
@@ -200,7 +203,8 @@ void fill_elements(const Tensor& t, void* p, unsigned char byte) {
   std::vector<std::int64_t> at(t.dims.size(), 0);
   while (true) {
     std::int64_t offset = 0;
-    for (std::size_t i = 0; i < at.size() && i < t.strides.size(); ++i) offset += at[i] * t.strides[i];
+    for (std::size_t i = 0; i < at.size() && i < t.strides.size(); ++i)
+      offset += at[i] * t.strides[i];
     std::memset(static_cast<unsigned char*>(p) + offset * static_cast<std::int64_t>(bytes), byte,
                 bytes);
     std::size_t i = at.size();
