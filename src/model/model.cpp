@@ -77,17 +77,7 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     params_ = DeviceBuffer<float>(be_, num_params());
     grads_ = DeviceBuffer<float>(be_, num_params());
   }
-  // The bf16 twin where GEMMs read bf16 operands; --shard-params has no
-  // whole arena to twin (its layers round their gathered weights).
-  const bool sharded = storage_ == ModelStorage::kShardedParams ||
-                       storage_ == ModelStorage::kPlanOnlyShardedParams;
-  if (!sharded && be_.caps().rounds_gemm_operands && num_params() > 0) {
-    twin_ = std::make_unique<ParamsBf16>();
-    if (storage_ == ModelStorage::kAllocated) {
-      params16_ = DeviceBuffer<std::uint16_t>(be_, num_params());
-      twin_->data = params16_.get();
-    }
-  }
+  make_params_twin();
   if (!plans_only()) buffers_ = DeviceBuffer<float>(be_, num_buffers());
   bound_grads_.assign(layers_.size(), nullptr);
   const std::size_t held_before = be_.buffer_bytes();
@@ -222,6 +212,18 @@ ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const 
 void Model::require_storage(const char* what) const {
   DPT_REQUIRE(!plans_only(), ExitCode::kOther,
               std::string("Model::") + what + " on a model built to plan only");
+}
+
+// The bf16 twin where GEMMs read bf16 operands; --shard-params has no
+// whole arena to twin (its layers round their gathered weights).
+void Model::make_params_twin() {
+  const bool sharded = storage_ == ModelStorage::kShardedParams ||
+                       storage_ == ModelStorage::kPlanOnlyShardedParams;
+  if (sharded || !be_.caps().rounds_gemm_operands || num_params() == 0) return;
+  twin_ = std::make_unique<ParamsBf16>();
+  if (storage_ != ModelStorage::kAllocated) return;
+  params16_ = DeviceBuffer<std::uint16_t>(be_, num_params());
+  twin_->data = params16_.get();
 }
 
 void Model::round_params() {

@@ -159,6 +159,18 @@ std::string expect_fused_bits(const std::vector<Case>& cases, int steps,
   return testing::internal::GetCapturedStderr();
 }
 
+// The emulation's cuDNN engine switches for one test, however it ends: an
+// engine offered, and it failing or varying its output where asked.
+struct EngineSwitches {
+  explicit EngineSwitches(bool fails = false, bool varies = false) { set(true, fails, varies); }
+  ~EngineSwitches() { set(false, false, false); }
+  static void set(bool engines, bool fails, bool varies) {
+    dptrain_emu::cudnn_graph_engines() = engines;
+    dptrain_emu::cudnn_graph_execution_fails() = fails;
+    dptrain_emu::cudnn_graph_execution_varies() = varies;
+  }
+};
+
 TEST(CudnnAttention, EmulationFallsBackOnceToTheFusedBits) {
   const std::string err = expect_fused_bits(kEmulatedCases, 3, nullptr);
   EXPECT_EQ(count(err, kFallbackNote), 1) << err;
@@ -176,10 +188,7 @@ TEST(CudnnAttention, EmulationFallsBackOnceToTheFusedBits) {
 // the same for the first backward's dqkv (the passes are checked apart),
 // so every result, the first ones included, has the fused kernels' bits.
 TEST(CudnnAttention, FirstRunThatDisagreesWithFusedIsReplacedAndSaidOnce) {
-  struct Offering {  // for this test only, however it ends
-    Offering() { dptrain_emu::cudnn_graph_engines() = true; }
-    ~Offering() { dptrain_emu::cudnn_graph_engines() = false; }
-  } offering;
+  const EngineSwitches offering;
   std::unique_ptr<dptrain::Backend> cudnn;
   const std::string err = expect_fused_bits(kEmulatedCases, 2, &cudnn);
   EXPECT_EQ(count(err, kFallbackNote), 2) << err;  // once a pass
@@ -193,14 +202,7 @@ TEST(CudnnAttention, FirstRunThatDisagreesWithFusedIsReplacedAndSaidOnce) {
 // writing a new pattern each time) is replaced by the fused kernels as one
 // whose results are off, and said so.
 TEST(CudnnAttention, FirstBackwardThatDoesNotRepeatIsReplaced) {
-  struct Varying {
-    static void set(bool on) {
-      dptrain_emu::cudnn_graph_engines() = on;
-      dptrain_emu::cudnn_graph_execution_varies() = on;
-    }
-    Varying() { set(true); }
-    ~Varying() { set(false); }
-  } varying;
+  const EngineSwitches varying(false, true);
   const std::string err = expect_fused_bits({kEmulatedCases[0]}, 2, nullptr);
   EXPECT_EQ(count(err, kFallbackNote), 2) << err;
   EXPECT_EQ(count(err, "its backward is not deterministic"), 1) << err;
@@ -211,10 +213,7 @@ TEST(CudnnAttention, FirstBackwardThatDoesNotRepeatIsReplaced) {
 // layer's way under bf16): the first-use check reads cuDNN's o from the
 // copy, and the fused kernels that replace it write the copies alone.
 TEST(CudnnAttention, CopiesAloneAreCheckedAndReplacedTheSameWay) {
-  struct Offering {
-    Offering() { dptrain_emu::cudnn_graph_engines() = true; }
-    ~Offering() { dptrain_emu::cudnn_graph_engines() = false; }
-  } offering;
+  const EngineSwitches offering;
   const std::string err = expect_fused_bits(kEmulatedCases, 2, nullptr, true);
   EXPECT_EQ(count(err, kFallbackNote), 2) << err;
   EXPECT_EQ(count(err, "its forward differs from the fused kernels'"), 1) << err;
@@ -225,14 +224,7 @@ TEST(CudnnAttention, CopiesAloneAreCheckedAndReplacedTheSameWay) {
 // set to answer CUDNN_STATUS_EXECUTION_FAILED): the first run's error is
 // said once and the shape runs fused, the run going on.
 TEST(CudnnAttention, FirstExecutionThatFailsIsSaidOnceAndRunsFused) {
-  struct Failing {  // for this test only, however it ends
-    static void set(bool on) {
-      dptrain_emu::cudnn_graph_engines() = on;
-      dptrain_emu::cudnn_graph_execution_fails() = on;
-    }
-    Failing() { set(true); }
-    ~Failing() { set(false); }
-  } failing;
+  const EngineSwitches failing(true);
   const std::string err = expect_fused_bits({kEmulatedCases[0]}, 2, nullptr);
   EXPECT_EQ(count(err, kFallbackNote), 2) << err;
   EXPECT_EQ(count(err, "its first forward failed"), 1) << err;

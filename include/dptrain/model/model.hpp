@@ -221,6 +221,8 @@ class Model {
                   std::vector<float>& buffers) const;
   // Error(kOther) naming `what` on a model built with kPlanOnly.
   void require_storage(const char* what) const;
+  // The bf16 twin (twin_, params16_) where the model keeps one.
+  void make_params_twin();
 
   Backend& be_;
   std::vector<std::unique_ptr<Layer>> layers_;
