@@ -12,7 +12,7 @@
 // cudaGetLastError. Then, when its stream gets to the launch (streams.hpp),
 // the blocks run one after another; the threads of a
 // block are fibers on one host thread, each run until it reaches a
-// __syncthreads, a warp shuffle or its end, in thread order. So a block
+// __syncthreads, a warp shuffle or __syncwarp, or its end, in thread order. So a block
 // barrier lets nobody on before every live thread of the block has arrived,
 // and a missing barrier shows as the worst ordering: thread 0 runs ahead of
 // everyone. A shuffle exchanges values among the 32 lanes of a warp; it is
@@ -216,6 +216,8 @@ namespace dptrain_emu {
 inline int down_source(int lane, int delta, int width) {
   return (lane % width) + delta < width ? lane + delta : -1;
 }
+// Each lane keeps its own value: an exchange that only waits for the warp.
+inline int own_value(int, int, int) { return -1; }
 inline int xor_source(int lane, int mask, int width) {
   const int src = lane ^ mask;
   return src / width == lane / width ? src : -1;
@@ -246,6 +248,12 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
   const unsigned flat = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   return static_cast<unsigned>(
       dptrain_emu::or_in_warp(predicate ? std::uint64_t{1} << (flat % 32) : 0));
+}
+// Returns once every lane of the warp has arrived here (a full mask only):
+// a lane that ended or waits elsewhere is a launch error, as for a shuffle.
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  dptrain_emu::check_shuffle(mask, 32);
+  dptrain_emu::exchange_in_warp(0, dptrain_emu::own_value, 0, 32);
 }
 // 1 + the index of the lowest set bit, 0 for none.
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }

@@ -77,6 +77,23 @@ __global__ void divergent_barrier(int* out) {
   }
 }
 
+// Each warp reverses its lanes' values through shared memory, a
+// __syncwarp between the writes and the reads.
+__global__ void reverse_in_warp(const int* x, int* out) {
+  __shared__ int s[kBlock];
+  const int t = threadIdx.x;
+  s[t] = x[t];
+  __syncwarp();
+  out[t] = s[t / 32 * 32 + 31 - t % 32];
+}
+
+__global__ void divergent_syncwarp(int* out) {
+  if (threadIdx.x < 16) {
+    __syncwarp();
+    out[threadIdx.x] = 1;
+  }
+}
+
 __global__ void early_exit_then_barrier(const int* x, int* out, int n) {
   __shared__ int s[kBlock];
   const int t = threadIdx.x;
@@ -159,6 +176,18 @@ TEST(DeviceEmulator, DivergentShuffleAndBarrierAreLaunchErrors) {
   e = take_detail();
   EXPECT_NE(e.find("divergent code"), std::string::npos) << e;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the error is reported once";
+}
+
+TEST(DeviceEmulator, SyncwarpOrdersAWarpsSharedMemoryAndMustBeReachedByAll) {
+  DeviceArray<int> x(kBlock), out(kBlock);
+  for (int i = 0; i < kBlock; ++i) x.p[i] = 1000 + i;
+  Launcher("reverse_in_warp", 1, kBlock)(reverse_in_warp, x.p, out.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  for (int i = 0; i < kBlock; ++i) EXPECT_EQ(out.p[i], 1000 + i / 32 * 32 + 31 - i % 32) << i;
+  Launcher("divergent_syncwarp", 1, 32)(divergent_syncwarp, out.p);
+  const std::string e = take_detail();
+  EXPECT_NE(e.find("divergent_syncwarp"), std::string::npos) << e;
+  EXPECT_NE(e.find("has ended"), std::string::npos) << e;
 }
 
 TEST(DeviceEmulator, BadConfigurationsAndHostPointersRunNothing) {

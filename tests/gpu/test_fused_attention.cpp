@@ -1,13 +1,12 @@
-// Implements: the checks of `--attention fused` (FusedAttentionKernels on
-// CUDA) against the CPU backend's attention (the math path, the reference):
-// an attn layer's output, its input gradient and every parameter gradient
-// from the same weights and inputs, causal and not, T not a multiple of a
-// tile (1, 37, 70), head dimensions 8, 32, 64, 128 (padded and exact), one
-// to three heads, in fp32 and bf16; a second run gives the same bits; the
-// fused layer holds nothing of size T × T; under bf16 the kernels read
-// qkv's bf16 rounding alone with the bits of the fp32 qkv (which they round
-// as they stage it); and the choices --attention cannot honour are usage
-// errors.
+// Implements: the checks of `--attention fused` (FusedAttentionKernels on CUDA)
+// against the CPU backend's attention (the math path, the reference): an attn
+// layer's output, its input gradient and every parameter gradient from the same
+// weights and inputs, causal and not, T not a multiple of a tile (1, 37, 70,
+// 100, 150), head dimensions 8, 32, 64, 128 (padded and exact), one to three
+// heads, in fp32 and bf16; a second run gives the same bits; the fused layer
+// holds nothing of size T × T; under bf16 the kernels read qkv's bf16 rounding
+// alone with the bits of the fp32 qkv (which they round as they stage it); and
+// the choices --attention cannot honour are usage errors.
 //
 // The bounds, against the largest value of each tensor. fp32: each value
 // is a chain of three sums (scores over hd, the softmax-weighted sum over
@@ -113,10 +112,12 @@ double worst_error(const Floats& got, const Floats& want) {
 
 // Head dims 6 and 12 stage rows value by value where 16-byte loads do not
 // fit the rows (6: fp32 and bf16; 12: a bf16 qkv), and 6 writes them so.
+// T 150 and 100 give blocks of every kind: whole ones, warps past the end,
+// and under the causal mask warps that skip a step the block visits.
 const Case kCases[] = {
     {1, 1, 1, 8, true},    {2, 37, 3, 8, true},  {2, 37, 2, 32, false}, {1, 70, 1, 64, true},
     {2, 33, 2, 64, false}, {1, 40, 1, 16, true}, {1, 37, 1, 128, true}, {1, 37, 2, 6, true},
-    {2, 21, 3, 12, false},
+    {2, 21, 3, 12, false}, {1, 150, 2, 64, true}, {1, 100, 1, 32, false},
 };
 
 void check_against_cpu(Precision precision) {

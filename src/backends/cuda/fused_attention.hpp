@@ -1,5 +1,6 @@
-// Implements: the launchers of the fused attention kernels (fused_attention.cu,
-// internal to src/backends/cuda/); FusedAttentionKernels
+// Implements: the launchers of the fused attention kernels
+// (fused_attention.cu, the forward; fused_attention_backward.cu, the
+// gradients; internal to src/backends/cuda/); FusedAttentionKernels
 // (dptrain/backends/kernels/fused_attention_kernels.hpp) says what each
 // computes. Each launches on l.stream and returns at once.
 #pragma once
@@ -12,7 +13,8 @@
 namespace dptrain::cuda {
 
 // The largest head dimension the kernels take with bf16 operands (tensor
-// cores) or fp32 ones: what fits their tiles in 48 KiB of shared memory.
+// cores) or fp32 ones: what fits their tiles in 48 KiB of shared memory
+// (fused_attention_tiles.hpp).
 int fused_attention_max_head_dim(bool bf16_operands);
 
 // o16 / dqkv16 (may be null): the output's / dqkv's bf16 copy, written with

@@ -1,8 +1,8 @@
 // Implements: the CUDA fused attention table (FusedAttentionKernels) over the
-// launchers of fused_attention.cu, on the compute stream: bf16 operands on
-// the tensor cores under --precision bf16, fp32 ones otherwise (tf32 runs
-// them in fp32, which is at least as exact). The backend makes it only where
-// --attention allows it (cuda_backend.cpp).
+// launchers of fused_attention.cu and fused_attention_backward.cu, on the
+// compute stream: bf16 operands on the tensor cores under --precision bf16,
+// fp32 ones otherwise (tf32 runs them in fp32, which is at least as exact). The
+// backend makes it only where --attention allows it (cuda_backend.cpp).
 #include <cstdint>
 #include <memory>
 #include <string>

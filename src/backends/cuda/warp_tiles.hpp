@@ -1,8 +1,9 @@
 // Implements: products of 16 × 16 tiles held by the warps of a block, for
 // the tiled kernels of src/backends/cuda/ (device code: included by .cu
 // files only). WarpTiles<E, M, N, Warps> is the part of a product c[M × N]
-// that one warp owns — tiles w, w + Warps, ... of the block's Warps warps —
-// kept in registers across calls: zeroed, accumulated from operands in
+// that one warp owns — tiles w, w + Warps, ... where Warps warps share it
+// (w the warp's index modulo Warps; Warps = 1: all of a product the warp
+// computes alone) — kept in registers across calls: zeroed, accumulated from operands in
 // shared memory (acc += a · b), scaled by row, stored.
 //  - E = __nv_bfloat16: wmma fragments on the tensor cores (sm_80 and
 //    later), fp32 accumulation. Which lane holds which element is not
@@ -45,7 +46,7 @@ struct OwnedTiles {
   static_assert(M % 16 == 0 && N % 16 == 0, "tiles of 16 x 16");
   // The o-th tile of this warp, or -1 past the last.
   __device__ static int tile(int o) {
-    const int t = warp_index() + o * Warps;
+    const int t = warp_index() % Warps + o * Warps;
     return t < kTiles ? t : -1;
   }
   __device__ static int row0(int t) { return t / (N / 16) * 16; }

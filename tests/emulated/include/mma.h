@@ -43,9 +43,8 @@ namespace detail {
 inline float value(float v) { return v; }
 inline float value(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-inline int own_lane(int, int, int) { return -1; }
 // Returns once every lane of the warp has arrived here.
-inline void warp_converge() { ::dptrain_emu::exchange_in_warp(0, own_lane, 0, 32); }
+inline void warp_converge() { ::dptrain_emu::exchange_in_warp(0, ::dptrain_emu::own_value, 0, 32); }
 
 template <typename T>
 bool usable(const T* p, unsigned ldm, const char* call) {

@@ -1,0 +1,176 @@
+// Implements: what the fused attention kernels (fused_attention.cu, the
+// forward; fused_attention_backward.cu, the gradients) share: how a block
+// is organized and how its shared memory is laid out (device code and
+// constexpr layouts: included by those .cu files only).
+//
+// A block is W warps (4, 2 or 1: the most whose tiles fit 48 KiB of static
+// shared memory). It owns 16·W rows (query rows in the forward and dQ
+// kernels, key rows in the dK/dV kernel), and warp w owns rows 16w .. 16w +
+// 15 of them, in the manner of FlashAttention-2: the rows of a score tile,
+// its softmax and the sums over the tiles that a warp owns are its own, so
+// the warps meet only where the block stages a tile of the other side
+// (32 keys, or 32 queries for dK/dV), two block barriers a tile.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <type_traits>
+
+#include "backends/cuda/head_rows.hpp"
+#include "backends/cuda/warp_tiles.hpp"
+
+namespace dptrain::cuda::attention {
+
+using std::size_t;
+using bf16 = __nv_bfloat16;
+
+constexpr size_t kSharedBytes = 48 * 1024;
+constexpr int kStripRows = 16;  // a warp's rows: one wmma tile high
+constexpr int kStep = 32;       // the other side's rows staged a step
+// The largest padded head dimensions whose tiles fit in shared memory.
+constexpr int kBf16HeadDim = 128, kFloatHeadDim = 64;
+
+// The row stride of a staged tile or strip of E: its width plus a pad that
+// moves consecutive rows to other shared-memory banks (8 bf16 = 16 bytes
+// keeps wmma's pointers and strides legal).
+template <typename E>
+constexpr int pad() { return sizeof(E) == 2 ? 8 : 1; }
+constexpr size_t round32(size_t bytes) { return (bytes + 31) / 32 * 32; }
+
+// Region sizes in bytes, each rounded to 32 so that every region starts
+// 256-bit aligned.
+template <typename E, int HDP>
+struct Sizes {
+  static constexpr int kLd = HDP + pad<E>();    // a staged row of q, k, v or do
+  static constexpr int kStripLd = kStep + pad<E>();  // a warp's p or ds strip
+  static constexpr size_t rows(int n) { return round32(size_t(n) * kLd * sizeof(E)); }
+  static constexpr size_t strips(int w) { return round32(size_t(w) * kStripRows * kStripLd * sizeof(E)); }
+  static constexpr size_t floats(size_t n) { return round32(n * sizeof(float)); }
+  // One 16 × 16 fp32 tile per warp for scores and one for dP (gradients).
+  static constexpr size_t scratch(int w) { return floats(size_t(w) * 2 * kTileElements); }
+};
+
+// Forward, W warps: q (16W rows), then k and v (a step each), each warp's
+// fp32 scores and E probabilities (16 × kStep); the output (16W × HDP
+// fp32) over k.. once the keys are done; then alpha (each row's rescaling)
+// and the row sums, and a tile of row numbers.
+template <typename E, int HDP>
+struct ForwardLayout {
+  using S = Sizes<E, HDP>;
+  static constexpr size_t keys(int w) {
+    return 2 * S::rows(kStep) + S::floats(size_t(w) * kStripRows * kStep) + S::strips(w);
+  }
+  static constexpr size_t out(int w) { return S::floats(size_t(w) * kStripRows * HDP); }
+  static constexpr size_t bytes(int w) {
+    return S::rows(w * kStripRows) + (keys(w) > out(w) ? keys(w) : out(w)) +
+           2 * S::floats(size_t(w) * kStripRows) + S::floats(kTileElements);
+  }
+};
+
+// dK and dV, W warps owning 16W keys: k and v (16W rows), then q and do (a
+// step each), the scratch tiles, each warp's pᵀ and dsᵀ strips (16 keys ×
+// kStep queries), the step's lse and row dots; dK and then dV (16W × HDP
+// fp32) over q.. once the queries are done.
+template <typename E, int HDP>
+struct KeyGradLayout {
+  using S = Sizes<E, HDP>;
+  static constexpr size_t queries(int w) {
+    return 2 * S::rows(kStep) + S::scratch(w) + 2 * S::strips(w);
+  }
+  static constexpr size_t out(int w) { return S::floats(size_t(w) * kStripRows * HDP); }
+  static constexpr size_t bytes(int w) {
+    return 2 * S::rows(w * kStripRows) + (queries(w) > out(w) ? queries(w) : out(w)) +
+           2 * S::floats(kStep);
+  }
+};
+
+// dQ, W warps owning 16W query rows: q and do (16W rows), then k and v (a
+// step each), the scratch tiles, each warp's ds strip (16 × kStep); dQ
+// (16W × HDP fp32) over k.. once the keys are done; the rows' lse and row
+// dots.
+template <typename E, int HDP>
+struct QueryGradLayout {
+  using S = Sizes<E, HDP>;
+  static constexpr size_t keys(int w) { return 2 * S::rows(kStep) + S::scratch(w) + S::strips(w); }
+  static constexpr size_t out(int w) { return S::floats(size_t(w) * kStripRows * HDP); }
+  static constexpr size_t bytes(int w) {
+    return 2 * S::rows(w * kStripRows) + (keys(w) > out(w) ? keys(w) : out(w)) +
+           2 * S::floats(size_t(w) * kStripRows);
+  }
+};
+
+// The most warps (4, 2, 1) whose layout fits the shared memory.
+template <typename Layout>
+constexpr int warps_for() {
+  return Layout::bytes(4) <= kSharedBytes ? 4 : Layout::bytes(2) <= kSharedBytes ? 2 : 1;
+}
+
+// Hands out consecutive regions of a block's shared memory.
+class Carve {
+ public:
+  __device__ explicit Carve(unsigned char* base) : at_(base) {}
+  template <typename T>
+  __device__ T* take(size_t bytes) {
+    T* p = reinterpret_cast<T*>(at_);
+    at_ += bytes;
+    return p;
+  }
+
+ private:
+  unsigned char* at_;
+};
+
+// The part of a product a warp owns alone: its 16-row strip (or a 16 × 16
+// tile of it), accumulated from operands in shared memory.
+template <typename E, int N>
+using Strip = WarpTiles<E, kStripRows, N, 1>;
+
+// c[16 × N] (row-major, ldc) = a[16 × K] · b[K × N]ᵀ-or-not, one warp.
+template <typename E, bool BCol, int N, int K>
+__device__ void strip_product(float* c, int ldc, const E* a, int lda, const E* b, int ldb) {
+  Strip<E, N> t;
+  t.zero();
+  t.template mma<false, BCol, K>(a, lda, b, ldb);
+  t.store(c, ldc);
+}
+
+__device__ inline bool attends(int row, int key, int tokens, bool causal) {
+  return row < tokens && key < tokens && (!causal || key <= row);
+}
+
+// The tile of rows a block owns. Under a causal mask the last tiles have
+// the most keys to visit: they are handed out first, so that the blocks
+// still running at the end of the grid are the short ones (blocks start
+// in the order of blockIdx, x fastest).
+__device__ inline int owned_tile(bool causal) {
+  return static_cast<int>(causal ? gridDim.y - 1 - blockIdx.y : blockIdx.y);
+}
+
+// One block per head and 16·W rows.
+inline dim3 strips_grid(const HeadShape& s, int warps) {
+  const int rows = warps * kStripRows;
+  return dim3(static_cast<unsigned>(s.batch * s.heads),
+              static_cast<unsigned>((s.tokens + rows - 1) / rows));
+}
+
+// The padded head dimension for head_dim (0: none), and a call of body
+// with it as a compile-time constant.
+inline int padded_head_dim(int head_dim, bool bf16_operands) {
+  const int most = bf16_operands ? kBf16HeadDim : kFloatHeadDim;
+  for (int p : {16, 32, 64, 128})
+    if (head_dim <= p && p <= most) return p;
+  return 0;
+}
+template <typename Body>
+void with_padding(int head_dim, bool bf16_operands, Body body) {
+  switch (padded_head_dim(head_dim, bf16_operands)) {
+    case 16: return body(std::integral_constant<int, 16>{});
+    case 32: return body(std::integral_constant<int, 32>{});
+    case 64: return body(std::integral_constant<int, 64>{});
+    case 128: return body(std::integral_constant<int, 128>{});
+    default: return;
+  }
+}
+
+}  // namespace dptrain::cuda::attention
