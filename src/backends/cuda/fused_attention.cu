@@ -14,7 +14,7 @@
 //    qkv's bf16 rounding alone (the same operands).
 //  - Tiles are staged 16 bytes a load where the rows are aligned. Under a
 //    causal mask the query tiles with the most keys are handed out first.
-//  - Products: 16 × 16 tiles from operands in shared memory (warp_tiles.hpp).
+//  - Products: 16 × 16 tiles from operands in shared memory (warp_strip.hpp).
 //    Under --precision bf16 the operands are rounded to bf16 as they are
 //    staged and multiplied on the tensor cores (wmma, fp32 accumulation);
 //    under fp32 and tf32 each lane sums its outputs with fp32 fused
@@ -38,7 +38,7 @@ namespace {
 
 using namespace attention;
 
-// A 16 × 16 tile whose row r holds r, for WarpTiles::load_row_map.
+// A 16 × 16 tile whose row r holds r, for WarpStrip::load_row_map.
 __device__ void fill_row_numbers(float* tile) {
   for (int i = threadIdx.x; i < kTileElements; i += blockDim.x) tile[i] = static_cast<float>(i / 16);
 }
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
     strip_softmax<E, PLD>(s_w, p_w, alpha_w, m, l, r0, k0, t, scale, causal);
     __syncwarp();
     acc.scale_rows(alpha_w);
-    acc.template mma<false, false, kStep>(p_w, PLD, v, LD);
+    acc.template mma<false, kStep>(p_w, PLD, v, LD);
   }
   const int lane = lane_index();
   if (lane % 2 == 0) {

@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
                                       causal, pt_w + j, dst_w + j);
       __syncwarp();
     }
-    dv.template mma<false, false, kStep>(pt_w, PLD, dout, LD);
-    dk.template mma<false, false, kStep>(dst_w, PLD, q, LD);
+    dv.template mma<false, kStep>(pt_w, PLD, dout, LD);
+    dk.template mma<false, kStep>(dst_w, PLD, q, LD);
   }
   __syncthreads();  // every warp is done with q, do and its strips
   dk.store(dkv + w * kStripRows * HDP, HDP);
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
                                        ds_w + j);
       __syncwarp();
     }
-    acc.template mma<false, false, kStep>(ds_w, PLD, k, LD);
+    acc.template mma<false, kStep>(ds_w, PLD, k, LD);
   }
   __syncthreads();  // every warp is done with k, v and its strips: dq goes over them
   acc.store(dq + w * kStripRows * HDP, HDP);

@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "backends/cuda/head_rows.hpp"
-#include "backends/cuda/warp_tiles.hpp"
+#include "backends/cuda/warp_strip.hpp"
 
 namespace dptrain::cuda::attention {
 
@@ -121,17 +121,18 @@ class Carve {
   unsigned char* at_;
 };
 
-// The part of a product a warp owns alone: its 16-row strip (or a 16 × 16
-// tile of it), accumulated from operands in shared memory.
+// A product a warp owns alone: its 16 rows (or a 16 × 16 tile of them).
 template <typename E, int N>
-using Strip = WarpTiles<E, kStripRows, N, 1>;
+using Strip = WarpStrip<E, N>;
+static_assert(kStripRows == 16, "a strip is one wmma tile high");
 
-// c[16 × N] (row-major, ldc) = a[16 × K] · b[K × N]ᵀ-or-not, one warp.
+// c[16 × N] (row-major, ldc) = a[16 × K] · b (b[K × N], or column-major:
+// the rows of bᵀ), one warp.
 template <typename E, bool BCol, int N, int K>
 __device__ void strip_product(float* c, int ldc, const E* a, int lda, const E* b, int ldb) {
   Strip<E, N> t;
   t.zero();
-  t.template mma<false, BCol, K>(a, lda, b, ldb);
+  t.template mma<BCol, K>(a, lda, b, ldb);
   t.store(c, ldc);
 }
 

@@ -1,0 +1,128 @@
+// Implements: the products a warp computes alone, for the tiled kernels of
+// src/backends/cuda/ (device code: included by .cu files only).
+// WarpStrip<E, N> is a product c[16 × N] (N a multiple of 16) held as
+// N / 16 tiles of 16 × 16 in the warp's registers across calls: zeroed,
+// accumulated from operands in shared memory (c += a · b, a 16 × K and
+// row-major, b K × N row- or column-major), scaled by row, stored.
+//  - E = __nv_bfloat16: wmma fragments on the tensor cores (sm_80 and
+//    later), fp32 accumulation; each step of 16 along K loads a's fragment
+//    once for all the tiles. Which lane holds which element is not
+//    specified, so the rows of the elements are learnt once per warp by
+//    loading a tile of row numbers into a fragment of the same type
+//    (load_row_map), which puts each row number where that row's elements
+//    go.
+//  - E = float: each lane holds elements lane, lane + 32, ... of each tile
+//    (row = element / 16) and sums its products with fused multiply-adds
+//    in increasing k.
+// Every sum runs in a fixed order: the same operands give the same bits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include <type_traits>
+
+namespace dptrain::cuda {
+
+constexpr int kWarpLanes = 32;
+constexpr int kTileElements = 256;  // a 16 × 16 tile
+
+__device__ inline int warp_index() { return static_cast<int>(threadIdx.x / kWarpLanes); }
+__device__ inline int lane_index() { return static_cast<int>(threadIdx.x % kWarpLanes); }
+
+template <bool Col, typename T>
+__device__ inline float element_at(const T* m, int ld, int r, int c) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(Col ? m[c * ld + r] : m[r * ld + c]);
+  else
+    return Col ? m[c * ld + r] : m[r * ld + c];
+}
+
+template <typename E, int N>
+class WarpStrip;
+
+template <int N>
+class WarpStrip<float, N> {
+  static_assert(N % 16 == 0, "tiles of 16 x 16");
+  static constexpr int kTiles = N / 16;
+  static constexpr int kPerLane = kTileElements / kWarpLanes;
+
+ public:
+  __device__ void zero() {
+    for (auto& tile : v_)
+      for (float& x : tile) x = 0.0f;
+  }
+  __device__ void load_row_map(const float*) {}  // rows follow from the lane
+  // c += a[16 × K] · b[K × N], a row-major, b row- or column-major.
+  template <bool BCol, int K>
+  __device__ void mma(const float* a, int lda, const float* b, int ldb) {
+    for (int t = 0; t < kTiles; ++t)
+      for (int e = 0; e < kPerLane; ++e) {
+        const int i = row_of(e), j = t * 16 + col_of(e);
+        float sum = v_[t][e];
+#pragma unroll 8
+        for (int k = 0; k < K; ++k) sum = fmaf(a[i * lda + k], element_at<BCol>(b, ldb, k, j), sum);
+        v_[t][e] = sum;
+      }
+  }
+  // Row i of the product times factor[i].
+  __device__ void scale_rows(const float* factor) {
+    for (auto& tile : v_)
+      for (int e = 0; e < kPerLane; ++e) tile[e] *= factor[row_of(e)];
+  }
+  __device__ void store(float* c, int ldc) const {
+    for (int t = 0; t < kTiles; ++t)
+      for (int e = 0; e < kPerLane; ++e) c[row_of(e) * ldc + t * 16 + col_of(e)] = v_[t][e];
+  }
+
+ private:
+  __device__ static int row_of(int e) { return (lane_index() + kWarpLanes * e) / 16; }
+  __device__ static int col_of(int e) { return (lane_index() + kWarpLanes * e) % 16; }
+  float v_[kTiles][kPerLane];
+};
+
+template <int N>
+class WarpStrip<__nv_bfloat16, N> {
+  static_assert(N % 16 == 0, "tiles of 16 x 16");
+  static constexpr int kTiles = N / 16;
+  using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+
+ public:
+  __device__ void zero() {
+    for (Accumulator& f : f_) nvcuda::wmma::fill_fragment(f, 0.0f);
+  }
+  // row_numbers: a 16 × 16 float tile in shared memory whose row r holds r
+  // (256-bit aligned); the warp's lanes all call this.
+  __device__ void load_row_map(const float* row_numbers) {
+    nvcuda::wmma::load_matrix_sync(rows_, row_numbers, 16, nvcuda::wmma::mem_row_major);
+  }
+  template <bool BCol, int K>
+  __device__ void mma(const __nv_bfloat16* a, int lda, const __nv_bfloat16* b, int ldb) {
+    namespace wmma = nvcuda::wmma;
+    using LayoutB = std::conditional_t<BCol, wmma::col_major, wmma::row_major>;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+      wmma::load_matrix_sync(fa, a + k0, lda);
+      for (int t = 0; t < kTiles; ++t) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> fb;
+        wmma::load_matrix_sync(fb, BCol ? b + t * 16 * ldb + k0 : b + k0 * ldb + t * 16, ldb);
+        wmma::mma_sync(f_[t], fa, fb, f_[t]);
+      }
+    }
+  }
+  // Needs load_row_map first.
+  __device__ void scale_rows(const float* factor) {
+    for (Accumulator& f : f_)
+      for (int e = 0; e < f.num_elements; ++e) f.x[e] *= factor[static_cast<int>(rows_.x[e])];
+  }
+  __device__ void store(float* c, int ldc) const {
+    for (int t = 0; t < kTiles; ++t)
+      nvcuda::wmma::store_matrix_sync(c + t * 16, f_[t], ldc, nvcuda::wmma::mem_row_major);
+  }
+
+ private:
+  Accumulator f_[kTiles];
+  Accumulator rows_;
+};
+
+}  // namespace dptrain::cuda
