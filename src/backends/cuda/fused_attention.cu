@@ -81,14 +81,13 @@ template <typename E, int HDP, typename Q>
 __global__ void __launch_bounds__(4 * kWarpLanes)
     fused_forward_kernel(const Q* qkv, HeadShape s, float scale, bool causal, float* out,
                          float* lse, bf16* out16) {
-  using L = ForwardLayout<E, HDP>;
+  using B = Block<ForwardLayout<E, HDP>>;
   using Z = Sizes<E, HDP>;
-  constexpr int W = warps_for<L>(), R = W * kStripRows, LD = Z::kLd, PLD = Z::kStripLd;
-  static_assert(L::bytes(W) <= kSharedBytes, "tiles exceed shared memory");
-  alignas(32) __shared__ unsigned char smem[L::bytes(W)];
+  constexpr int W = B::W, R = B::R, LD = B::LD, PLD = B::PLD;
+  alignas(32) __shared__ unsigned char smem[B::kBytes];
   Carve at(smem);
   E* q = at.take<E>(Z::rows(R));
-  unsigned char* keys_region = at.take<unsigned char>(L::keys(W) > L::out(W) ? L::keys(W) : L::out(W));
+  unsigned char* keys_region = at.take<unsigned char>(B::kStepped);
   float* row_alpha = at.take<float>(Z::floats(R));
   float* row_sum = at.take<float>(Z::floats(R));
   float* row_numbers = at.take<float>(Z::floats(kTileElements));
@@ -149,7 +148,7 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
 template <typename E, int HDP, typename Q>
 void forward_as(const Launch& l, const Q* qkv, const HeadShape& s, float scale, bool causal,
                 float* o, float* lse, bf16* o16) {
-  constexpr int W = warps_for<ForwardLayout<E, HDP>>();
+  constexpr int W = Block<ForwardLayout<E, HDP>>::W;
   fused_forward_kernel<E, HDP, Q><<<strips_grid(s, W), W * kWarpLanes, 0, l.stream>>>(
       qkv, s, scale, causal, o, lse, o16);
   DPT_CUDA_CHECK(cudaGetLastError());

@@ -78,16 +78,14 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
     fused_key_grad_kernel(const Q* qkv, const D* d_o, const float* lse,
                           const float* rowdot, HeadShape s, float scale, bool causal,
                           float* dqkv, bf16* dqkv16) {
-  using L = KeyGradLayout<E, HDP>;
+  using B = Block<KeyGradLayout<E, HDP>>;
   using Z = Sizes<E, HDP>;
-  constexpr int W = warps_for<L>(), R = W * kStripRows, LD = Z::kLd, PLD = Z::kStripLd;
-  static_assert(L::bytes(W) <= kSharedBytes, "tiles exceed shared memory");
-  alignas(32) __shared__ unsigned char smem[L::bytes(W)];
+  constexpr int W = B::W, R = B::R, LD = B::LD, PLD = B::PLD;
+  alignas(32) __shared__ unsigned char smem[B::kBytes];
   Carve at(smem);
   E* k = at.take<E>(Z::rows(R));
   E* v = at.take<E>(Z::rows(R));
-  unsigned char* queries_region =
-      at.take<unsigned char>(L::queries(W) > L::out(W) ? L::queries(W) : L::out(W));
+  unsigned char* queries_region = at.take<unsigned char>(B::kStepped);
   float* lse_r = at.take<float>(Z::floats(kStep));
   float* dot_r = at.take<float>(Z::floats(kStep));
   Carve queries_at(queries_region);
@@ -156,15 +154,14 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
     fused_query_grad_kernel(const Q* qkv, const D* d_o, const float* lse,
                             const float* rowdot, HeadShape s, float scale, bool causal,
                             float* dqkv, bf16* dqkv16) {
-  using L = QueryGradLayout<E, HDP>;
+  using B = Block<QueryGradLayout<E, HDP>>;
   using Z = Sizes<E, HDP>;
-  constexpr int W = warps_for<L>(), R = W * kStripRows, LD = Z::kLd, PLD = Z::kStripLd;
-  static_assert(L::bytes(W) <= kSharedBytes, "tiles exceed shared memory");
-  alignas(32) __shared__ unsigned char smem[L::bytes(W)];
+  constexpr int W = B::W, R = B::R, LD = B::LD, PLD = B::PLD;
+  alignas(32) __shared__ unsigned char smem[B::kBytes];
   Carve at(smem);
   E* q = at.take<E>(Z::rows(R));
   E* dout = at.take<E>(Z::rows(R));
-  unsigned char* keys_region = at.take<unsigned char>(L::keys(W) > L::out(W) ? L::keys(W) : L::out(W));
+  unsigned char* keys_region = at.take<unsigned char>(B::kStepped);
   float* lse_r = at.take<float>(Z::floats(R));
   float* dot_r = at.take<float>(Z::floats(R));
   Carve keys_at(keys_region);
@@ -222,11 +219,11 @@ template <typename E, int HDP, typename Q, typename D>
 void backward_as(const Launch& l, const Q* qkv, const float* lse, const D* d_o,
                  const float* rowdot, const HeadShape& s, float scale, bool causal,
                  float* dqkv, bf16* dqkv16) {
-  constexpr int WK = warps_for<KeyGradLayout<E, HDP>>();
+  constexpr int WK = Block<KeyGradLayout<E, HDP>>::W;
   fused_key_grad_kernel<E, HDP, Q, D><<<strips_grid(s, WK), WK * kWarpLanes, 0, l.stream>>>(
       qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
-  constexpr int WQ = warps_for<QueryGradLayout<E, HDP>>();
+  constexpr int WQ = Block<QueryGradLayout<E, HDP>>::W;
   fused_query_grad_kernel<E, HDP, Q, D><<<strips_grid(s, WQ), WQ * kWarpLanes, 0, l.stream>>>(
       qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());

@@ -51,10 +51,10 @@ struct Sizes {
   static constexpr size_t scratch(int w) { return floats(size_t(w) * 2 * kTileElements); }
 };
 
-// Forward, W warps: q (16W rows), then k and v (a step each), each warp's
-// fp32 scores and E probabilities (16 × kStep); the output (16W × HDP
-// fp32) over k.. once the keys are done; then alpha (each row's rescaling)
-// and the row sums, and a tile of row numbers.
+// Forward, W warps: q (16W rows), then the stepped part: k and v (a step
+// each), each warp's fp32 scores and E probabilities (16 × kStep), and
+// over them the output (16W × HDP fp32) once the keys are done; then
+// alpha (each row's rescaling), the row sums and a tile of row numbers.
 template <typename E, int HDP>
 struct ForwardLayout {
   using S = Sizes<E, HDP>;
@@ -62,9 +62,10 @@ struct ForwardLayout {
     return 2 * S::rows(kStep) + S::floats(size_t(w) * kStripRows * kStep) + S::strips(w);
   }
   static constexpr size_t out(int w) { return S::floats(size_t(w) * kStripRows * HDP); }
+  static constexpr size_t stepped(int w) { return keys(w) > out(w) ? keys(w) : out(w); }
   static constexpr size_t bytes(int w) {
-    return S::rows(w * kStripRows) + (keys(w) > out(w) ? keys(w) : out(w)) +
-           2 * S::floats(size_t(w) * kStripRows) + S::floats(kTileElements);
+    return S::rows(w * kStripRows) + stepped(w) + 2 * S::floats(size_t(w) * kStripRows) +
+           S::floats(kTileElements);
   }
 };
 
@@ -79,9 +80,9 @@ struct KeyGradLayout {
     return 2 * S::rows(kStep) + S::scratch(w) + 2 * S::strips(w);
   }
   static constexpr size_t out(int w) { return S::floats(size_t(w) * kStripRows * HDP); }
+  static constexpr size_t stepped(int w) { return queries(w) > out(w) ? queries(w) : out(w); }
   static constexpr size_t bytes(int w) {
-    return 2 * S::rows(w * kStripRows) + (queries(w) > out(w) ? queries(w) : out(w)) +
-           2 * S::floats(kStep);
+    return 2 * S::rows(w * kStripRows) + stepped(w) + 2 * S::floats(kStep);
   }
 };
 
@@ -94,9 +95,9 @@ struct QueryGradLayout {
   using S = Sizes<E, HDP>;
   static constexpr size_t keys(int w) { return 2 * S::rows(kStep) + S::scratch(w) + S::strips(w); }
   static constexpr size_t out(int w) { return S::floats(size_t(w) * kStripRows * HDP); }
+  static constexpr size_t stepped(int w) { return keys(w) > out(w) ? keys(w) : out(w); }
   static constexpr size_t bytes(int w) {
-    return 2 * S::rows(w * kStripRows) + (keys(w) > out(w) ? keys(w) : out(w)) +
-           2 * S::floats(size_t(w) * kStripRows);
+    return 2 * S::rows(w * kStripRows) + stepped(w) + 2 * S::floats(size_t(w) * kStripRows);
   }
 };
 
@@ -105,6 +106,17 @@ template <typename Layout>
 constexpr int warps_for() {
   return Layout::bytes(4) <= kSharedBytes ? 4 : Layout::bytes(2) <= kSharedBytes ? 2 : 1;
 }
+
+// A kernel's block under a layout: W warps owning R rows, the row strides
+// of its staged tiles (LD) and strips (PLD), the shared memory it takes,
+// and the part of it that each step reuses (stepped, then the outputs).
+template <typename Layout>
+struct Block {
+  static constexpr int W = warps_for<Layout>(), R = W * kStripRows;
+  static constexpr int LD = Layout::S::kLd, PLD = Layout::S::kStripLd;
+  static constexpr size_t kBytes = Layout::bytes(W), kStepped = Layout::stepped(W);
+  static_assert(kBytes <= kSharedBytes, "tiles exceed shared memory");
+};
 
 // Hands out consecutive regions of a block's shared memory.
 class Carve {
