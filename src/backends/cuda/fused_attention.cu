@@ -40,7 +40,8 @@ using namespace attention;
 
 // A 16 × 16 tile whose row r holds r, for WarpStrip::load_row_map.
 __device__ void fill_row_numbers(float* tile) {
-  for (int i = threadIdx.x; i < kTileElements; i += blockDim.x) tile[i] = static_cast<float>(i / 16);
+  for (int i = threadIdx.x; i < kTileElements; i += blockDim.x)
+    tile[i] = static_cast<float>(i / 16);
 }
 
 // One step of keys (k0 .. k0 + kStep) of the online softmax over a warp's

@@ -244,8 +244,8 @@ void fused_attention_backward(const Launch& l, bool bf16_operands, const float* 
   const auto row_dot = [&](const auto* dout) {
     using D = std::remove_cv_t<std::remove_pointer_t<decltype(dout)>>;
     if (o)
-      row_dot_kernel<D, float><<<blocks, kRowWarps * kWarpLanes, 0, l.stream>>>(dout, o, s, rows,
-                                                                           rowdot);
+      row_dot_kernel<D, float><<<blocks, kRowWarps * kWarpLanes, 0, l.stream>>>(
+          dout, o, s, rows, rowdot);
     else
       row_dot_kernel<D, bf16><<<blocks, kRowWarps * kWarpLanes, 0, l.stream>>>(
           dout, reinterpret_cast<const bf16*>(o16), s, rows, rowdot);

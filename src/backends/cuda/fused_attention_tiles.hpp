@@ -8,8 +8,8 @@
 // kernels, key rows in the dK/dV kernel), and warp w owns rows 16w .. 16w +
 // 15 of them, in the manner of FlashAttention-2: the rows of a score tile,
 // its softmax and the sums over the tiles that a warp owns are its own, so
-// the warps meet only where the block stages a tile of the other side
-// (32 keys, or 32 queries for dK/dV), two block barriers a tile.
+// the warps meet only where the block stages a step of the other side's
+// rows (32 keys, or 32 queries for dK/dV), two block barriers a step.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -42,10 +42,12 @@ constexpr size_t round32(size_t bytes) { return (bytes + 31) / 32 * 32; }
 // 256-bit aligned.
 template <typename E, int HDP>
 struct Sizes {
-  static constexpr int kLd = HDP + pad<E>();    // a staged row of q, k, v or do
+  static constexpr int kLd = HDP + pad<E>();         // a staged row of q, k, v or do
   static constexpr int kStripLd = kStep + pad<E>();  // a warp's p or ds strip
   static constexpr size_t rows(int n) { return round32(size_t(n) * kLd * sizeof(E)); }
-  static constexpr size_t strips(int w) { return round32(size_t(w) * kStripRows * kStripLd * sizeof(E)); }
+  static constexpr size_t strips(int w) {
+    return round32(size_t(w) * kStripRows * kStripLd * sizeof(E));
+  }
   static constexpr size_t floats(size_t n) { return round32(n * sizeof(float)); }
   // One 16 × 16 fp32 tile per warp for scores and one for dP (gradients).
   static constexpr size_t scratch(int w) { return floats(size_t(w) * 2 * kTileElements); }
