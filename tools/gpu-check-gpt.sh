@@ -33,7 +33,9 @@
 #   (ncu, each launch's duration; tools/gpu-check-kernels.py sums them):
 #   the heaviest kernels' shares of all kernel time, the whole table and
 #   the CSV in logs/ ("skipped" or "failed" and why otherwise, never a
-#   failure of the check).
+#   failure of the check); then the fused attention's kernels at the first
+#   attention shape under ncu's speed-of-light, occupancy, launch, memory
+#   and warp-state sections, the report in logs/attention-kernels.csv.
 # MFU = tokens/s x (6 N + 12 L T D) / peak: N the parameters in matrix
 # products (all but the token and position tables), 12 L T D attention's
 # two batched products, forward and backward, over the full T x T
@@ -274,6 +276,40 @@ gpt_kernel_rows() {
   fi
 }
 
+# The fused attention's kernels in depth, where ncu runs: the second
+# forward and backward (the first warms up) of the first attention shape's
+# core (bf16, --attention fused), its four kernels, under Nsight Compute's
+# speed-of-light, occupancy, launch, memory-workload and warp-state
+# sections, which say what bounds each kernel (the tensor pipes, shared
+# memory, latency or occupancy) and with how many registers and blocks an
+# SM it ran. The report (ncu's details page, every metric of
+# every launch) stays in logs/attention-kernels.csv for whoever tunes them;
+# the row says how many launches it holds. Never fails the check.
+attention_kernel_profile() {
+  local ncu rc launches csv=$work/attention-kernels.csv log=$work/attention-kernels.txt
+  local shape=${ATTENTION_SHAPES:-8,12,1024,64}
+  shape=${shape%%/*}
+  local name="fused attention kernels in depth (bf16, $shape)"
+  if ! ncu=$(find_ncu); then
+    row speed "$name (ncu)" skipped "no Nsight Compute (ncu) on this machine"
+    return
+  fi
+  run_for 120 "$log" "${mpirun[@]}" -n 1 "$ncu" --clock-control none \
+    --kernel-name regex:'fused_|row_dot' --launch-skip 4 --launch-count 4 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --page details --csv --log-file "$csv" \
+    "$gpt_bench" attention --device cuda --precision bf16 --attention fused \
+    --attention-shape "$shape" --repeats 1 --warmup 1
+  rc=$?
+  if ((rc != 0)); then
+    row speed "$name (ncu)" failed "$(outcome "$rc" | tr '[:upper:]' '[:lower:]'): $(tail -1 "$log")"
+    return
+  fi
+  launches=$(awk -F, '$1 ~ /^"[0-9]+"$/ { print $1 }' "$csv" | sort -u | wc -l)
+  row speed "$name (ncu)" ok "$launches kernel launches profiled: logs/attention-kernels.csv"
+}
+
 gpt_section() {
   if ! gpt_data; then
     row gpt "token set" FAILED "no bundled gpt_text.h5 and no Python with h5py to make one"
@@ -303,4 +339,5 @@ gpt_section() {
   gpt_layer_rows "$gemm_batch"
   gpt_torch_rows compiled 180  # torch.compile takes 20 to 30 s of it on an H200
   gpt_kernel_rows
+  attention_kernel_profile
 }

@@ -233,6 +233,10 @@ has "$kernels: fused_forward_kernel<__nv_bfloat16, 16, __nv_bfloat16> (ncu) | 0.
 has "$kernels: nvjet_standin (ncu) | 0.125 | 1 launches, "
 grep -qF '| `nvjet_standin` | 1 | 0.0010 | 0.1250 |' "$WORK/out/logs/gpt-kernels.md" ||
   fail "no whole kernel table in logs/gpt-kernels.md"
+# The fused attention's kernels in depth: the stand-in ncu's report kept
+# whole, the row counting its launches, at the first attention shape.
+has "| speed | fused attention kernels in depth (bf16, 1,2,20,16) (ncu) | ok | 3 kernel launches profiled: logs/attention-kernels.csv |"
+[[ -s $WORK/out/logs/attention-kernels.csv ]] || fail "no logs/attention-kernels.csv"
 if ((GPUS == 2)); then
   grep -qE "^\| speed \| all-reduce 1 MiB bus bandwidth vs NCCL \(2 GPUs\) \| $number \|" "$table" ||
     fail "no all-reduce row"
