@@ -55,19 +55,18 @@ template <typename E, int PLD>
 __device__ void strip_softmax(const float* s, E* p, float* alpha, float& m, float& l, int r0,
                               int k0, int tokens, float scale, bool causal) {
   const int r = lane_index() / 2, first = lane_index() % 2 * 16, row = r0 + r;
-  // The scaled score of the lane's j-th key, -inf where the row does not
-  // attend it (read twice rather than held: fewer registers).
-  const auto score = [&](int j) {
-    const int c = first + (j + r) % 16, key = k0 + c;
-    return key < tokens && (!causal || key <= row) ? s[r * kStep + c] * scale : -INFINITY;
-  };
+  float z[16];  // the scaled scores of the lane's keys, -inf where the row does not attend
   float most = -INFINITY;
-  for (int j = 0; j < 16; ++j) most = fmaxf(most, score(j));
+  for (int j = 0; j < 16; ++j) {
+    const int c = first + (j + r) % 16, key = k0 + c;
+    z[j] = key < tokens && (!causal || key <= row) ? s[r * kStep + c] * scale : -INFINITY;
+    most = fmaxf(most, z[j]);
+  }
   // Finite: each step visited has a key at or below each row of the warp.
   const float new_m = fmaxf(m, fmaxf(most, __shfl_xor_sync(0xffffffffu, most, 1)));
   float sum = 0.0f;
   for (int j = 0; j < 16; ++j) {
-    const E pe = to_elem<E>(expf(score(j) - new_m));  // 0 where masked
+    const E pe = to_elem<E>(expf(z[j] - new_m));  // 0 where masked
     p[r * PLD + first + (j + r) % 16] = pe;
     sum += to_float(pe);
   }
