@@ -101,13 +101,11 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
   const size_t bh = blockIdx.x;
   const int w = warp_index(), q0 = owned_tile(causal) * R, t = s.tokens;
   const int r0 = q0 + w * kStripRows;
-  const auto rows = [&](int part) {
-    return HeadRows<Q>{qkv + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
-  };
+  const auto rows = [&](int part) { return head_rows(qkv, s, bh, part); };
   stage_rows<E, R, HDP, LD>(q, rows(0), q0);
   fill_row_numbers(row_numbers);
   __syncthreads();
-  Strip<E, HDP> acc;  // the output's running sum of the warp's rows
+  WarpStrip<E, HDP> acc;  // the output's running sum of the warp's rows
   acc.zero();
   acc.load_row_map(row_numbers);
   float m = -INFINITY, l = 0.0f;

@@ -99,13 +99,10 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
   const size_t bh = blockIdx.x;
   const int w = warp_index(), k0 = static_cast<int>(blockIdx.y) * R, t = s.tokens;
   const int kw = k0 + w * kStripRows;  // the warp's first key
-  const auto rows = [&](const auto* base, int part) {
-    return HeadRows<std::remove_cv_t<std::remove_pointer_t<decltype(base)>>>{
-        base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
-  };
+  const auto rows = [&](const auto* base, int part) { return head_rows(base, s, bh, part); };
   stage_rows<E, R, HDP, LD>(k, rows(qkv, 1), k0);
   stage_rows<E, R, HDP, LD>(v, rows(qkv, 2), k0);
-  Strip<E, HDP> dk, dv;  // the warp's keys' sums, in registers over the steps
+  WarpStrip<E, HDP> dk, dv;  // the warp's keys' sums, in registers over the steps
   dk.zero();
   dv.zero();
   const E* k_w = k + w * kStripRows * LD;
@@ -174,15 +171,12 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
   const size_t bh = blockIdx.x;
   const int w = warp_index(), q0 = owned_tile(causal) * R, t = s.tokens;
   const int r0 = q0 + w * kStripRows;  // the warp's first row
-  const auto rows = [&](const auto* base, int part) {
-    return HeadRows<std::remove_cv_t<std::remove_pointer_t<decltype(base)>>>{
-        base + head_offset(s, bh, part), head_ld(s, part), t, s.head_dim};
-  };
+  const auto rows = [&](const auto* base, int part) { return head_rows(base, s, bh, part); };
   stage_rows<E, R, HDP, LD>(q, rows(qkv, 0), q0);
   stage_rows<E, R, HDP, LD>(dout, rows(d_o, -1), q0);
   stage_vector<R>(lse_r, lse + bh * t, q0, t);
   stage_vector<R>(dot_r, rowdot + bh * t, q0, t);
-  Strip<E, HDP> acc;  // the warp's rows of dQ, in registers over the steps
+  WarpStrip<E, HDP> acc;  // the warp's rows of dQ, in registers over the steps
   acc.zero();
   const int key_end = causal && q0 + R < t ? q0 + R : t;
   const int warp_end = r0 >= t ? 0 : causal && r0 + kStripRows < t ? r0 + kStripRows : t;

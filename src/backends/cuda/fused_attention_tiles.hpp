@@ -135,16 +135,13 @@ class Carve {
   unsigned char* at_;
 };
 
-// A product a warp owns alone: its 16 rows (or a 16 × 16 tile of them).
-template <typename E, int N>
-using Strip = WarpStrip<E, N>;
-static_assert(kStripRows == 16, "a strip is one wmma tile high");
+static_assert(kStripRows == 16, "a warp's rows are one WarpStrip, one wmma tile high");
 
 // c[16 × N] (row-major, ldc) = a[16 × K] · b (b[K × N], or column-major:
 // the rows of bᵀ), one warp.
 template <typename E, bool BCol, int N, int K>
 __device__ void strip_product(float* c, int ldc, const E* a, int lda, const E* b, int ldb) {
-  Strip<E, N> t;
+  WarpStrip<E, N> t;
   t.zero();
   t.template mma<BCol, K>(a, lda, b, ldb);
   t.store(c, ldc);

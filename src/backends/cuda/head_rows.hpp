@@ -47,6 +47,13 @@ __device__ inline std::size_t head_offset(const HeadShape& s, std::size_t bh, in
 __device__ inline std::size_t head_ld(const HeadShape& s, int part) {
   return (part < 0 ? 1 : 3) * std::size_t(s.heads) * s.head_dim;
 }
+// The rows of block bh's head in part `part` of qkv (or, part < 0, in a
+// [N, T, H, hd] tensor) at base.
+template <typename T>
+__device__ inline HeadRows<T> head_rows(const T* base, const HeadShape& s, std::size_t bh,
+                                        int part) {
+  return HeadRows<T>{base + head_offset(s, bh, part), head_ld(s, part), s.tokens, s.head_dim};
+}
 // The same head in a tensor of that layout (fp32, or a bf16 copy) where
 // there is one (base null: none, and null is returned).
 template <typename T>
