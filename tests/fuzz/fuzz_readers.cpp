@@ -22,6 +22,11 @@
 //    copying a damaged attribute message, on the same path.
 //  - mallocs of sizes taken from damaged headers (terabytes); HDF5 checks
 //    most of these for NULL (hence allocator_may_return_null=1).
+//  - out-of-memory reports where no single allocation is over the limit:
+//    HDF5's chunk buffers (a declared chunk of a gigabyte, inflated by
+//    doubling reallocs) beside dptrain's bounded buffers for one row of at
+//    most 256 MiB; tools/fuzz.sh fails only where dptrain holds over half
+//    the limit.
 // Checkpoints dptrain writes are in the checksummed 1.10 format, so damage
 // to them is refused before parsing; data files from h5py are not.
 #include <unistd.h>
