@@ -1,25 +1,23 @@
 // Implements: the core of the CUDA backend — device memory and copies on one
 // non-blocking compute stream, input uploads from pinned memory on a copy
-// stream ordered by per-slot events, device markers, cuBLAS GEMMs (fp32,
-// tf32, bf16 inputs; strided-batched for attention; cuBLASLt for the dense
-// products' bias epilogues) on row-major data through operand order, the
-// NCCL communicator on its device, and the registry of its kernel families
-// (kernel_factory.hpp), all launching on the compute stream. Semantics are
+// stream ordered by per-slot events, device markers, the GEMMs (cuBLAS and
+// cuBLASLt's epilogues: cuda_gemm.hpp), the NCCL communicator on its
+// device, and the registry of its kernel families (kernel_factory.hpp), all
+// launching on the compute stream. Semantics are
 // those of the CPU reference (src/backends/cpu/), which the GPU tests check.
 #include "backends/cuda/cuda_backend.hpp"
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <array>
 #include <string>
 
+#include "backends/cuda/cuda_gemm.hpp"
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/kernel_factory.hpp"
 #include "backends/cuda/kernels.hpp"
-#include "backends/cuda/lt_matmul.hpp"
 #include "backends/cuda/nccl_comm.hpp"
 #include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/backends/kernels/activation_kernels.hpp"
@@ -81,12 +79,10 @@ class CudaBackend final : public Backend {
       : device_(opts.device_index), precision_(opts.precision) {
     DPT_CUDA_CHECK(cudaSetDevice(device_));
     stream_ = cuda::Stream::create();
-    cublas_ = cuda::CublasHandle::create();
-    DPT_CUBLAS_CHECK(cuda::cublas_api().cublasSetStream_(cublas_.get(), stream_.get()));
-    lt_ = std::make_unique<cuda::LtMatmul>(stream_.get());
     int sms = 0;
     DPT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     launch_ = {stream_.get(), std::max(1, sms) * kBlocksPerSm};
+    gemms_ = std::make_unique<cuda::Gemms>(stream_.get(), launch_, precision_);
     cudaDeviceProp prop{};
     DPT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
@@ -132,10 +128,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string placement() const override { return "cuda:" + std::to_string(device_); }
   std::string gemm_library() const override {
-    int v = 0;
-    cuda::cublas_api().cublasGetVersion_(cublas_.get(), &v);
-    return "cuBLAS " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-           std::to_string(v % 100) + ", " + cuda::spatial_library();
+    return gemms_->version() + ", " + cuda::spatial_library();
   }
   std::string device_name() const override { return device_name_; }
   // Device memory is not the host's; the host only queues work, so shards
@@ -260,89 +253,38 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
 
+  // The GEMMs are cuda_gemm.cpp's; the epilogues fall back to the
+  // Backend's defaults (a GEMM and the kernels) where cuBLASLt has no
+  // algorithm.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, GemmOperand a, int lda,
             GemmOperand b, int ldb, float beta, float* c, int ldc) override {
-    if (m <= 0 || n <= 0) return;
-    if (k <= 0) {
-      cuda::scale_matrix(launch_, c, m, n, ldc, beta);
-      return;
-    }
-    const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
-    DPT_CUBLAS_CHECK(cuda::cublas_api().cublasGemmEx_(
-        cublas_.get(), in.op_b, in.op_a, n, m, k, &alpha, in.b, in.type, ldb, in.a, in.type, lda,
-        &beta, c, CUDA_R_32F, ldc, in.compute, CUBLAS_GEMM_DEFAULT));
+    gemms_->gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
-
-  // Attention's products over N·H heads: one strided-batched cuBLAS call,
-  // mapped to column-major as gemm() is.
   void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     int lda, std::size_t stride_a, const float* b, int ldb, std::size_t stride_b,
                     float beta, float* c, int ldc, std::size_t stride_c, int batch) override {
-    if (m <= 0 || n <= 0 || batch <= 0) return;
-    if (k <= 0) {
-      for (int i = 0; i < batch; ++i)
-        cuda::scale_matrix(launch_, c + static_cast<std::size_t>(i) * stride_c, m, n, ldc, beta);
-      return;
-    }
-    const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb,
-                                      stride_b, batch);
-    DPT_CUBLAS_CHECK(cuda::cublas_api().cublasGemmStridedBatchedEx_(
-        cublas_.get(), in.op_b, in.op_a, n, m, k, &alpha, in.b, in.type, ldb,
-        static_cast<long long>(stride_b), in.a, in.type, lda, static_cast<long long>(stride_a),
-        &beta, c, CUDA_R_32F, ldc, static_cast<long long>(stride_c), batch, in.compute,
-        CUBLAS_GEMM_DEFAULT));
+    gemms_->gemm_batched(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+                         beta, c, ldc, stride_c, batch);
   }
-
-  // The dense products with their bias through cuBLASLt's epilogues
-  // (lt_matmul.hpp), mapped to column-major as gemm() is: the bias over
-  // row-major C's columns is over the rows of column-major Cᵀ (BIAS, and
-  // GELU_AUX_BIAS with aux laid out as C), and op(A)'s sums over k are
-  // those of cuBLAS's second operand (BGRADB); DGELU reads aux as C. In
-  // bf16 the bias gradient is summed from the bf16 operand, as the GEMM
-  // reads it. Where cuBLASLt has no algorithm, the GEMM and the kernels.
   void gemm_epilogue(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a, int lda,
                      GemmOperand b, int ldb, float* c, int ldc, GemmEpilogue epilogue,
                      float* vector, float* aux) override {
-    if (m > 0 && n > 0 && k > 0) {
-      const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
-      const cuda::LtProblem p{in.op_b, in.op_a, n, m, k, ldb, lda, ldc, in.type, in.compute,
-                              lt_epilogue(epilogue)};
-      // kBiasAdd: aux is cuBLASLt's C (beta 1), not an epilogue's aux.
-      const bool adds = epilogue == GemmEpilogue::kBiasAdd;
-      if (lt_->run(p, in.b, in.a, c, vector, adds ? nullptr : aux, adds ? aux : nullptr)) return;
-    }
-    Backend::gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, epilogue, vector,
-                           aux);
+    if (!gemms_->gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, epilogue,
+                               vector, aux))
+      Backend::gemm_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, epilogue, vector,
+                             aux);
   }
-
-  // D, the aux matrix and the bias in bf16 (cuBLASLt's bf16 epilogues take
-  // the bias and aux in D's type); the default where it has no algorithm.
   void gemm_epilogue_bf16(GemmEpilogue epilogue, bool trans_a, bool trans_b, int m, int n, int k,
                           GemmOperand a, int lda, GemmOperand b, int ldb, std::uint16_t* c16,
                           int ldc, std::uint16_t* aux16, const float* vector,
                           const std::uint16_t* vector16, float* scratch, float* scratch2,
                           int scratch_rows) override {
-    if (precision_ == Precision::kBf16 && m > 0 && n > 0 && k > 0) {
-      const GemmInputs in = gemm_inputs(trans_a, trans_b, m, n, k, a, lda, 0, b, ldb, 0, 1);
-      cuda::LtProblem p{in.op_b, in.op_a, n, m, k, ldb, lda, ldc, in.type, in.compute,
-                        lt_epilogue(epilogue)};
-      p.d_type = CUDA_R_16BF;
-      if (lt_->run(p, in.b, in.a, c16, const_cast<std::uint16_t*>(vector16), aux16)) return;
-    }
-    Backend::gemm_epilogue_bf16(epilogue, trans_a, trans_b, m, n, k, a, lda, b, ldb, c16, ldc,
-                                aux16, vector, vector16, scratch, scratch2, scratch_rows);
+    if (!gemms_->gemm_epilogue_bf16(epilogue, trans_a, trans_b, m, n, k, a, lda, b, ldb, c16, ldc,
+                                    aux16, vector16))
+      Backend::gemm_epilogue_bf16(epilogue, trans_a, trans_b, m, n, k, a, lda, b, ldb, c16, ldc,
+                                  aux16, vector, vector16, scratch, scratch2, scratch_rows);
   }
-
-  void add(const float* x, float* y, std::size_t n) override {
-    // cuBLAS counts in int: chunks below 2^31 values.
-    constexpr std::size_t kChunk = std::size_t(1) << 30;
-    const float one = 1.0f;
-    for (std::size_t done = 0; done < n; done += kChunk) {
-      const int count = static_cast<int>(std::min(kChunk, n - done));
-      DPT_CUBLAS_CHECK(cuda::cublas_api().cublasSaxpy_(cublas_.get(), count, &one, x + done, 1,
-                                                        y + done, 1));
-    }
-  }
+  void add(const float* x, float* y, std::size_t n) override { gemms_->add(x, y, n); }
 
   using Backend::sum;
   void sum(const float* a, const float* b, float* y, std::size_t n, std::uint16_t* y16) override {
@@ -380,8 +322,6 @@ class CudaBackend final : public Backend {
     kernels_.add(cuda::make_kernels<Family>(launch_, precision_));
   }
 
-  static constexpr std::size_t kBf16Bytes = 2;
-
   static std::size_t index(int slot) {
     if (slot < 0 || slot >= kUploadSlots)
       throw Error(ExitCode::kOther, "upload slot " + std::to_string(slot) + " out of range [0, " +
@@ -389,86 +329,15 @@ class CudaBackend final : public Backend {
     return static_cast<std::size_t>(slot);
   }
 
-  // The operands of a (batched) GEMM as cuBLAS gets them. Row-major
-  // C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the stored
-  // row-major matrices are already the column-major transposes, so swapping
-  // the operands (and m, n) needs no copies. In bf16 both operands, all
-  // `batch` matrices of them, are first rounded into scratch of the same
-  // layout (strides in elements stay as they are), except an operand the
-  // caller handed over rounded already (GemmOperand::bf16), read as it is.
-  struct GemmInputs {
-    cublasOperation_t op_a, op_b;
-    const void* a;
-    const void* b;
-    cudaDataType_t type;
-    cublasComputeType_t compute;
-  };
-  GemmInputs gemm_inputs(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a, int lda,
-                         std::size_t stride_a, GemmOperand b, int ldb, std::size_t stride_b,
-                         int batch) {
-    GemmInputs in{trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                  a.data, b.data, CUDA_R_32F, CUBLAS_COMPUTE_32F};
-    if (precision_ == Precision::kTf32) in.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-    if (precision_ != Precision::kBf16) return in;
-    const std::size_t before = static_cast<std::size_t>(batch - 1);
-    // Elements to round: none for an operand that comes rounded.
-    const std::size_t a_elems =
-        a.bf16 ? 0 : before * stride_a + stored_elements(trans_a ? k : m, trans_a ? m : k, lda);
-    const std::size_t b_elems =
-        b.bf16 ? 0 : before * stride_b + stored_elements(trans_b ? n : k, trans_b ? k : n, ldb);
-    grow(bf16_a_, a_elems * kBf16Bytes);
-    grow(bf16_b_, b_elems * kBf16Bytes);
-    if (a_elems + b_elems > 0)
-      cuda::to_bf16_pair(launch_, a.data, bf16_a_.get(), a_elems, b.data, bf16_b_.get(), b_elems);
-    in.a = a.bf16 ? static_cast<const void*>(a.bf16) : bf16_a_.get();
-    in.b = b.bf16 ? static_cast<const void*>(b.bf16) : bf16_b_.get();
-    in.type = CUDA_R_16BF;
-    return in;
-  }
-
-  static cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
-    switch (e) {
-      case GemmEpilogue::kBias:
-      case GemmEpilogue::kBiasAdd:  // with C = the addend, beta 1
-        return CUBLASLT_EPILOGUE_BIAS;
-      case GemmEpilogue::kBiasGradA:
-        return CUBLASLT_EPILOGUE_BGRADB;
-      case GemmEpilogue::kBiasGeluTanh:
-        return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;  // cuBLASLt's GELU is the tanh form
-      case GemmEpilogue::kGeluTanhGrad:
-        return CUBLASLT_EPILOGUE_DGELU;
-      case GemmEpilogue::kNone:
-        return CUBLASLT_EPILOGUE_DEFAULT;
-    }
-    return CUBLASLT_EPILOGUE_DEFAULT;
-  }
-
-  // Elements spanned by a row-major rows x cols matrix with row stride ld.
-  static std::size_t stored_elements(int rows, int cols, int ld) {
-    return static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld) +
-           static_cast<std::size_t>(cols);
-  }
-
-  // Scratch grows only when a larger GEMM is first seen (the first step), so
-  // the steady state allocates nothing.
-  void grow(cuda::DeviceMemory& buf, std::size_t bytes) {
-    if (buf.bytes() >= bytes) return;
-    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // queued GEMMs may read the old one
-    buf = cuda::DeviceMemory();
-    buf = cuda::DeviceMemory(bytes);
-  }
-
   int device_;
   Precision precision_;
   std::string device_name_;  // cudaDeviceProp::name
   cuda::Stream stream_;
-  cuda::CublasHandle cublas_;
-  std::unique_ptr<cuda::LtMatmul> lt_;  // destroyed before the stream it runs on
   cuda::Launch launch_;
+  std::unique_ptr<cuda::Gemms> gemms_;  // destroyed before the stream it runs on
   KernelRegistry kernels_;  // destroyed before the stream and handles they use
   cuda::DeviceMemory check_;       // check_gradients' results and scratch
   cuda::PinnedMemory host_check_;
-  cuda::DeviceMemory bf16_a_, bf16_b_;
   cuda::Stream copy_;  // host-to-device uploads of the input
   std::array<cuda::Event, kUploadSlots> released_, uploaded_;
   std::array<cuda::Event, kMarkers> markers_;

@@ -11,14 +11,8 @@
 //    adding the rows whose id falls in its range (the ids are staged through
 //    shared memory, a tile at a time; a warp, whose lanes share a range,
 //    tests 32 ids at once and visits only those that fall in it).
-//  - Row statistics (layer norm, the attention softmax and its gradient): one
-//    warp per row, sums in double over a fixed lane stride and a fixed
-//    butterfly, so the same inputs give the same bits; the elementwise
-//    arithmetic after the statistics is written with explicitly rounded
-//    operations in the CPU's order, which the compiler never fuses.
-//  - Layer norm's parameter gradients: per column, fixed chunks of rows each
-//    summed in order by one thread, then the chunks in order (one chunk, and
-//    so the CPU's bits, up to kParamRows rows).
+//  - Row statistics (the attention softmax and its gradient): one warp per
+//    row (warp_rows.hpp), as layer_norm.cu's.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -29,39 +23,16 @@
 
 #include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/warp_rows.hpp"
 
 namespace dptrain::cuda {
 namespace {
 
 using std::size_t;
+using namespace warp_rows;
 
-constexpr int kWarp = 32;
-constexpr int kRowWarps = 8;  // rows per block of the warp-per-row kernels
 constexpr int kIdTile = 256;  // ids staged per round of the embedding gradient
 constexpr int kVocabLanes = 8;  // vocabulary ranges per block (blockDim.y)
-
-__device__ inline size_t first_index() {
-  return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline size_t grid_stride() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
-
-// The warp's total, the same butterfly (so the same bits) in every lane.
-__device__ inline double warp_sum(double v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ inline float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// The row of this warp in a warp-per-row launch, and its lane.
-__device__ inline size_t warp_row() {
-  return static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
-}
-__device__ inline int lane() { return static_cast<int>(threadIdx.x % kWarp); }
-
-unsigned row_blocks(size_t rows) { return static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps); }
 
 // --- embeddings and positions ---
 
@@ -114,98 +85,6 @@ __global__ void position_grad_kernel(const float* dy, int batch, size_t per, flo
     for (int n = 0; n < batch; ++n) s = __fadd_rn(s, dy[static_cast<size_t>(n) * per + j]);
     dpos[j] = s;
   }
-}
-
-// --- layer norm ---
-
-__global__ void layer_norm_kernel(const float* x, const float* w, const float* b, size_t rows,
-                                  int dim, float eps, float* y, float* mean, float* rstd,
-                                  __nv_bfloat16* y16) {
-  const size_t r = warp_row();
-  if (r >= rows) return;
-  const float* xr = x + r * dim;
-  double sum = 0.0;
-  for (int c = lane(); c < dim; c += kWarp) sum = __dadd_rn(sum, xr[c]);
-  const double mu = __ddiv_rn(warp_sum(sum), dim);
-  double sq = 0.0;
-  for (int c = lane(); c < dim; c += kWarp) {
-    const double d = __dsub_rn(xr[c], mu);
-    sq = __dadd_rn(sq, __dmul_rn(d, d));
-  }
-  const double var = __ddiv_rn(warp_sum(sq), dim);
-  const float m = static_cast<float>(mu);
-  const float s = static_cast<float>(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, eps))));
-  float* yr = y ? y + r * dim : nullptr;  // null: the copy alone
-  __nv_bfloat16* yr16 = y16 ? y16 + r * dim : nullptr;
-  for (int c = lane(); c < dim; c += kWarp) {
-    const float v = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[c], m), s), w[c]), b[c]);
-    if (yr) yr[c] = v;
-    if (yr16) yr16[c] = __float2bfloat16_rn(v);
-  }
-  if (lane() == 0) {
-    mean[r] = m;
-    rstd[r] = s;
-  }
-}
-
-// dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ · x̂)), ĝ = dy · weight; plus add
-// (a block's shortcut gradient: sum_kernel's fp32 sum) where not null, and
-// d16, where not null, the result rounded.
-__global__ void layer_norm_grad_kernel(const float* x, const float* dy, const float* w,
-                                       const float* mean, const float* rstd, size_t rows, int dim,
-                                       float* dx, const float* add, __nv_bfloat16* d16) {
-  const size_t r = warp_row();
-  if (r >= rows) return;
-  const float* xr = x + r * dim;
-  const float* g = dy + r * dim;
-  const float m = mean[r], s = rstd[r];
-  double sum_g = 0.0, sum_gx = 0.0;
-  for (int c = lane(); c < dim; c += kWarp) {
-    const double gh = __dmul_rn(g[c], w[c]);
-    sum_g = __dadd_rn(sum_g, gh);
-    sum_gx = __dadd_rn(sum_gx, __dmul_rn(gh, __fmul_rn(__fsub_rn(xr[c], m), s)));
-  }
-  const float mean_g = static_cast<float>(__ddiv_rn(warp_sum(sum_g), dim));
-  const float mean_gx = static_cast<float>(__ddiv_rn(warp_sum(sum_gx), dim));
-  float* d = dx + r * dim;
-  for (int c = lane(); c < dim; c += kWarp) {
-    const float xh = __fmul_rn(__fsub_rn(xr[c], m), s);
-    float v = __fmul_rn(s, __fsub_rn(__fsub_rn(__fmul_rn(g[c], w[c]), mean_g), __fmul_rn(xh, mean_gx)));
-    if (add) v = __fadd_rn(v, add[r * dim + c]);
-    d[c] = v;
-    if (d16) d16[r * dim + c] = __float2bfloat16_rn(v);
-  }
-}
-
-// Chunk blockIdx.y of `chunk` rows, column c: partial sums of dy · x̂ and dy.
-__global__ void layer_norm_param_partials_kernel(const float* x, const float* dy,
-                                                 const float* mean, const float* rstd, int rows,
-                                                 int dim, int chunk, float* part_w, float* part_b) {
-  const int c = static_cast<int>(first_index());
-  if (c >= dim) return;
-  const int r0 = static_cast<int>(blockIdx.y) * chunk;
-  const int r1 = rows - r0 < chunk ? rows : r0 + chunk;
-  float sw = 0.0f, sb = 0.0f;
-  for (int r = r0; r < r1; ++r) {
-    const size_t i = static_cast<size_t>(r) * dim + c;
-    sw = __fadd_rn(sw, __fmul_rn(dy[i], __fmul_rn(__fsub_rn(x[i], mean[r]), rstd[r])));
-    sb = __fadd_rn(sb, dy[i]);
-  }
-  part_w[static_cast<size_t>(blockIdx.y) * dim + c] = sw;
-  part_b[static_cast<size_t>(blockIdx.y) * dim + c] = sb;
-}
-
-__global__ void add_chunks_kernel(const float* part_w, const float* part_b, int chunks, int dim,
-                                  float* dw, float* db) {
-  const int c = static_cast<int>(first_index());
-  if (c >= dim) return;
-  float sw = part_w[c], sb = part_b[c];
-  for (int k = 1; k < chunks; ++k) {
-    sw = __fadd_rn(sw, part_w[static_cast<size_t>(k) * dim + c]);
-    sb = __fadd_rn(sb, part_b[static_cast<size_t>(k) * dim + c]);
-  }
-  dw[c] = sw;
-  db[c] = sb;
 }
 
 // --- heads ---
@@ -352,47 +231,6 @@ void position_grad(const Launch& l, const float* dy, int batch, int tokens, int 
   const size_t per = count(tokens, dim);
   if (!per) return;
   position_grad_kernel<<<grid_for(per, l), kThreads, 0, l.stream>>>(dy, batch, per, dpos);
-  DPT_CUDA_CHECK(cudaGetLastError());
-}
-
-void layer_norm(const Launch& l, const float* x, const float* w, const float* b, int rows, int dim,
-                float eps, float* y, float* mean, float* rstd, std::uint16_t* y16) {
-  if (rows <= 0) return;
-  layer_norm_kernel<<<row_blocks(rows), kRowWarps * kWarp, 0, l.stream>>>(
-      x, w, b, rows, dim, eps, y, mean, rstd, reinterpret_cast<__nv_bfloat16*>(y16));
-  DPT_CUDA_CHECK(cudaGetLastError());
-}
-
-void layer_norm_grad(const Launch& l, const float* x, const float* dy, const float* w,
-                     const float* mean, const float* rstd, int rows, int dim, float* dx,
-                     const float* add, std::uint16_t* dx16) {
-  if (rows <= 0) return;
-  layer_norm_grad_kernel<<<row_blocks(rows), kRowWarps * kWarp, 0, l.stream>>>(
-      x, dy, w, mean, rstd, rows, dim, dx, add, reinterpret_cast<__nv_bfloat16*>(dx16));
-  DPT_CUDA_CHECK(cudaGetLastError());
-}
-
-LayerNormChunks layer_norm_chunks(int rows) {
-  constexpr int kMaxChunks = 65535;  // grid.y
-  LayerNormChunks c;
-  c.rows = std::max(kParamRows, (rows + kMaxChunks - 1) / kMaxChunks);
-  c.count = std::max(1, (rows + c.rows - 1) / c.rows);
-  return c;
-}
-
-void layer_norm_param_grad(const Launch& l, const float* x, const float* dy, const float* mean,
-                           const float* rstd, int rows, int dim, float* partials, float* dw,
-                           float* db) {
-  if (dim <= 0) return;
-  const LayerNormChunks chunks = layer_norm_chunks(rows);
-  float* part_w = partials;
-  float* part_b = partials + count(chunks.count, dim);
-  const unsigned col_blocks = static_cast<unsigned>((dim + kThreads - 1) / kThreads);
-  layer_norm_param_partials_kernel<<<dim3(col_blocks, chunks.count), kThreads, 0, l.stream>>>(
-      x, dy, mean, rstd, rows, dim, chunks.rows, part_w, part_b);
-  DPT_CUDA_CHECK(cudaGetLastError());
-  add_chunks_kernel<<<col_blocks, kThreads, 0, l.stream>>>(part_w, part_b, chunks.count, dim, dw,
-                                                           db);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
