@@ -119,8 +119,9 @@ void dropout_backward(const Launch& l, const float* dy, const std::uint8_t* keep
 void augment(const Launch& l, const float* source, float* x, int rows, const AugmentGeometry& g,
              std::uint64_t seed, std::uint64_t epoch, std::uint64_t first_row);
 
-// --- sequence.cu --- what sequence_kernels.hpp defines, one launcher each
-// (the split/join and merge/split pairs as one launcher with a direction).
+// --- sequence.cu and layer_norm.cu --- what sequence_kernels.hpp defines,
+// one launcher each (the split/join and merge/split pairs as one launcher
+// with a direction).
 void embed(const Launch& l, const std::int32_t* ids, const float* table, int rows, int dim,
            float* y);
 void embed_grad(const Launch& l, const std::int32_t* ids, const float* dy, int rows, int vocab,

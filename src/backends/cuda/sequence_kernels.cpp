@@ -1,6 +1,7 @@
 // Implements: the CUDA sequence kernel table — embeddings, positions, layer
 // norm, the head shuffles of attention, its softmax, and images read as
-// sequences, each one launcher of sequence.cu on the compute stream. The
+// sequences, each one launcher of sequence.cu (layer norm's of
+// layer_norm.cu) on the compute stream. The
 // table holds no memory: layer norm's per-chunk partial sums live in a
 // workspace each ln layer allocates when it is built.
 #include <cstddef>
