@@ -311,11 +311,14 @@ attention_kernel_profile() {
 }
 
 gpt_section() {
-  if ! gpt_data; then
+  if ! wanted gpt; then
+    :
+  elif ! gpt_data; then
     row gpt "token set" FAILED "no bundled gpt_text.h5 and no Python with h5py to make one"
   else
     gpt_accuracy_rows
   fi
+  wanted gpt2 || wanted attention || wanted gpt-gemm || wanted kernels || return 0
   if ((ngpu == 0)); then
     row speed "$gpt2_name: tokens/s and MFU, step vs its GEMMs" skipped "no GPU"
     return
@@ -325,19 +328,24 @@ gpt_section() {
     return
   fi
   gpt_peak
-  gpt_throughput_rows
-  gpt_torch_rows eager 150
-  gpt_throughput_rows math
-  gpt_throughput_rows "" blocks
-  gpt_throughput_rows "" "" shard
-  gpt_attention_rows
+  if wanted gpt2; then
+    gpt_throughput_rows
+    gpt_torch_rows eager 150
+    gpt_throughput_rows math
+    gpt_throughput_rows "" blocks
+    gpt_throughput_rows "" "" shard
+  fi
+  wanted attention && gpt_attention_rows
   local p gemm_batch=$(((gpt2_batch + 1) / 2))
-  for p in fp32 tf32 bf16; do
-    gpt_bench_rows "gpt-gemm-$p" 90 gemm --precision "$p" --batch "$gemm_batch" \
-      --repeats "${SPEED_REPEATS:-5}" --warmup "$((gpt_warmup > 1 ? 2 : 1))"
-  done
-  gpt_layer_rows "$gemm_batch"
-  gpt_torch_rows compiled 180  # torch.compile takes 20 to 30 s of it on an H200
-  gpt_kernel_rows
-  attention_kernel_profile
+  if wanted gpt-gemm; then
+    for p in fp32 tf32 bf16; do
+      gpt_bench_rows "gpt-gemm-$p" 90 gemm --precision "$p" --batch "$gemm_batch" \
+        --repeats "${SPEED_REPEATS:-5}" --warmup "$((gpt_warmup > 1 ? 2 : 1))"
+    done
+    gpt_layer_rows "$gemm_batch"
+  fi
+  wanted gpt2 && gpt_torch_rows compiled 180  # torch.compile takes 20 to 30 s of it on an H200
+  wanted kernels && gpt_kernel_rows
+  wanted attention && attention_kernel_profile
+  return 0
 }

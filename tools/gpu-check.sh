@@ -21,6 +21,14 @@
 # driver, nvidia-smi, nvcc, MANIFEST), python.txt, cuda-libs.txt, ldd.txt;
 # and results.tgz, all of that in one archive (for a machine that hands
 # back only a few files), rewritten before every step and at the end.
+# --only LIST (or ONLY=LIST): the set-up and only these sections, comma
+# separated, for a second run after a change (a GPU lent for minutes fits
+# the whole check once): tests (GTEST_FILTER narrows them), training (the
+# MLP's runs and accuracy), speed (GEMM, PyTorch, all-reduce, CNN and
+# channels-last rows), gpt (the GPT job's accuracy), gpt2 (the GPT-2
+# rows' tokens/s and MFU, ours and PyTorch's), attention (the attention
+# core rows and the fused kernels under ncu), gpt-gemm (the GPT step
+# against its GEMMs and by layer family), kernels (the GPT step by kernel).
 # The folder is never emptied or removed; without it the logs are.
 # Exit: 0 everything ran and passed; 1 something failed; 77 no GPU visible
 # (everything that runs without one passed; the GPU rows say skipped).
@@ -48,14 +56,22 @@
 set -uo pipefail
 
 out_dir=${DPTRAIN_GPU_CHECK_OUT:-}
+only=${ONLY:-}
 while (($#)); do
   case $1 in
     --out) out_dir=${2:?"--out needs a folder"}; shift 2 ;;
     --out=*) out_dir=${1#--out=}; shift ;;
+    --only) only=${2:?"--only needs a list of sections"}; shift 2 ;;
+    --only=*) only=${1#--only=}; shift ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu-check: unknown argument $1 (usage: tools/gpu-check.sh [--out DIR])" >&2; exit 2 ;;
+    *) echo "gpu-check: unknown argument $1 (usage: tools/gpu-check.sh [--out DIR] [--only LIST])" >&2; exit 2 ;;
   esac
 done
+sections="tests training speed gpt gpt2 attention gpt-gemm kernels"
+for x in ${only//,/ }; do
+  [[ " $sections " == *" $x "* ]] || { echo "gpu-check: --only: no section '$x' (sections: $sections)" >&2; exit 2; }
+done
+wanted() { [[ -z $only || ",$only," == *",$1,"* ]]; }  # wanted SECTION: whether it runs
 if [[ -n $out_dir ]] && ! { mkdir -p "$out_dir" && out_dir=$(cd "$out_dir" && pwd); }; then
   echo "gpu-check: cannot make $out_dir" >&2
   exit 1
@@ -169,6 +185,7 @@ else  # the driver's device files, without its tool
 fi
 row setup GPUs "$ngpu" "${gpu_name}"
 ((ngpu > 0)) || gpu_name="no GPU"
+[[ -z $only ]] || row setup sections "$only" "--only: the others were not run"
 
 # --- every GPU test, by name ------------------------------------------------------------
 # The listing is the first MPI_Init of a real program (the smoke launch
@@ -201,19 +218,21 @@ gpu_test_rows() {  # gpu_test_rows NP LIMIT
     row "tests ($np ranks)" "gpu_tests exit status" "$(outcome "$rc")" "$(grep -c 'FAILED  \]' "$out") failure lines"
   fi
 }
-list_tests
-rc=$?
-names=$(awk '/^[^ ]/ {suite = $1} /^  [^ ]/ {print suite $1}' "$work/test-list.txt")
-if ((rc != 0)) || [[ -z $names ]]; then
-  note "gpu_tests --gtest_list_tests: exit $rc, $(wc -w <<<"$names") test names; its stderr (logs/test-list.err):"
-  tail -25 "$work/test-list.err" >&2
-  result=$(outcome "$rc")
-  [[ $result == ok ]] && result=FAILED
-  row tests "gpu_tests --gtest_list_tests" "$result" \
-    "exit $rc, $(wc -w <<<"$names") test names; stderr: $(grep -v '^[[:space:]]*$' "$work/test-list.err" | tail -3 | tr '\n\t|' '   ')"
+if wanted tests; then
+  list_tests
+  rc=$?
+  names=$(awk '/^[^ ]/ {suite = $1} /^  [^ ]/ {print suite $1}' "$work/test-list.txt")
+  if ((rc != 0)) || [[ -z $names ]]; then
+    note "gpu_tests --gtest_list_tests: exit $rc, $(wc -w <<<"$names") test names; its stderr (logs/test-list.err):"
+    tail -25 "$work/test-list.err" >&2
+    result=$(outcome "$rc")
+    [[ $result == ok ]] && result=FAILED
+    row tests "gpu_tests --gtest_list_tests" "$result" \
+      "exit $rc, $(wc -w <<<"$names") test names; stderr: $(grep -v '^[[:space:]]*$' "$work/test-list.err" | tail -3 | tr '\n\t|' '   ')"
+  fi
+  gpu_test_rows 1 150
+  if ((ngpu >= 2)); then gpu_test_rows 2 90; else row "tests (2 ranks)" "all GPU tests on 2 ranks" skipped "needs 2 GPUs"; fi
 fi
-gpu_test_rows 1 150
-if ((ngpu >= 2)); then gpu_test_rows 2 90; else row "tests (2 ranks)" "all GPU tests on 2 ranks" skipped "needs 2 GPUs"; fi
 
 # --- training: speed runs and the accuracy against the CPU reference -------------------------
 data=$B/data/synthetic.h5
@@ -253,7 +272,9 @@ loss_row() {
   ((${worst#* } < $6)) && verdict="FAILED (${worst#* } of $6 steps logged)"
   row "$1" "$2" "$verdict" "largest difference ${worst% *} of the first loss, over ${worst#* } steps (bound $5); $(summary "$3")"
 }
-if [[ ! -f $data ]]; then
+if ! wanted training; then
+  :
+elif [[ ! -f $data ]]; then
   row training "data set" FAILED "no bundled synthetic.h5 and no Python with h5py to make one"
 else
   every=$((steps >= 16 ? steps / 8 : 1))  # 50 at the default 400 steps
@@ -299,81 +320,84 @@ bench_rows() {  # bench_rows PROGRAM NAME LIMIT ARGS...: a bench tool's JSON row
       "ours $(field ours <<<"$line") ms, baseline $(field baseline <<<"$line") ms, target $(sed -n 's/.*"target":"\([^"]*\)".*/\1/p' <<<"$line")"
   done
 }
-for p in fp32 tf32 bf16; do
-  if ((ngpu == 0)); then row speed "$p step vs its 8 GEMMs (dptrain_bench gemm)" skipped "no GPU"; continue; fi
-  bench_rows "$bench" "gemm-$p" 60 gemm --device cuda --precision "$p" --repeats 200 "${speed[@]}"
-done
-if ((ngpu > 0)); then
-  if [[ -n $py ]]; then
-    run_for 120 "$work/torch.tsv" "${start_cmd[@]}" "$py" tools/gpu-check-torch.py "$work"
-    rc=$?
-    grep $'^speed\t' "$work/torch.tsv" >>"$rows" || true
-    ((rc == 0)) || row speed "PyTorch rows" "$(outcome "$rc")" "$(tail -1 "$work/torch.tsv")"
-  else
-    row speed "PyTorch eager, bare GEMMs, data wait" skipped "no Python"
-  fi
-fi
-# All-reduce: dptrain's communicator against NCCL's own all-reduce, same bytes.
-if ((ngpu >= 2)); then
-  run_for 90 "$work/nccl.txt" "${mpirun[@]}" -n "$ngpu" "$nccl_rate" --mib "${ALLREDUCE_MIB:-1,16,256}" \
-    ${SPEED_REPEATS:+--repeats "$SPEED_REPEATS"}
-  rc=$?
-  if ((rc == 0)); then
-    grep '^{' "$work/nccl.txt" | while read -r line; do
-      row speed "$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line") bus bandwidth vs NCCL ($ngpu GPUs)" \
-        "$(field ratio <<<"$line")" "dptrain $(field ours_busbw_gbs <<<"$line") GB/s, NCCL $(field nccl_busbw_gbs <<<"$line") GB/s, target >= 0.9"
-    done
-  else
-    row speed "all-reduce bus bandwidth vs NCCL" "$(outcome "$rc")" "$(tail -1 "$work/nccl.txt")"
-  fi
-else
-  # One rank moves nothing; this only shows that the tool starts (NCCL loads).
-  run_for 30 "$work/nccl.txt" "${mpirun[@]}" -n 1 "$nccl_rate" --mib 1 --repeats 2
-  rc=$?
-  if ((rc == 0)); then started=ok
-  else started="exit $rc: $(grep -m1 'dptrain_nccl_rate' "$work/nccl.txt" || tail -1 "$work/nccl.txt")"; fi
-  row speed "all-reduce bus bandwidth vs NCCL" skipped "needs 2+ GPUs (dptrain_nccl_rate on 1 rank: $started)"
-fi
-# CNN step against the bare cuDNN/cuBLAS time of its layers: dptrain_bench's
-# cnn mode, where this build has one (it comes with the cuDNN layers).
-run_for 30 "$work/bench-help.txt" "${mpirun[@]}" -n 1 "$bench" --help
-if grep -qw cnn "$work/bench-help.txt"; then
+speed_section() {
   for p in fp32 tf32 bf16; do
-    if ((ngpu == 0)); then row speed "$p CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" skipped "no GPU"
-    else bench_rows "$bench" "cnn-$p" 60 cnn --device cuda --precision "$p" "${speed[@]}" ${SPEED_ROWS:+--batch "$SPEED_ROWS"}; fi
+    if ((ngpu == 0)); then row speed "$p step vs its 8 GEMMs (dptrain_bench gemm)" skipped "no GPU"; continue; fi
+    bench_rows "$bench" "gemm-$p" 60 gemm --device cuda --precision "$p" --repeats 200 "${speed[@]}"
   done
-else
-  row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" "not built" "dptrain_bench has no cnn mode in this build"
-fi
-# Channels-last: the demo CNN's cuDNN convolutions in NCHW (what the layers
-# use) against NHWC, per pass, per layer's step with conversions at its
-# edges, and for the conv stack with conversions only at the network's
-# edges, in tf32 and bf16 (dptrain_conv_layout). No target: the rows decide
-# whether channels-last would pay, and where to convert.
-if ((ngpu == 0)); then
-  row speed "conv passes NCHW vs NHWC (tf32, bf16)" skipped "no GPU"
-elif [[ ! -x $conv_layout ]]; then
-  row speed "conv passes NCHW vs NHWC (tf32, bf16)" "not built" "no dptrain_conv_layout in the bundle"
-else
-  run_for 60 "$work/layout.txt" "$conv_layout" "${layout[@]}"
-  rc=$?
-  if ((rc != 0)); then
-    row speed "conv passes NCHW vs NHWC (dptrain_conv_layout)" "$(outcome "$rc")" "$(tail -1 "$work/layout.txt")"
-  else
-    grep '^{' "$work/layout.txt" | while read -r line; do
-      name=$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line")
-      if grep -q '"status"' <<<"$line"; then
-        row speed "$name" "$(sed -n 's/.*"status":"\([^"]*\)".*/\1/p' <<<"$line")" "$(sed -n 's/.*"note":"\([^"]*\)".*/\1/p' <<<"$line")"
-      else
-        # A layer's step row: the note splits NHWC into passes and conversions.
-        how="above 1: channels-last is faster"
-        [[ $name == *"with conversions"* ]] && how="$(sed -n 's/.*"note":"[^;]*; \([^"]*\)".*/\1/p' <<<"$line"); above 1: converting at the edges pays"
-        row speed "$name" "$(field ratio <<<"$line")" \
-          "NCHW $(field ours <<<"$line") ms, NHWC $(field baseline <<<"$line") ms; $how"
-      fi
-    done
+  if ((ngpu > 0)); then
+    if [[ -n $py ]]; then
+      run_for 120 "$work/torch.tsv" "${start_cmd[@]}" "$py" tools/gpu-check-torch.py "$work"
+      rc=$?
+      grep $'^speed\t' "$work/torch.tsv" >>"$rows" || true
+      ((rc == 0)) || row speed "PyTorch rows" "$(outcome "$rc")" "$(tail -1 "$work/torch.tsv")"
+    else
+      row speed "PyTorch eager, bare GEMMs, data wait" skipped "no Python"
+    fi
   fi
-fi
+  # All-reduce: dptrain's communicator against NCCL's own all-reduce, same bytes.
+  if ((ngpu >= 2)); then
+    run_for 90 "$work/nccl.txt" "${mpirun[@]}" -n "$ngpu" "$nccl_rate" --mib "${ALLREDUCE_MIB:-1,16,256}" \
+      ${SPEED_REPEATS:+--repeats "$SPEED_REPEATS"}
+    rc=$?
+    if ((rc == 0)); then
+      grep '^{' "$work/nccl.txt" | while read -r line; do
+        row speed "$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line") bus bandwidth vs NCCL ($ngpu GPUs)" \
+          "$(field ratio <<<"$line")" "dptrain $(field ours_busbw_gbs <<<"$line") GB/s, NCCL $(field nccl_busbw_gbs <<<"$line") GB/s, target >= 0.9"
+      done
+    else
+      row speed "all-reduce bus bandwidth vs NCCL" "$(outcome "$rc")" "$(tail -1 "$work/nccl.txt")"
+    fi
+  else
+    # One rank moves nothing; this only shows that the tool starts (NCCL loads).
+    run_for 30 "$work/nccl.txt" "${mpirun[@]}" -n 1 "$nccl_rate" --mib 1 --repeats 2
+    rc=$?
+    if ((rc == 0)); then started=ok
+    else started="exit $rc: $(grep -m1 'dptrain_nccl_rate' "$work/nccl.txt" || tail -1 "$work/nccl.txt")"; fi
+    row speed "all-reduce bus bandwidth vs NCCL" skipped "needs 2+ GPUs (dptrain_nccl_rate on 1 rank: $started)"
+  fi
+  # CNN step against the bare cuDNN/cuBLAS time of its layers: dptrain_bench's
+  # cnn mode, where this build has one (it comes with the cuDNN layers).
+  run_for 30 "$work/bench-help.txt" "${mpirun[@]}" -n 1 "$bench" --help
+  if grep -qw cnn "$work/bench-help.txt"; then
+    for p in fp32 tf32 bf16; do
+      if ((ngpu == 0)); then row speed "$p CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" skipped "no GPU"
+      else bench_rows "$bench" "cnn-$p" 60 cnn --device cuda --precision "$p" "${speed[@]}" ${SPEED_ROWS:+--batch "$SPEED_ROWS"}; fi
+    done
+  else
+    row speed "CNN step vs bare cuDNN/cuBLAS layers (target >= 0.85)" "not built" "dptrain_bench has no cnn mode in this build"
+  fi
+  # Channels-last: the demo CNN's cuDNN convolutions in NCHW (what the layers
+  # use) against NHWC, per pass, per layer's step with conversions at its
+  # edges, and for the conv stack with conversions only at the network's
+  # edges, in tf32 and bf16 (dptrain_conv_layout). No target: the rows decide
+  # whether channels-last would pay, and where to convert.
+  if ((ngpu == 0)); then
+    row speed "conv passes NCHW vs NHWC (tf32, bf16)" skipped "no GPU"
+  elif [[ ! -x $conv_layout ]]; then
+    row speed "conv passes NCHW vs NHWC (tf32, bf16)" "not built" "no dptrain_conv_layout in the bundle"
+  else
+    run_for 60 "$work/layout.txt" "$conv_layout" "${layout[@]}"
+    rc=$?
+    if ((rc != 0)); then
+      row speed "conv passes NCHW vs NHWC (dptrain_conv_layout)" "$(outcome "$rc")" "$(tail -1 "$work/layout.txt")"
+    else
+      grep '^{' "$work/layout.txt" | while read -r line; do
+        name=$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line")
+        if grep -q '"status"' <<<"$line"; then
+          row speed "$name" "$(sed -n 's/.*"status":"\([^"]*\)".*/\1/p' <<<"$line")" "$(sed -n 's/.*"note":"\([^"]*\)".*/\1/p' <<<"$line")"
+        else
+          # A layer's step row: the note splits NHWC into passes and conversions.
+          how="above 1: channels-last is faster"
+          [[ $name == *"with conversions"* ]] && how="$(sed -n 's/.*"note":"[^;]*; \([^"]*\)".*/\1/p' <<<"$line"); above 1: converting at the edges pays"
+          row speed "$name" "$(field ratio <<<"$line")" \
+            "NCHW $(field ours <<<"$line") ms, NHWC $(field baseline <<<"$line") ms; $how"
+        fi
+      done
+    fi
+  fi
+}
+wanted speed && speed_section
 # The GPT rows (tools/gpu-check-gpt.sh).
 gpt_section
 finish

@@ -246,4 +246,32 @@ layout=$(grep -cE "^\| speed \| conv .* NCHW vs NHWC.* \| $number \|" "$table" |
   fail "$layout channels-last rows, want 18 ((2 layers x (3 passes + 1 step) + the stack) x 2 precisions)"
 grep -qE "^\| speed \| conv stack of 2 layers channels-last throughout: .*\(bf16\) \| $number \| .* ms converting; " "$table" ||
   fail "no channels-last row for the whole conv stack in bf16"
+
+# --only: the set-up and the named sections alone (a second run after a
+# change, on a GPU lent for minutes); an unknown section is a usage error.
+# Once, on 1 GPU.
+if ((GPUS == 1)); then
+  only_table=$WORK/only.txt
+  set +e
+  PATH=$WORK/driver:$PATH BUNDLE=$tree BUDGET_S=300 SPEED_REPEATS=2 GPT2_SHAPE=2,2,32,16,64 GPT2_BATCH=2 \
+    PEAK_TFLOPS=1 ATTENTION_SHAPES=1,2,20,16 \
+    timeout -k 5 400 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" --only attention >"$only_table" 2>"$WORK/only.err"
+  rc=$?
+  set -e
+  [[ $rc -eq 0 ]] || { tail -20 "$WORK/only.err" >&2; fail "gpu-check --only attention: exit $rc, want 0"; }
+  grep -qF "| setup | sections | attention | --only: the others were not run |" "$only_table" ||
+    fail "--only attention: no sections row"
+  for impl in math fused cudnn; do
+    grep -qE "^\| speed \| attention core fwd\+bwd, one causal layer \(N 1, H 2, T 20, hd 16; .*\(attention-$impl\) \| $number \|" \
+      "$only_table" || fail "--only attention: no attention row for $impl"
+  done
+  others=$(grep -E '^\| (tests|training|accuracy|gpt) |tokens/s|GEMMs|NCHW|layer family|step by kernel' "$only_table" || true)
+  [[ -z $others ]] || fail "--only attention ran other sections: $others"
+  set +e
+  bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" --only attention,nonsense >/dev/null 2>"$WORK/only-bad.err"
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] && grep -qF "no section 'nonsense'" "$WORK/only-bad.err" ||
+    fail "--only with an unknown section: exit $rc, $(cat "$WORK/only-bad.err")"
+fi
 echo "PASS: gpu-check on $GPUS emulated GPU(s): exit 0, $(wc -l <"$table") lines, $n tests on ${ranks[*]}, $(rows speed) speed rows"
