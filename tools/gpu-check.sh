@@ -21,14 +21,10 @@
 # driver, nvidia-smi, nvcc, MANIFEST), python.txt, cuda-libs.txt, ldd.txt;
 # and results.tgz, all of that in one archive (for a machine that hands
 # back only a few files), rewritten before every step and at the end.
-# --only LIST (or ONLY=LIST): the set-up and only these sections, comma
-# separated, for a second run after a change (a GPU lent for minutes fits
-# the whole check once): tests (GTEST_FILTER narrows them), training (the
-# MLP's runs and accuracy), speed (GEMM, PyTorch, all-reduce, CNN and
-# channels-last rows), gpt (the GPT job's accuracy), gpt2 (the GPT-2
-# rows' tokens/s and MFU, ours and PyTorch's), attention (the attention
-# core rows and the fused kernels under ncu), gpt-gemm (the GPT step
-# against its GEMMs and by layer family), kernels (the GPT step by kernel).
+# --only LIST (or ONLY=LIST): the set-up and only these sections (comma
+# separated), for a second run after a change: tests (GTEST_FILTER narrows
+# them), training, speed, gpt, gpt2, attention, gpt-gemm, kernels
+# (docs/gpu.md says what each holds).
 # The folder is never emptied or removed; without it the logs are.
 # Exit: 0 everything ran and passed; 1 something failed; 77 no GPU visible
 # (everything that runs without one passed; the GPU rows say skipped).
