@@ -5,7 +5,6 @@
 #include "dptrain/data/dataset.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "data/dataset_validate.hpp"
