@@ -1,7 +1,8 @@
 // Implements: the constants and small helpers that the checkpoint writer
-// (checkpoint.cpp) and reader (checkpoint_read.cpp) share: the docs/design.md
-// section 4 format name and version, the limits a reader enforces, and one
-// way of raising Error(kCheckpoint) that names the file.
+// (checkpoint.cpp) and reader (checkpoint_read.cpp, checkpoint_file_reader.cpp)
+// share: the docs/design.md section 4 format name and version, the limits a
+// reader enforces, and one way of raising Error(kCheckpoint) that names the
+// file.
 #pragma once
 
 #include <cstdint>

@@ -50,6 +50,30 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
   DPT_REQUIRE(input_.rank() >= 1, ExitCode::kData, "the model input needs at least one dimension");
   DPT_REQUIRE(max_rows_ >= 0, ExitCode::kOther, "max_rows must not be negative");
 
+  const std::size_t max_input = collect_layouts();
+  if (storage_ == ModelStorage::kAllocated) {
+    params_ = DeviceBuffer<float>(be_, num_params());
+    grads_ = DeviceBuffer<float>(be_, num_params());
+  }
+  make_params_twin();
+  if (!plans_only()) buffers_ = DeviceBuffer<float>(be_, num_buffers());
+  const std::size_t held_before = be_.buffer_bytes();
+  bind_layers(logits);
+  reserve_model_buffers(max_input);
+  // Buffers layers allocate themselves (per channel, a few floats).
+  own_layer_bytes_ = be_.buffer_bytes() - held_before;
+  if (plans_only()) {
+    activation_bytes_ = activation_plan(max_rows_, this->recompute()).total();
+  } else {
+    arena_.allocate(be_, max_rows_, recompute_);
+    activation_bytes_ = be_.buffer_bytes() - held_before;
+  }
+  largest_activation_bytes_ = std::max(dout_.size(), dbuf_a_.size());
+  for (const auto& a : acts_) largest_activation_bytes_ = std::max(largest_activation_bytes_, a.size());
+  largest_activation_bytes_ *= sizeof(float);
+}
+
+std::size_t Model::collect_layouts() {
   Shape shape = input_;
   std::size_t max_input = 0;  // largest input of a layer, per sample
   first_trained_ = layers_.size();
@@ -72,15 +96,11 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     max_input = std::max(max_input, shape.size());
     shape = l.output_shape();
   }
+  return max_input;
+}
 
-  if (storage_ == ModelStorage::kAllocated) {
-    params_ = DeviceBuffer<float>(be_, num_params());
-    grads_ = DeviceBuffer<float>(be_, num_params());
-  }
-  make_params_twin();
-  if (!plans_only()) buffers_ = DeviceBuffer<float>(be_, num_buffers());
+void Model::bind_layers(Logits logits) {
   bound_grads_.assign(layers_.size(), nullptr);
-  const std::size_t held_before = be_.buffer_bytes();
   const ArenaPointers arenas{params_.get(), grads_.get(), buffers_.get(), &arena_, twin_.get()};
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     Layer& l = *layers_[li];
@@ -92,6 +112,9 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
     if (last && logits == Logits::kBf16) output_bf16_ = l.write_output_bf16_only(be_);
     l.allocate(be_, max_rows_);
   }
+}
+
+void Model::reserve_model_buffers(std::size_t max_input) {
   arena_.begin_model_scope();
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const std::size_t per_row = layers_[li]->output_shape().size();
@@ -119,17 +142,6 @@ Model::Model(Backend& backend, std::vector<std::unique_ptr<Layer>> layers, const
       *b = ArenaBuffer<std::uint16_t>(&arena_, arena_.reserve(bytes, Lifetime::kPass),
                                       bytes(max_rows_) / 2);
   }
-  // Buffers layers allocate themselves (per channel, a few floats).
-  own_layer_bytes_ = be_.buffer_bytes() - held_before;
-  if (plans_only()) {
-    activation_bytes_ = activation_plan(max_rows_, this->recompute()).total();
-  } else {
-    arena_.allocate(be_, max_rows_, recompute_);
-    activation_bytes_ = be_.buffer_bytes() - held_before;
-  }
-  largest_activation_bytes_ = std::max(dout_.size(), dbuf_a_.size());
-  for (const auto& a : acts_) largest_activation_bytes_ = std::max(largest_activation_bytes_, a.size());
-  largest_activation_bytes_ *= sizeof(float);
 }
 
 ArenaBuffer<float> Model::model_buffer(std::size_t per_row, Lifetime life) {

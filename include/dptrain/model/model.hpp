@@ -223,6 +223,13 @@ class Model {
   void require_storage(const char* what) const;
   // The bf16 twin (twin_, params16_) where the model keeps one.
   void make_params_twin();
+  // The constructor's parts: the layers' parameter and buffer layouts
+  // checked and gathered (returns the largest input of a layer, per
+  // sample); each layer bound to the arenas and allocating its own buffers,
+  // its activations reserved; the model's own activation buffers reserved.
+  std::size_t collect_layouts();
+  void bind_layers(Logits logits);
+  void reserve_model_buffers(std::size_t max_input);
 
   Backend& be_;
   std::vector<std::unique_ptr<Layer>> layers_;

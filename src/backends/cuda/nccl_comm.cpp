@@ -11,46 +11,21 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/error_cuda.hpp"
+#include "backends/cuda/nccl_pieces.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/error.hpp"
-#include "dptrain/common/test_hooks.hpp"
 
 namespace dptrain {
 namespace {
-
-std::size_t largest_piece(const std::size_t* bounds, int parts) {
-  std::size_t m = 0;
-  for (int r = 0; r < parts; ++r) m = std::max(m, bounds[r + 1] - bounds[r]);
-  return m;
-}
-
-// Whether a reduce-scatter or all-gather over these pieces should be one
-// ncclReduceScatter / ncclAllGather rather than one rooted ncclReduce /
-// ncclBroadcast per non-empty piece. NCCL's own collectives want P equal
-// pieces, so the call is padded to P pieces of the largest one's size m and
-// staged through a buffer (a device copy of each piece in and out). That
-// pays when every rank has a piece and the padding adds at most 12.5% to
-// the n values moved: one collective then does the work of P, each of
-// which pays its own setup and latency. When a piece is empty or the pieces
-// are far from equal (the data lies mostly in one or two ranks' pieces),
-// the rooted calls move no more bytes than the padded collective and need
-// no staging.
-bool equal_pieces_pay(const std::size_t* bounds, int parts) {
-  if (parts <= 1) return false;
-  for (int r = 0; r < parts; ++r)
-    if (bounds[r + 1] == bounds[r]) return false;
-  const std::size_t n = bounds[parts];
-  return static_cast<std::size_t>(parts) * largest_piece(bounds, parts) <= n + n / 8;
-}
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -64,6 +39,7 @@ class NcclCommunicator final : public Communicator {
     stream_ = cuda::Stream::create();
     compute_done_ = cuda::Event::create();
     comm_done_ = cuda::Event::create();
+    pieces_.emplace(rank_, size_, stream_.get());
 
     // Rank 0 always reaches the broadcast, with a flag when it has no id, so
     // that a failure there leaves nobody waiting in MPI_Bcast.
@@ -145,7 +121,7 @@ class NcclCommunicator final : public Communicator {
 
   // Sliced state: each piece is summed onto its owner only. ncclReduceScatter
   // wants P equal pieces, and the pieces may be uneven or empty, so two
-  // paths (equal_pieces_pay chooses): near-equal pieces, all non-empty, go
+  // paths (NcclPieces, nccl_pieces.cpp): near-equal pieces, all non-empty, go
   // through the staging buffer padded to equal ones and one in-place
   // ncclReduceScatter; any other cut is one ncclReduce per non-empty piece,
   // rooted at its owner, all in one group (one launch). Either way every
@@ -154,15 +130,8 @@ class NcclCommunicator final : public Communicator {
   int start_reduce_scatter_sum(float* buf, const std::size_t* bounds) override {
     if (bounds[size_] > 0) {
       const ncclComm_t c = live();
-      if (equal_pieces_pay(bounds, size_)) {
-        flat_reduce_scatter(buf, bounds, c);
-      } else {
-        after_compute();
-        grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
-          DPT_NCCL_CHECK(
-              ncclReduce(buf + at, buf + at, n, ncclFloat, ncclSum, root, c, stream_.get()));
-        });
-      }
+      after_compute();
+      pieces_->reduce_scatter(buf, bounds, c);
       pending_ = true;
     }
     return started_++;
@@ -183,15 +152,8 @@ class NcclCommunicator final : public Communicator {
     finish_allgather();
     if (bounds[size_] == 0) return;
     const ncclComm_t c = live();
-    if (equal_pieces_pay(bounds, size_)) {
-      flat_allgather(buf, bounds, c);
-    } else {
-      after_compute();
-      grouped(bounds, [&](std::size_t at, std::size_t n, int root) {
-        DPT_NCCL_CHECK(ncclBroadcast(buf + at, buf + at, n * sizeof(float), ncclChar, root, c,
-                                     stream_.get()));
-      });
-    }
+    after_compute();
+    pieces_->allgather(buf, bounds, c);
     gathering_ = true;
   }
   void finish_allgather() override {
@@ -243,98 +205,6 @@ class NcclCommunicator final : public Communicator {
                   "NCCL communicator was aborted (rank " + std::to_string(rank_) + ")");
     return c;
   }
-  // Calls piece(offset, count, owner) for every non-empty piece of bounds
-  // inside one NCCL group. A call that fails leaves its error in the group,
-  // so ncclGroupEnd launches nothing; the group is closed all the same.
-  template <typename Piece>
-  void grouped(const std::size_t* bounds, Piece piece) {
-    DPT_NCCL_CHECK(ncclGroupStart());
-    try {
-      for (int r = 0; r < size_; ++r)
-        if (bounds[r + 1] > bounds[r]) piece(bounds[r], bounds[r + 1] - bounds[r], r);
-    } catch (...) {
-      ncclGroupEnd();
-      throw;
-    }
-    DPT_NCCL_CHECK(ncclGroupEnd());
-  }
-  // The flat paths run over windows of the pieces: window k is values
-  // [k*w, (k+1)*w) of every piece, piece r of it in slot r of the staging
-  // buffer (w values each, the slot's tail unused where the piece is
-  // shorter), one in-place collective per window. w is the largest piece
-  // while the P slots fit in kStagingFloats, else less, so the staging
-  // buffer stays at most 64 MiB whatever the call (a --shard-optimizer
-  // all-gather spans the whole arena).
-  static constexpr std::size_t kStagingFloats = std::size_t(16) << 20;
-  std::size_t window(std::size_t m) const {
-    const std::size_t most = test_hooks::nccl_staging_floats(kStagingFloats);
-    return std::min(m, std::max<std::size_t>(1, most / static_cast<std::size_t>(size_)));
-  }
-  // How many of piece r's values fall in the window of `count` from `at`.
-  static std::size_t in_window(const std::size_t* bounds, int r, std::size_t at,
-                               std::size_t count) {
-    const std::size_t len = bounds[r + 1] - bounds[r];
-    return len > at ? std::min(count, len - at) : 0;
-  }
-  // Each window: the pieces packed into their slots, one in-place
-  // ncclReduceScatter leaves the sum of slot `rank` there, and it is copied
-  // back into the own piece. Slot tails are summed too, unused.
-  void flat_reduce_scatter(float* buf, const std::size_t* bounds, ncclComm_t c) {
-    const std::size_t m = largest_piece(bounds, size_), w = window(m);
-    float* staging = staging_for(w * static_cast<std::size_t>(size_));
-    after_compute();
-    for (std::size_t at = 0; at < m; at += w) {
-      const std::size_t count = std::min(w, m - at);
-      for (int r = 0; r < size_; ++r)
-        copy_on_stream(staging + r * count, buf + bounds[r] + at, in_window(bounds, r, at, count));
-      float* own = staging + static_cast<std::size_t>(rank_) * count;
-      DPT_NCCL_CHECK(ncclReduceScatter(staging, own, count, ncclFloat, ncclSum, c, stream_.get()));
-      copy_on_stream(buf + bounds[rank_] + at, own, in_window(bounds, rank_, at, count));
-    }
-  }
-  // Each window: the own piece's values copied into slot `rank`, one
-  // in-place ncclAllGather fills every slot, and the other ranks' values
-  // are copied out: buf is written within the pieces only.
-  void flat_allgather(float* buf, const std::size_t* bounds, ncclComm_t c) {
-    const std::size_t m = largest_piece(bounds, size_), w = window(m);
-    float* staging = staging_for(w * static_cast<std::size_t>(size_));
-    after_compute();
-    for (std::size_t at = 0; at < m; at += w) {
-      const std::size_t count = std::min(w, m - at);
-      float* own = staging + static_cast<std::size_t>(rank_) * count;
-      copy_on_stream(own, buf + bounds[rank_] + at, in_window(bounds, rank_, at, count));
-      DPT_NCCL_CHECK(ncclAllGather(own, staging, count, ncclFloat, c, stream_.get()));
-      for (int r = 0; r < size_; ++r)
-        if (r != rank_)
-          copy_on_stream(buf + bounds[r] + at, staging + r * count, in_window(bounds, r, at, count));
-    }
-  }
-  // The staging buffer of the flat paths, at least `floats` long. It grows
-  // only when a call needs more than it has, so every size is reached in
-  // the first step (later steps repeat its calls) and a warmed-up step
-  // allocates nothing. A new buffer is zeroed on the communication stream,
-  // before any use, so its padding never holds garbage (summed there it
-  // would reach no piece, but it is a read of memory never written, which
-  // compute-sanitizer's initcheck reports).
-  float* staging_for(std::size_t floats) {
-    const std::size_t bytes = floats * sizeof(float);
-    if (staging_.bytes() < bytes) {
-      // Work queued on the communication stream may still use the old
-      // buffer; let it finish before the buffer is freed (cudaFree waits
-      // for the device anyway, this makes the wait explicit).
-      if (staging_.get()) DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-      staging_ = cuda::DeviceMemory();  // freed first: only one is held at a time
-      staging_ = cuda::DeviceMemory(bytes);
-      DPT_CUDA_CHECK(cudaMemsetAsync(staging_.get(), 0, bytes, stream_.get()));
-    }
-    return static_cast<float*>(staging_.get());
-  }
-  void copy_on_stream(float* dst, const float* src, std::size_t n) {
-    if (n == 0) return;
-    DPT_CUDA_CHECK(
-        cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_.get()));
-  }
-
   void after_compute() {
     DPT_CUDA_CHECK(cudaEventRecord(compute_done_.get(), compute_));
     DPT_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), compute_done_.get(), 0));
@@ -382,7 +252,7 @@ class NcclCommunicator final : public Communicator {
   int unwinding_at_start_;
   cuda::Stream stream_;
   cuda::Event compute_done_, comm_done_;
-  cuda::DeviceMemory staging_;  // the flat paths' padded pieces (staging_for)
+  std::optional<NcclPieces> pieces_;  // reduce-scatters and all-gathers, on stream_
   std::atomic<ncclComm_t> comm_{nullptr};  // read by async_error() on the watchdog thread
   std::atomic<bool> aborted_{false};
   int started_ = 0;       // bucket tickets since the last wait_all()
