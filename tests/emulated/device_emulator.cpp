@@ -1,10 +1,9 @@
 // Implements: the emulator of device_emulator.hpp — the launch checks, the
 // block scheduler (one Boost.Context fiber per thread of a block, resumed in
 // thread order until each waits at a barrier, in a shuffle, or ends), the
-// warp exchange, and the registry of emulated device memory.
+// warp exchange (the registry of emulated device memory is
+// device_memory.cpp).
 #include "device_emulator.hpp"
-
-#include "address_ranges.hpp"
 
 #include <boost/context/fiber.hpp>
 
@@ -33,7 +32,6 @@ namespace {
 
 constexpr std::size_t kStackBytes = 128 * 1024;
 constexpr int kWarpSize = 32;
-constexpr std::size_t kDeviceAlignment = 256;  // cudaMalloc's guarantee
 
 enum class State { kRunnable, kAtBarrier, kInShuffle, kDone };
 
@@ -115,10 +113,9 @@ class PooledStack {
   char* base_;
 };
 
-std::mutex g_mutex;  // the error and the allocations (the kernels run on one host thread)
+std::mutex g_mutex;  // the error and the launch count (the kernels run on one host thread)
 cudaError_t g_error = cudaSuccess;
 std::string g_detail = "no error";
-AddressRanges g_allocations;
 std::size_t g_launches = 0;
 
 void fail_block(const std::string& why) {
@@ -295,49 +292,6 @@ cudaError_t take_error() {
 const char* error_detail() {
   const std::lock_guard lock(g_mutex);
   return g_detail.c_str();
-}
-
-bool is_device_pointer(const void* p) {
-  if (!p) return true;
-  const std::lock_guard lock(g_mutex);
-  return g_allocations.contains(p, true);
-}
-
-bool is_device_range(const void* p, std::size_t bytes) {
-  const std::lock_guard lock(g_mutex);
-  return g_allocations.contains_range(p, bytes);
-}
-
-std::size_t device_capacity() {
-  const char* v = std::getenv("DPTRAIN_EMULATED_DEVICE_BYTES");
-  const long long n = v ? std::atoll(v) : 0;
-  return n > 0 ? static_cast<std::size_t>(n) : std::size_t(16) << 30;
-}
-
-std::size_t device_bytes_in_use() {
-  const std::lock_guard lock(g_mutex);
-  return g_allocations.total();
-}
-
-void* device_allocate(std::size_t bytes) {
-  const std::size_t capacity = device_capacity();
-  const std::lock_guard lock(g_mutex);
-  if (bytes > capacity - std::min(capacity, g_allocations.total())) return nullptr;
-  void* p = ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t(kDeviceAlignment),
-                           std::nothrow);
-  if (!p) return nullptr;
-  std::memset(p, 0xff, bytes);  // float NaN: reading unwritten scratch shows
-  g_allocations.add(p, bytes);
-  return p;
-}
-
-void device_free(void* p) {
-  if (!p) return;
-  {
-    const std::lock_guard lock(g_mutex);
-    g_allocations.remove(p);
-  }
-  ::operator delete(p, std::align_val_t(kDeviceAlignment));
 }
 
 int multiprocessors() {

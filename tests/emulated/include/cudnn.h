@@ -363,7 +363,7 @@ namespace dptrain_emu {
 // offer one engine for every graph, whose execution plan finalizes (a
 // workspace of 256 bytes) and whose cudnnBackendExecute checks its
 // arguments and then COMPUTES NOTHING: every output is left as it was
-// (cudnn_backend.cpp). For tests of the callers' checks of cuDNN's results.
+// (cudnn_test_engine.cpp). For tests of the callers' checks of cuDNN's results.
 inline bool& cudnn_graph_engines() {
   static bool offering = false;
   return offering;
