@@ -27,18 +27,13 @@
 #include "dptrain/backends/backend_factory.hpp"
 #include "dptrain/comm/communicator.hpp"
 #include "dptrain/common/error.hpp"
-#include "dptrain/common/h5.hpp"
-#include "dptrain/data/batch_plan.hpp"
-#include "dptrain/data/dataset.hpp"
-#include "dptrain/data/input_queue.hpp"
-#include "dptrain/data/sample_order.hpp"
-#include "dptrain/data/scatter.hpp"
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "dptrain/run/agree.hpp"
 #include "dptrain/run/mpi_session.hpp"
 #include "dptrain/run/options.hpp"
+#include "input_epoch_row.hpp"
 #include "parallel/gradient_buckets.hpp"
 #include "train/train_step.hpp"
 
@@ -121,6 +116,52 @@ std::string placement(const Args& args) {
 }
 
 // --- gemm: one training step against the GEMMs inside it ----------------------
+struct Gemm {
+  bool ta, tb;
+  int m, n, k;
+  const float* a;
+  int lda;
+  const float* b;
+  int ldb;
+  float* c;
+  int ldc;
+};
+
+// The GEMMs of Model::forward and Model::backward of an MLP, same shapes and
+// layouts: y = x W^T per dense layer; then, last layer first, dW = dy^T x
+// and (all but the first layer) dx = dy W; on operands of their own,
+// uniform in [-1, 1).
+struct MlpGemms {
+  MlpGemms(Backend& be, const Model& model, int batch, std::mt19937& rng) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    buffers.reserve(32);  // pointers into it are kept
+    auto buffer = [&](int rows, int cols) {
+      std::vector<float> host(std::size_t(rows) * cols);
+      for (float& v : host) v = uniform(rng);
+      buffers.emplace_back(be, host.size());
+      be.copy_to_device(buffers.back().get(), host.data(), host.size() * sizeof(float));
+      return buffers.back().get();
+    };
+    std::vector<Gemm> backward;
+    bool first_layer = true;
+    for (const ParamInfo& p : model.param_layout()) {
+      if (p.name != "weight") continue;  // the dense weights [out, in] give the GEMM shapes
+      const int in = static_cast<int>(p.shape[1]), out = static_cast<int>(p.shape[0]);
+      float *x = buffer(batch, in), *w = buffer(out, in), *dy = buffer(batch, out);
+      gemms.push_back({false, true, batch, out, in, x, in, w, in, buffer(batch, out), out});
+      std::vector<Gemm> layer{{true, false, out, in, batch, dy, out, x, in, buffer(out, in), in}};
+      if (!first_layer)
+        layer.push_back({false, false, batch, in, out, dy, out, w, in, buffer(batch, in), in});
+      backward.insert(backward.begin(), layer.begin(), layer.end());
+      first_layer = false;
+    }
+    gemms.insert(gemms.end(), backward.begin(), backward.end());
+  }
+
+  std::vector<Gemm> gemms;  // forward's, then backward's
+  std::vector<DeviceBuffer<float>> buffers;
+};
+
 Row bench_gemm(const MpiSession& mpi, const Args& args) {
   const bool cuda = args.device == "cuda";
   const std::string name = "step vs bare GEMMs (" + placement(args) + ")";
@@ -146,43 +187,8 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
   for (int r = 0; r < kBatch; ++r) host.labels[r] = static_cast<std::int32_t>(rng() % 10);
   const Shard& dev = shard.to_device();
 
-  // The GEMMs of Model::forward and Model::backward, same shapes and layouts:
-  // y = x W^T per dense layer; then, last layer first, dW = dy^T x and
-  // (all but the first layer) dx = dy W.
-  struct Gemm {
-    bool ta, tb;
-    int m, n, k;
-    const float* a;
-    int lda;
-    const float* b;
-    int ldb;
-    float* c;
-    int ldc;
-  };
-  std::vector<DeviceBuffer<float>> buffers;
-  buffers.reserve(32);  // pointers into it are kept
-  auto buffer = [&](int rows, int cols) {
-    std::vector<float> host(std::size_t(rows) * cols);
-    for (float& v : host) v = uniform(rng);
-    buffers.emplace_back(*be, host.size());
-    be->copy_to_device(buffers.back().get(), host.data(), host.size() * sizeof(float));
-    return buffers.back().get();
-  };
-  std::vector<Gemm> forward, backward;
-  bool first_layer = true;
-  for (const ParamInfo& p : model.param_layout()) {
-    if (p.name != "weight") continue;  // the dense weights [out, in] give the GEMM shapes
-    const int in = static_cast<int>(p.shape[1]), out = static_cast<int>(p.shape[0]);
-    float *x = buffer(kBatch, in), *w = buffer(out, in), *dy = buffer(kBatch, out);
-    forward.push_back({false, true, kBatch, out, in, x, in, w, in, buffer(kBatch, out), out});
-    std::vector<Gemm> layer{{true, false, out, in, kBatch, dy, out, x, in, buffer(out, in), in}};
-    if (!first_layer)
-      layer.push_back({false, false, kBatch, in, out, dy, out, w, in, buffer(kBatch, in), in});
-    backward.insert(backward.begin(), layer.begin(), layer.end());
-    first_layer = false;
-  }
-  std::vector<Gemm> gemms = forward;
-  gemms.insert(gemms.end(), backward.begin(), backward.end());
+  const MlpGemms bare(*be, model, kBatch, rng);
+  const std::vector<Gemm>& gemms = bare.gemms;
 
   // Both sides end with the device idle (train_step reads a count back;
   // synchronize() is free on the CPU).
@@ -288,93 +294,6 @@ Row bench_exchange(const MpiSession& mpi, const Args& args, int layers) {
                                        : ""));
 }
 
-// --- input: one epoch of the input pipeline against a raw read of the set -------
-Row bench_input(const MpiSession& mpi, const Args& args) {
-  const std::string name = "input pipeline epoch vs raw HDF5 read, " + plural(mpi.size(), "rank");
-  constexpr std::uint64_t kBatch = 128;
-  struct Shape {
-    std::uint64_t rows, dim, label_width, feature_bytes;
-    std::int32_t class_labels, feature_type;
-  } shape{};
-  agree(mpi.world(), [&] {  // checks the file once, untimed
-    if (mpi.rank() != 0) return;
-    Dataset d(args.data, "train");
-    const SetInfo& i = d.info();
-    shape = {i.rows, i.dim, i.label_width, i.rows * i.feature_bytes_per_row(),
-             i.label_type == LabelType::kClass, static_cast<std::int32_t>(i.feature_type)};
-  });
-  DPT_MPI_CHECK(MPI_Bcast(&shape, sizeof shape, MPI_BYTE, 0, mpi.world()));
-  const LossKind loss = shape.class_labels ? LossKind::kXent : LossKind::kMse;
-
-  auto be = make_backend("cpu", BackendOptions{args.threads});
-  // As the trainer does: features travel as stored, converted per rank.
-  const auto wire = static_cast<FeatureType>(shape.feature_type);
-  const bool raw = wire != FeatureType::kFloat32;
-  ShardBuffers shard(*be, max_shard_rows(kBatch, mpi.size()), shape.dim, shape.label_width,
-                     label_type(loss), 0, wire);
-  const DupComm scatter_comm(mpi.world());
-  Scatter scatter(scatter_comm.get(), shape.dim, shape.label_width, shape.class_labels != 0, wire);
-  const BatchPlan plan(shape.rows, kBatch);
-  bool cached = false;
-
-  // Rank 0 opens the set and reads it through the queue (filling its cache);
-  // every rank receives its shard of every batch of the epoch.
-  const Side ours{nullptr, [&] {
-                    const auto t0 = Clock::now();
-                    std::unique_ptr<Dataset> data;
-                    std::unique_ptr<InputQueue> queue;
-                    if (mpi.rank() == 0) {
-                      data = std::make_unique<Dataset>(args.data, "train");
-                      InputQueueConfig qc;
-                      qc.batch_size = kBatch;
-                      qc.shuffle.mode = ShuffleMode::kFull;
-                      qc.end_step = plan.steps_per_epoch();
-                      qc.raw_features = raw;
-                      queue = std::make_unique<InputQueue>(*data, qc);
-                      cached = queue->cached();
-                    }
-                    for (std::uint64_t step = 0; step < plan.steps_per_epoch(); ++step)
-                      next_shard(queue.get(), scatter, plan.slot(step).rows, shard);
-                    queue.reset();
-                    return ms_since(t0);
-                  }};
-  // Rank 0 reads both datasets whole, in their stored types; the others wait.
-  const Side base{nullptr, [&] {
-                    double ms = 0.0;
-                    if (mpi.rank() == 0) {
-                      const auto t0 = Clock::now();
-                      h5::File file = h5::open_read(args.data, ExitCode::kData);
-                      for (const char* path : {"train/features", "train/labels"}) {
-                        h5::DataSet d = h5::open_dataset(file.get(), path, ExitCode::kData);
-                        h5::DataType stored = h5::type_of(d.get());
-                        h5::DataType native(H5Tget_native_type(stored.get(), H5T_DIR_ASCEND));
-                        std::size_t bytes = H5Tget_size(native.get());
-                        for (hsize_t extent : h5::shape(d.get())) bytes *= extent;
-                        std::unique_ptr<unsigned char[]> buf(new unsigned char[bytes]);
-                        h5::read_all(d.get(), native.get(), buf.get(), ExitCode::kData);
-                      }
-                      ms = ms_since(t0);
-                    }
-                    idle_barrier(mpi.world());
-                    return ms;
-                  }};
-  // The warm-up pair reads the file once on each side: both then read from
-  // the page cache.
-  const Samples s = alternate(mpi.world(), args.run.repeats,
-                              with_warmup({1, 4.0, 3, 50}, args.run.warmup), ours, base);
-  char mib[32];
-  std::snprintf(mib, sizeof mib, "%.3g MiB", double(shape.feature_bytes) / 1048576.0);
-  return make_row(name, s, base_over_ours, ">= 0.8",
-                  "ratio = raw read ms / pipeline ms, i.e. pipeline throughput as a fraction of a "
-                  "raw read (>= 0.8: at least 0.8x); ours = rank 0 opens the Dataset, InputQueue "
-                  "(batch 128, full shuffle, " + std::string(cached ? "set cached" : "streaming") +
-                      ") reads and shuffles, blocking Scatter to every rank (uint8 sent as bytes, each rank converts its shard), " +
-                      std::to_string(plan.steps_per_epoch()) + " batches of " +
-                      std::to_string(shape.rows) + " rows, max over ranks (validate excluded); "
-                      "baseline = rank 0 H5Dread of /train/features (" + mib +
-                      ") and /train/labels in stored types; page cache warm");
-}
-
 int run(const MpiSession& mpi, const Args& args) {
   auto emit = [&](const Row& r) {
     if (mpi.rank() == 0) print_row(r);
@@ -391,7 +310,7 @@ int run(const MpiSession& mpi, const Args& args) {
       r.note = "needs --data FILE";
       emit(r);
     } else {
-      emit(bench_input(mpi, args));
+      emit(input_epoch_row(mpi, args.data, args.threads, args.run));
     }
   }
   return 0;

@@ -3,8 +3,9 @@
 # (tools/bench/torch_mlp.py; the CNN job's rows in cnn_rows.py with
 # torch_cnn.py; the GPT job's rows in gpt_rows.py with torch_gpt.py),
 # repeated and interleaved, plus the rows of the dptrain_bench,
-# dptrain_cnn_bench and dptrain_gpt_bench micro-benchmarks; writes
-# results.md, results.json, results.png (bench_report.py).
+# dptrain_cnn_bench and dptrain_gpt_bench micro-benchmarks and the GEMM
+# rates (gemm_rows.py); writes results.md, results.json, results.png
+# (bench_report.py).
 """Benchmark dptrain against PyTorch on CPU.
 
 Rows (median over --repeats; ratio = median of the per-repeat ratios):
@@ -40,6 +41,7 @@ import tempfile
 import time
 
 import cnn_rows
+import gemm_rows
 import gpt_rows
 from bench_report import write_md, write_png
 
@@ -60,10 +62,7 @@ def log(msg):
 # The PyTorch baseline runs as installed: no OPENBLAS_CORETYPE or other
 # tuning (a user's own OPENBLAS_CORETYPE would reach both sides alike).
 BASELINE_ENV = {}
-# OpenBLAS kernels the GEMM rows try, with the /proc/cpuinfo flags each needs.
-OPENBLAS_KERNELS = [("Prescott", []), ("Haswell", ["avx2", "fma"]), ("Zen", ["avx2", "fma"]),
-                    ("SkylakeX", ["avx512bw", "avx512vl"]),
-                    ("Cooperlake", ["avx512bw", "avx512vl", "avx512_bf16"])]
+
 
 
 def run(cmd, timeout, extra_env=None):
@@ -224,49 +223,6 @@ class Bench:
         return rows, raw
 
 
-def gemm_rates(binary, repeats, env=None):
-    """{(shape, op): [GFLOP/s per repeat]} and the library line, from dptrain_gemm_rate."""
-    rates, library = {}, ""
-    for _ in range(repeats):
-        out, _ = run([binary, "--threads", "1"], 300, env)
-        for line in out.splitlines():
-            obj = json.loads(line)
-            rates.setdefault((obj["shape"], obj["op"]), []).append(obj["gflops"])
-            library = obj["library"]
-    return rates, library
-
-
-def gemm_table(args):
-    """One row per GEMM shape: this build's library against the best OpenBLAS
-    kernel forced by hand (OPENBLAS_CORETYPE), 1 thread, median GFLOP/s."""
-    ours_bin = args.gemm_rate or os.path.join(args.build_dir, "tools", "bench", "dptrain_gemm_rate")
-    if not os.access(ours_bin, os.X_OK):
-        return [{"row": "GEMM rates", "status": "not built", "note": f"{ours_bin} not found"}], []
-    flags = set(open("/proc/cpuinfo").read().split())
-    ours, library = gemm_rates(ours_bin, args.repeats)
-    base = {}
-    if args.openblas_gemm_rate and os.access(args.openblas_gemm_rate, os.X_OK):
-        for kernel, needs in OPENBLAS_KERNELS:
-            if all(f in flags for f in needs):
-                base[kernel], _ = gemm_rates(args.openblas_gemm_rate, args.repeats,
-                                             {"OPENBLAS_CORETYPE": kernel})
-                log(f"GEMM rates with OpenBLAS {kernel} measured")
-    rows = []
-    for (shape, op), rs in ours.items():
-        mine = statistics.median(rs)
-        by_kernel = {k: statistics.median(v[(shape, op)]) for k, v in base.items()}
-        best = max(by_kernel, key=by_kernel.get) if by_kernel else None
-        rows.append({"row": f"GEMM {shape} {op}, 1 thread", "ours": mine,
-                     "baseline": by_kernel[best] if best else "–", "unit": "GFLOP/s",
-                     "ratio": mine / by_kernel[best] if best else None, "target": ">= 1.0",
-                     "ours_is": library, "baseline_is": f"OpenBLAS, {best} kernel" if best else "–",
-                     "note": "OpenBLAS kernels: " + ", ".join(f"{k} {v:.1f}" for k, v in by_kernel.items())
-                             if by_kernel else "no OpenBLAS build given (--openblas-gemm-rate)"})
-    return rows, [{"gemm_rates": {"ours": {f"{k[0]} {k[1]}": v for k, v in ours.items()},
-                                  "openblas": {kern: {f"{k[0]} {k[1]}": v for k, v in r.items()}
-                                               for kern, r in base.items()}}}]
-
-
 def machine(args):
     def sh(cmd):
         try:
@@ -392,8 +348,8 @@ def main():
         rows += gpt_micro_rows
         micro_raw += gpt_raw
     if not args.skip_mlp:
-        gemm_rows, gemm_raw = gemm_table(args)
-        rows += gemm_rows
+        rate_rows, gemm_raw = gemm_rows.table(args, run, log)
+        rows += rate_rows
         micro_raw += gemm_raw
     info["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
 
