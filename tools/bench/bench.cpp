@@ -100,7 +100,6 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-
 BackendOptions backend_options(const Args& args) {
   BackendOptions bo;
   bo.threads = args.threads;
