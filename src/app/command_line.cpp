@@ -53,6 +53,8 @@ po::options_description model_group(Options& o) {
       ("loss", po::value(&o.loss)->default_value(o.loss), "xent (int labels) | mse (float targets)")
       ("batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "GLOBAL batch size, split across ranks")
       ("eval-batch-size", po::value(&o.eval_batch_size)->default_value(o.eval_batch_size), "global batch for evaluation (0: --batch-size)")
+      ("eval-every", po::value(&o.eval_every)->default_value(o.eval_every), "also evaluate after every N steps (0: at epoch ends and the end only)")
+      ("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches), "each evaluation covers the first K global batches of --val-set (0: all of it)")
       ("epochs", po::value(&o.epochs)->default_value(o.epochs), "stop after N epochs")
       ("steps", po::value(&o.steps)->default_value(o.steps), "stop after N optimizer steps (wins over --epochs)")
       ("optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "sgd | adam | adamw")
@@ -155,6 +157,8 @@ void check_train(const Options& o) {
   if (o.data.empty()) usage_error("train needs --data FILE");
   require_positive(o.batch_size, "batch-size");
   require_nonnegative(static_cast<double>(o.eval_batch_size), "eval-batch-size");
+  require_nonnegative(static_cast<double>(o.eval_every), "eval-every");
+  require_nonnegative(static_cast<double>(o.eval_batches), "eval-batches");
   if (o.steps <= 0) require_positive(o.epochs, "epochs");
   require_nonnegative(static_cast<double>(o.steps), "steps");
   // The parsers the run uses judge the names, so the lists live once.

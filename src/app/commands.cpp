@@ -92,7 +92,8 @@ ExitCode run_eval(const Options& opts, MpiSession& mpi) {
     if (!opts.metrics.empty()) {
       MetricsWriter m;
       m.open(opts.metrics);
-      nlohmann::json e = {{"event", "eval"}, {"step", lm.step}, {"set", opts.set}, {"loss", r.loss}};
+      nlohmann::json e = {{"event", "eval"}, {"step", lm.step}, {"set", opts.set}, {"loss", r.loss},
+                          {"samples", r.samples}};
       if (lm.loss == LossKind::kXent) e["accuracy"] = r.accuracy;
       m.write(e);
     }

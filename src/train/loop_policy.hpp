@@ -13,6 +13,7 @@ struct LoopPolicy {
   std::uint64_t log_every = 100;       // --log-every (>= 1)
   std::uint64_t check_every = 0;       // --check-every (0: never)
   std::uint64_t checkpoint_every = 0;  // --checkpoint-every (0: only at the end)
+  std::uint64_t eval_every = 0;        // --eval-every (0: epoch ends and the end only)
   bool has_val_set = false;            // --val-set given
   bool has_checkpoint_dir = false;     // --checkpoint-dir given
   bool has_save_file = false;          // --save given
@@ -23,9 +24,12 @@ struct LoopPolicy {
   bool check_due(std::uint64_t step) const {
     return check_every > 0 && (step + 1) % check_every == 0;
   }
-  // Evaluation at each epoch end and after the last step.
+  // Evaluation at each epoch end, after every eval_every steps (counted
+  // from the first step of training, so a resumed run keeps the schedule)
+  // and after the last step; once where these coincide.
   bool eval_due(std::uint64_t step, bool epoch_end) const {
-    return has_val_set && (epoch_end || last(step));
+    const bool periodic = eval_every > 0 && (step + 1) % eval_every == 0;
+    return has_val_set && (epoch_end || periodic || last(step));
   }
   bool periodic_checkpoint_due(std::uint64_t step) const {
     return has_checkpoint_dir && checkpoint_every > 0 && (step + 1) % checkpoint_every == 0;

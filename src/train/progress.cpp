@@ -67,15 +67,18 @@ void Progress::eval(std::uint64_t steps, std::uint64_t epoch, const std::string&
                     LossKind loss, const EvalResult& r) {
   if (mpi_.rank() != 0) return;
   nlohmann::json e = {{"event", "eval"}, {"step", steps}, {"epoch", epoch}, {"set", set},
-                      {"loss", r.loss}};
+                      {"loss", r.loss}, {"samples", r.samples}};
+  // --eval-batches: the line says the evaluation covered part of the set.
+  const std::string where =
+      set + (r.whole_set ? "" : " (first " + std::to_string(r.samples) + " samples)");
   if (loss == LossKind::kXent) {
     e["accuracy"] = r.accuracy;
     std::printf("eval  step %llu epoch %llu %s: loss %.4f accuracy %.4f\n",
                 static_cast<unsigned long long>(steps), static_cast<unsigned long long>(epoch),
-                set.c_str(), r.loss, r.accuracy);
+                where.c_str(), r.loss, r.accuracy);
   } else {
     std::printf("eval  step %llu epoch %llu %s: loss %.6f\n", static_cast<unsigned long long>(steps),
-                static_cast<unsigned long long>(epoch), set.c_str(), r.loss);
+                static_cast<unsigned long long>(epoch), where.c_str(), r.loss);
   }
   std::fflush(stdout);
   metrics_.write(e);

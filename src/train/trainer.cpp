@@ -132,7 +132,8 @@ void TrainingRun::after_step(std::uint64_t step) {
     // --shard-params: every rank takes part in the gathers of every batch.
     LayerListener* gathers = opts_.shard_params ? sync_.get() : nullptr;
     const EvalResult r = evaluate(mpi_, *rt_.backend, *rt_.comm, *val_, *model_, loss_, eval_batch_,
-                                  cache_bytes_, gathers);
+                                  cache_bytes_, gathers,
+                                  static_cast<std::uint64_t>(opts_.eval_batches));
     progress_->eval(step + 1, epoch_end ? slot.epoch + 1 : slot.epoch, opts_.val_set, loss_, r);
   }
 }

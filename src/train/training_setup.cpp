@@ -98,6 +98,7 @@ LoopPolicy loop_policy(const Options& o, std::uint64_t total_steps) {
   // --shard-params: each rank holds another slice, there are no towers to compare.
   p.check_every = o.shard_params ? 0 : static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.check_every));
   p.checkpoint_every = static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.checkpoint_every));
+  p.eval_every = static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.eval_every));
   p.has_val_set = !o.val_set.empty();
   p.has_checkpoint_dir = !o.checkpoint_dir.empty();
   p.has_save_file = !o.save.empty();

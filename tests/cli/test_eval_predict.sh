@@ -1,6 +1,7 @@
 # eval on a saved checkpoint reports the accuracy the training run reported
 # at that step (on 1 and 3 ranks); predict writes /predictions; inspect
-# summarizes data and checkpoints; --init-from takes weights written by h5py.
+# summarizes data and checkpoints; --init-from takes weights written by h5py;
+# --eval-every and --eval-batches schedule and bound evaluation in training.
 source "$(dirname "$0")/lib.sh"
 
 synthetic "$WORK/d.h5" --n 500 --val-n 123 --shape 6 --classes 4 --dtype uint8 --seed 12
@@ -52,4 +53,36 @@ compare_models "$WORK/j.h5" "$WORK/w.h5" 1e-6 && fail "fresh init equals the h5p
 run 2 60 train --data "$WORK/d.h5" --model dense:8,relu,dense:4 --steps 1 --init-from "$WORK/w.h5"
 expect_rc 4 "--init-from with mismatched shapes"
 expect_one_error "dense0"
+
+# --eval-every 6 evaluates after steps 6, 12 and 18 besides the epoch end
+# (16 steps of 32 make an epoch of 500) and the end; --eval-batches 2 (of
+# 25) covers the first 50 test samples, so the last evaluation's loss and
+# accuracy are those of `eval` on a file whose test set is those 50.
+run 2 120 train --data "$WORK/d.h5" --model dense:16,gelu,dense:4 --batch-size 32 --steps 20 \
+  --seed 3 --device cpu --eval-every 6 --eval-batches 2 --eval-batch-size 25 \
+  --metrics "$WORK/m2.jsonl" --save "$WORK/e.h5"
+expect_rc 0 "training with --eval-every and --eval-batches"
+grep -q "eval  step 20 epoch 1 test (first 50 samples): loss" "$OUT" ||
+  { cat "$OUT"; fail "no evaluation line naming the first 50 samples"; }
+"$PYTHON" - "$WORK/d.h5" "$WORK/d50.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as d, h5py.File(sys.argv[2], "w") as o:
+    for name in ("features", "labels"):
+        o["train/" + name] = d["train/" + name][()]
+        o["test/" + name] = d["test/" + name][:50]
+PY
+run 2 60 eval --checkpoint "$WORK/e.h5" --data "$WORK/d50.h5" --set test --eval-batch-size 25 \
+  --metrics "$WORK/e50.jsonl"
+expect_rc 0 "eval on the first 50 test samples"
+"$PYTHON" - "$WORK/m2.jsonl" "$WORK/e50.jsonl" <<'PY' || fail "--eval-every / --eval-batches events"
+import json, sys
+evals = [e for e in map(json.loads, open(sys.argv[1])) if e["event"] == "eval"]
+assert [e["step"] for e in evals] == [6, 12, 16, 18, 20], [e["step"] for e in evals]
+assert all(e["samples"] == 50 for e in evals), [e["samples"] for e in evals]
+ref = json.loads(open(sys.argv[2]).readline())
+assert ref["samples"] == 50, ref
+last = evals[-1]
+assert last["accuracy"] == ref["accuracy"], (last, ref)
+assert abs(last["loss"] - ref["loss"]) <= 1e-6 * abs(ref["loss"]), (last, ref)
+PY
 echo PASS

@@ -45,6 +45,19 @@ TEST(LoopPolicy, EvaluatesAtEpochEndsAndTheEndWithAValSet) {
   EXPECT_TRUE(p.eval_due(6, false));  // the last step, mid-epoch
 }
 
+TEST(LoopPolicy, EvaluatesEveryNStepsToo) {
+  LoopPolicy p;
+  p.total_steps = 23;
+  p.eval_every = 5;
+  // Epoch ends after steps 8 and 16 (and the run ends at 23).
+  auto due = [&](auto s) { return p.eval_due(s, (s + 1) % 8 == 0); };
+  EXPECT_TRUE(steps_where(23, due).empty());  // no --val-set
+  p.has_val_set = true;
+  EXPECT_EQ(steps_where(23, due), (std::vector<std::uint64_t>{5, 8, 10, 15, 16, 20, 23}));
+  p.eval_every = 8;  // coinciding with the epoch ends: once each
+  EXPECT_EQ(steps_where(23, due), (std::vector<std::uint64_t>{8, 16, 23}));
+}
+
 TEST(LoopPolicy, PeriodicCheckpointsNeedADirectory) {
   LoopPolicy p;
   p.total_steps = 10;

@@ -19,6 +19,9 @@ struct Options {
   std::string model = "dense:256,relu,dense:256,relu,dense:10";
   std::string loss = "xent";
   std::int64_t batch_size = 128, eval_batch_size = 0;  // 0: same as batch size
+  // train: also evaluate after every N steps (0: at epoch ends and the end
+  // only); each evaluation covers the first K global batches (0: the set).
+  std::int64_t eval_every = 0, eval_batches = 0;
   std::int64_t epochs = 1, steps = 0;                   // steps > 0 wins
   // optimizer and schedule
   std::string optimizer = "adam";

@@ -24,24 +24,28 @@ using BatchOutputs = std::function<void(const BatchSlot& slot, const Shard& shar
 
 // Collective: the model's forward pass (eval mode) over every sample of the
 // set, in file order, in global batches of batch_size split across the ranks
-// as in training. Rank 0 reads; the set must be open (open_set). events:
-// the model's listener (--shard-params gathers each layer's parameters
-// through it); with one, every rank runs forward on every batch, also on a
-// shard of no rows.
-void forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& model, LossKind loss,
-                  std::uint64_t batch_size, std::size_t cache_bytes, const BatchOutputs& on_batch,
-                  LayerListener* events = nullptr);
+// as in training; with max_batches > 0, over the first max_batches batches
+// only. Returns the samples covered. Rank 0 reads; the set must be open
+// (open_set). events: the model's listener (--shard-params gathers each
+// layer's parameters through it); with one, every rank runs forward on
+// every batch, also on a shard of no rows.
+std::uint64_t forward_pass(const MpiSession& mpi, Backend& be, SharedSet& set, Model& model,
+                           LossKind loss, std::uint64_t batch_size, std::size_t cache_bytes,
+                           const BatchOutputs& on_batch, LayerListener* events = nullptr,
+                           std::uint64_t max_batches = 0);
 
 struct EvalResult {
   double loss = 0.0;
   double accuracy = 0.0;  // xent only
-  std::uint64_t samples = 0;
+  std::uint64_t samples = 0;  // covered
+  bool whole_set = true;      // samples are all of the set
 };
 
-// Collective: the mean loss (and accuracy) of the model over the whole set;
+// Collective: the mean loss (and accuracy) of the model over the set (with
+// max_batches > 0, over its first max_batches global batches: --eval-batches);
 // sums are all-reduced, so every rank returns the same.
 EvalResult evaluate(const MpiSession& mpi, Backend& be, Communicator& comm, SharedSet& set,
                     Model& model, LossKind loss, std::uint64_t batch_size, std::size_t cache_bytes,
-                    LayerListener* events = nullptr);
+                    LayerListener* events = nullptr, std::uint64_t max_batches = 0);
 
 }  // namespace dptrain
