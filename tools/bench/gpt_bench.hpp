@@ -2,8 +2,9 @@
 // tools/bench): its arguments, device timing, the GPT with its random token
 // shard and optimizer, the replay of recorded GEMMs (the backend that
 // records them is instrumented_backend.hpp's), and the row makers
-// (gpt_gemm_rows.cpp, gpt_layer_rows.cpp with driven_gpt.cpp, gpt_throughput_row.cpp,
-// gpt_attention_row.cpp); gpt_bench.cpp is the command.
+// (gpt_gemm_rows.cpp, gpt_layer_rows.cpp with driven_gpt.cpp,
+// gpt_throughput_row.cpp, gpt_attention_row.cpp); gpt_bench.cpp is the
+// command.
 #pragma once
 
 #include <mpi.h>
