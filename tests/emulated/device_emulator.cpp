@@ -1,6 +1,7 @@
 // Implements: the emulator of device_emulator.hpp — the launch checks, the
 // block scheduler (one Boost.Context fiber per thread of a block, resumed in
-// thread order until each waits at a barrier, in a shuffle, or ends), the
+// thread order, or the reverse of it, until each waits at a barrier, in a
+// shuffle, or ends), the
 // warp exchange (the registry of emulated device memory is
 // device_memory.cpp).
 #include "device_emulator.hpp"
@@ -58,6 +59,20 @@ struct Block {
 };
 
 thread_local Block* t_block = nullptr;
+
+Order order_from_environment() {
+  const char* v = std::getenv("DPTRAIN_EMULATED_ORDER");
+  const std::string order = v ? v : "forward";
+  if (order != "forward" && order != "reverse") {
+    std::fprintf(stderr, "DPTRAIN_EMULATED_ORDER=%s: expected forward or reverse\n", v);
+    std::abort();
+  }
+  return order == "reverse" ? Order::kReverse : Order::kForward;
+}
+
+std::atomic<Order> g_order{order_from_environment()};
+
+bool reverse_order() { return g_order.load() == Order::kReverse; }
 thread_local std::vector<std::unique_ptr<char[]>> t_stacks;
 
 // AddressSanitizer follows the stack in use and must be told of every switch
@@ -217,8 +232,10 @@ bool run_block(Block& b, dim3 block) {
                static_cast<unsigned>(i / (block.x * block.y))};
     f.thread = start_thread(i);
   }
+  const bool reverse = reverse_order();
   for (;;) {
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = reverse ? n - 1 - k : k;
       if (b.fibers[i].state != State::kRunnable) continue;
       b.current = static_cast<int>(i);
       threadIdx = b.fibers[i].index;
@@ -260,18 +277,20 @@ void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body)
   Block* outer = std::exchange(t_block, &b);
   gridDim = grid;
   blockDim = block;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = {x, y, z};
-        if (!run_block(b, block)) {
-          abandon(b);
-          const std::lock_guard lock(g_mutex);
-          g_detail = std::string(kernel) + ", block " + dims(dim3(x, y, z)) + ": " + g_detail;
-          t_block = outer;
-          return;
-        }
-      }
+  const std::uint64_t blocks = std::uint64_t{grid.x} * grid.y * grid.z;
+  for (std::uint64_t k = 0; k < blocks; ++k) {
+    const std::uint64_t i = reverse_order() ? blocks - 1 - k : k;
+    blockIdx = {static_cast<unsigned>(i % grid.x), static_cast<unsigned>(i / grid.x % grid.y),
+                static_cast<unsigned>(i / (std::uint64_t{grid.x} * grid.y))};
+    if (!run_block(b, block)) {
+      abandon(b);
+      const std::lock_guard lock(g_mutex);
+      g_detail = std::string(kernel) + ", block " +
+                 dims(dim3(blockIdx.x, blockIdx.y, blockIdx.z)) + ": " + g_detail;
+      t_block = outer;
+      return;
+    }
+  }
   t_block = outer;
   const std::lock_guard lock(g_mutex);
   ++g_launches;
@@ -341,6 +360,16 @@ std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg,
   }
   wait_as(State::kInShuffle);  // every lane has read before anyone stores again
   return result;
+}
+
+Order set_order(Order o) { return g_order.exchange(o); }
+
+bool runs_last_in_warp() {
+  const Block& b = *t_block;
+  const auto me = static_cast<std::size_t>(b.current);
+  const std::size_t first = me - me % kWarpSize;
+  const std::size_t last = std::min(first + kWarpSize, b.fibers.size()) - 1;
+  return me == (reverse_order() ? first : last);
 }
 
 std::uint64_t or_in_warp(std::uint64_t v) {

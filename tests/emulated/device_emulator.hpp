@@ -15,7 +15,10 @@
 // __syncthreads, a warp shuffle or __syncwarp, or its end, in thread order. So a block
 // barrier lets nobody on before every live thread of the block has arrived,
 // and a missing barrier shows as the worst ordering: thread 0 runs ahead of
-// everyone. A shuffle exchanges values among the 32 lanes of a warp; it is
+// everyone. DPTRAIN_EMULATED_ORDER=reverse runs the blocks of a grid and
+// the threads of a block last to first instead: between two barriers,
+// every pair of threads then meets in the other order too, so a test run
+// both ways catches a race whichever thread it needs to run first. A shuffle exchanges values among the 32 lanes of a warp; it is
 // an error when a lane of the warp has ended or waits elsewhere (the
 // full-mask shuffles of src/backends/cuda/ need all 32), or reads a lane that does
 // not exist. A block whose threads can no longer move is a deadlock. Each
@@ -89,6 +92,11 @@ namespace dptrain_emu {
 // arguments.
 using ThreadBody = std::function<void()>;
 
+// The order of the block scheduler: DPTRAIN_EMULATED_ORDER's (forward
+// unless it says reverse) until set_order, which returns the one before.
+enum class Order { kForward, kReverse };
+Order set_order(Order o);
+
 // Runs body for every thread of the grid (or records why it cannot) and
 // returns when all have finished; kernel names a launch in error messages.
 void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body);
@@ -137,6 +145,9 @@ std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg,
 // Stores v as this lane's value, waits for the warp, and returns the OR of
 // every lane's value (a ballot's gather, in one exchange).
 std::uint64_t or_in_warp(std::uint64_t v);
+// Whether the thread now running is the last of its warp's lanes that the
+// scheduler resumes (the highest lane, or the lowest in reverse order).
+bool runs_last_in_warp();
 
 template <typename T>
 std::uint64_t to_bits(T v) {

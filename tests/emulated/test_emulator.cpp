@@ -1,8 +1,8 @@
 // Implements: tests of the CUDA host emulation itself (device_emulator.hpp),
 // so that what the emulated kernel tests pass on means something: every
 // thread of a 3-D grid runs once with its own indices; a block barrier
-// holds everyone until all arrive, and a reduction without it comes out
-// wrong; shared memory is shared by a block; shuffles exchange the lanes'
+// holds everyone until all arrive, and kernels without one come out wrong
+// in one of the scheduler's two orders; shared memory is shared by a block; shuffles exchange the lanes'
 // values; and the faults a GPU would hang on, fault on or refuse — a
 // barrier or shuffle in divergent code, a bad launch configuration, a host
 // pointer as argument — are launch errors that name what happened.
@@ -51,6 +51,33 @@ __global__ void tree_sum(const int* x, int* out) {
   }
   if (t == 0) out[blockIdx.x] = s[0];
 }
+
+// Each thread reads its right neighbour's value, then overwrites its own;
+// without the barrier between, a neighbour that runs first has overwritten
+// the value before it is read (a write-after-read race).
+template <bool kWithBarrier>
+__global__ void read_right_then_overwrite(const int* x, int* out) {
+  __shared__ int s[kBlock];
+  const int t = threadIdx.x;
+  s[t] = x[blockIdx.x * kBlock + t];
+  __syncthreads();
+  const int right = t + 1 < kBlock ? s[t + 1] : 0;
+  if (kWithBarrier) __syncthreads();
+  s[t] = -1;
+  out[blockIdx.x * kBlock + t] = right;
+}
+
+// Sets the scheduler's order for a test's scope.
+class InOrder {
+ public:
+  explicit InOrder(dptrain_emu::Order o) : before_(dptrain_emu::set_order(o)) {}
+  ~InOrder() { dptrain_emu::set_order(before_); }
+  InOrder(const InOrder&) = delete;
+  InOrder& operator=(const InOrder&) = delete;
+
+ private:
+  dptrain_emu::Order before_;
+};
 
 __global__ void butterfly_sum(const double* x, double* out) {
   double v = x[threadIdx.x];
@@ -123,21 +150,37 @@ TEST(DeviceEmulator, EveryThreadOfA3dGridRunsOnceWithItsIndices) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], i + 1) << "thread " << i;
 }
 
-TEST(DeviceEmulator, BarriersMakeATreeReductionRightAndItsAbsenceShows) {
+// Each order of the scheduler hides one of two races and shows the other:
+// the tree's (a read before the partner's store) needs a lower thread to run
+// first, so it shows in forward order; read_right_then_overwrite's needs a
+// higher one first, so it shows in reverse. A suite run both ways (the
+// emulated_gpu_wide entry runs in reverse) catches both kinds.
+TEST(DeviceEmulator, BarriersMakeKernelsRightAndEachOrderShowsARaceTheOtherHides) {
   constexpr int kBlocks = 3;
-  DeviceArray<int> x(kBlocks * kBlock), with(kBlocks), without(kBlocks);
-  std::vector<int> want(kBlocks, 0);
-  for (int i = 0; i < kBlocks * kBlock; ++i) {
+  constexpr int n = kBlocks * kBlock;
+  DeviceArray<int> x(n), with(kBlocks), without(kBlocks), right(n), raced(n);
+  std::vector<int> want_sums(kBlocks, 0), want_right(n, 0);
+  for (int i = 0; i < n; ++i) {
     x.p[i] = (i * 37) % 101 - 50;
-    want[static_cast<std::size_t>(i / kBlock)] += x.p[i];
+    want_sums[static_cast<std::size_t>(i / kBlock)] += x.p[i];
+    if ((i + 1) % kBlock != 0) want_right[static_cast<std::size_t>(i)] = (i * 37 + 37) % 101 - 50;
   }
-  Launcher("tree_sum<true>", kBlocks, kBlock)(tree_sum<true>, x.p, with.p);
-  Launcher("tree_sum<false>", kBlocks, kBlock)(tree_sum<false>, x.p, without.p);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  EXPECT_EQ(with.host(), want);
-  // Without barriers thread 0 runs the whole tree before the others have
-  // stored their values: the race a GPU may or may not show, always lost.
-  EXPECT_NE(without.host(), want);
+  for (const auto order : {dptrain_emu::Order::kForward, dptrain_emu::Order::kReverse}) {
+    const bool forward = order == dptrain_emu::Order::kForward;
+    SCOPED_TRACE(forward ? "forward order" : "reverse order");
+    const InOrder in(order);
+    Launcher("tree_sum<true>", kBlocks, kBlock)(tree_sum<true>, x.p, with.p);
+    Launcher("tree_sum<false>", kBlocks, kBlock)(tree_sum<false>, x.p, without.p);
+    Launcher("read_right_then_overwrite<true>", kBlocks,
+             kBlock)(read_right_then_overwrite<true>, x.p, right.p);
+    Launcher("read_right_then_overwrite<false>", kBlocks,
+             kBlock)(read_right_then_overwrite<false>, x.p, raced.p);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(with.host(), want_sums);
+    EXPECT_EQ(right.host(), want_right);
+    EXPECT_EQ(without.host() == want_sums, !forward);
+    EXPECT_EQ(raced.host() == want_right, forward);
+  }
 }
 
 TEST(DeviceEmulator, ShufflesExchangeTheLanesValues) {

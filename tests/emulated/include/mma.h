@@ -3,8 +3,8 @@
 // accumulators that src/backends/cuda/ uses. On a GPU a fragment's elements are
 // spread over the warp's lanes in an unspecified way; here every lane holds the
 // whole tile, and each call does the whole operation for the lane that makes
-// it, with the same result as the warp's (a store is made by the warp's last
-// lane, below). Each load and store is warp-collective, as on the GPU: it waits
+// it, with the same result as the warp's (a store is made by the lane the
+// scheduler resumes last, below). Each load and store is warp-collective, as on the GPU: it waits
 // until all 32 lanes of the warp have reached it (a lane that ended or waits
 // elsewhere is a launch error), so no lane stores a tile before every lane has
 // loaded what it overwrites. The products are exact (bf16 × bf16 fits in fp32)
@@ -83,14 +83,14 @@ void load_matrix_sync(fragment<accumulator, M, N, K, float>& f, const float* p, 
 
 // On a GPU each lane stores its own elements, so another lane reads them
 // only after a __syncwarp (or a block barrier). Here the tile lands when
-// the warp's last lane stores it: its other lanes run on first, in thread
-// order, so a read that misses that synchronization sees the old values.
+// the last lane the scheduler resumes stores it: the warp's other lanes
+// run on first, so a read that misses that synchronization sees the old
+// values.
 template <int M, int N, int K>
 void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm,
                        layout_t layout) {
   if (!detail::usable(p, ldm, "wmma::store_matrix_sync")) return;
-  const unsigned flat = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  if (flat % 32 != 31) return;
+  if (!::dptrain_emu::runs_last_in_warp()) return;
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
       (layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * N + c];
