@@ -24,6 +24,8 @@ for np in 1 2 3; do
   check $np "--nesterov needs" train --data "$WORK/d.h5" --optimizer sgd --nesterov
 done
 check 2 "bucket-mb" train --data "$WORK/d.h5" --bucket-mb -1
+check 2 "--eval-every must be >= 0" train --data "$WORK/d.h5" --eval-every -3
+check 2 "--eval-batches must be >= 0" train --data "$WORK/d.h5" --eval-batches -1
 check 2 "--attention 'flash'" train --data "$WORK/d.h5" --attention flash
 # The fused attentions run on CUDA only; asked for on the CPU: exit 2.
 check 2 "--attention fused needs --device cuda" train --data "$WORK/d.h5" --device cpu --attention fused
