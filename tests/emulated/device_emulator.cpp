@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <unordered_map>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -56,6 +57,8 @@ struct Block {
   int current = -1;
   const ThreadBody* body = nullptr;
   bool failed = false;
+  std::uint64_t generation = 0;  // counts the blocks of the grid run so far
+  std::unordered_map<const void*, std::uint64_t> fresh;  // shared variable -> block that filled it
 };
 
 thread_local Block* t_block = nullptr;
@@ -223,6 +226,7 @@ bool release_waiters(Block& b, bool& all_done) {
 
 bool run_block(Block& b, dim3 block) {
   const std::size_t n = b.fibers.size();
+  ++b.generation;
   while (t_stacks.size() < n) t_stacks.push_back(std::make_unique<char[]>(kStackBytes));
   for (std::size_t i = 0; i < n; ++i) {
     Fiber& f = b.fibers[i];
@@ -363,6 +367,24 @@ std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg,
 }
 
 Order set_order(Order o) { return g_order.exchange(o); }
+
+void fresh_shared(void* p, std::size_t bytes) {
+  if (!t_block) return;
+  auto [at, first] = t_block->fresh.try_emplace(p, t_block->generation);
+  if (!first && at->second == t_block->generation) return;  // filled in this block
+  at->second = t_block->generation;
+  std::memset(p, 0xFF, bytes);
+}
+
+void within_launch_bounds(unsigned max_threads) {
+  const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
+  if (threads <= max_threads) return;
+  set_error(cudaErrorLaunchOutOfResources,
+            std::to_string(threads) + " threads a block, over the kernel's __launch_bounds__(" +
+                std::to_string(max_threads) + ")");
+  t_block->failed = true;
+  wait_as(State::kDone);
+}
 
 bool runs_last_in_warp() {
   const Block& b = *t_block;

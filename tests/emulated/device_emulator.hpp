@@ -6,7 +6,8 @@
 // into dptrain_emu::Launcher("kernel", grid, block, 0, s)(kernel, args).
 //
 // The model. A launch checks its configuration as CUDA does (at most 1024
-// threads a block, grid.y and grid.z at most 65535, no empty dimension) and
+// threads a block, grid.y and grid.z at most 65535, no empty dimension; in
+// the translated sources, no more than the kernel's __launch_bounds__) and
 // that every pointer argument is null or points into memory from
 // cudaMalloc; a bad launch runs nothing and is reported by
 // cudaGetLastError. Then, when its stream gets to the launch (streams.hpp),
@@ -23,9 +24,12 @@
 // full-mask shuffles of src/backends/cuda/ need all 32), or reads a lane that does
 // not exist. A block whose threads can no longer move is a deadlock. Each
 // such kernel error abandons the launch and is reported by
-// cudaGetLastError, naming what happened. __shared__ variables are statics:
-// shared by the threads of the block and kept from block to block, so a
-// kernel must write them before it reads them, as on the GPU.
+// cudaGetLastError, naming what happened. __shared__ variables are statics,
+// shared by the threads of the block; in the translated sources
+// (translate_launches.py) the first thread of a block to reach one's
+// declaration fills it with all-ones bytes (fresh_shared), so a block that
+// reads shared memory it did not write reads NaN (or -1), where a GPU
+// would give whatever was there.
 //
 // Device memory from cudaMalloc starts as all-ones bytes (float NaN), so a
 // kernel that reads scratch it never wrote gives NaN rather than zeros.
@@ -75,6 +79,7 @@ typedef enum {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorNotReady = 600,
+  cudaErrorLaunchOutOfResources = 701,
   cudaErrorLaunchFailure = 719,
 } cudaError_t;
 typedef enum {
@@ -145,6 +150,15 @@ std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg,
 // Stores v as this lane's value, waits for the warp, and returns the OR of
 // every lane's value (a ballot's gather, in one exchange).
 std::uint64_t or_in_warp(std::uint64_t v);
+// Fills the shared variable at p with all-ones bytes, unless the block now
+// running has done so already (translate_launches.py puts a call after
+// each __shared__ declaration).
+void fresh_shared(void* p, std::size_t bytes);
+// Fails the launch with cudaErrorLaunchOutOfResources, as a GPU refuses
+// it, when its blocks have more threads than max_threads, the kernel's
+// __launch_bounds__ (translate_launches.py puts the call first in each
+// kernel that declares them).
+void within_launch_bounds(unsigned max_threads);
 // Whether the thread now running is the last of its warp's lanes that the
 // scheduler resumes (the highest lane, or the lowest in reverse order).
 bool runs_last_in_warp();

@@ -2,8 +2,9 @@
 // so that what the emulated kernel tests pass on means something: every
 // thread of a 3-D grid runs once with its own indices; a block barrier
 // holds everyone until all arrive, and kernels without one come out wrong
-// in one of the scheduler's two orders; shared memory is shared by a block; shuffles exchange the lanes'
-// values; and the faults a GPU would hang on, fault on or refuse — a
+// in one of the scheduler's two orders; shared memory is shared by a block,
+// and what a block did not write of it reads as NaN; shuffles exchange the
+// lanes' values; and the faults a GPU would hang on, fault on or refuse — a
 // barrier or shuffle in divergent code, a bad launch configuration, a host
 // pointer as argument — are launch errors that name what happened.
 #include <gtest/gtest.h>
@@ -65,6 +66,26 @@ __global__ void read_right_then_overwrite(const int* x, int* out) {
   if (kWithBarrier) __syncthreads();
   s[t] = -1;
   out[blockIdx.x * kBlock + t] = right;
+}
+
+// Block 0 alone writes its shared row; every block reads it back, then
+// writes and reads a second, through keep(): a second visit of a block to
+// a shared declaration must not fill it again.
+__device__ float keep(float v, bool write) {
+  __shared__ float kept[kBlock];
+  if (write) kept[threadIdx.x] = v;
+  __syncthreads();
+  return kept[threadIdx.x];
+}
+
+__global__ void read_shared_written_by_block_0(float* out, float* kept) {
+  __shared__ float s[kBlock];
+  const int t = threadIdx.x;
+  if (blockIdx.x == 0) s[t] = static_cast<float>(t);
+  __syncthreads();
+  out[blockIdx.x * kBlock + t] = s[t];
+  keep(static_cast<float>(blockIdx.x + t), true);
+  kept[blockIdx.x * kBlock + t] = keep(0.0f, false);
 }
 
 // Sets the scheduler's order for a test's scope.
@@ -132,6 +153,8 @@ __global__ void early_exit_then_barrier(const int* x, int* out, int n) {
 
 __global__ void touch(float* x) { x[threadIdx.x] = 1.0f; }
 
+__global__ void __launch_bounds__(64) touch_bounded(float* x) { x[threadIdx.x] = 1.0f; }
+
 std::string take_detail() {
   const cudaError_t e = cudaGetLastError();
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
@@ -180,6 +203,24 @@ TEST(DeviceEmulator, BarriersMakeKernelsRightAndEachOrderShowsARaceTheOtherHides
     EXPECT_EQ(right.host(), want_right);
     EXPECT_EQ(without.host() == want_sums, !forward);
     EXPECT_EQ(raced.host() == want_right, forward);
+  }
+}
+
+// This file is translated as the kernels of src/backends/cuda/ are, so the
+// fill comes from translate_launches.py's call after each declaration.
+TEST(DeviceEmulator, SharedMemoryThatABlockDidNotWriteReadsAsNaN) {
+  for (const auto order : {dptrain_emu::Order::kForward, dptrain_emu::Order::kReverse}) {
+    const InOrder in(order);
+    DeviceArray<float> out(2 * kBlock), kept(2 * kBlock);
+    Launcher("read_shared_written_by_block_0", 2, kBlock)(read_shared_written_by_block_0, out.p,
+                                                          kept.p);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    for (int t = 0; t < kBlock; ++t) {
+      EXPECT_EQ(out.p[t], static_cast<float>(t));
+      EXPECT_TRUE(std::isnan(out.p[kBlock + t])) << "thread " << t << " of block 1";
+      EXPECT_EQ(kept.p[t], static_cast<float>(t));
+      EXPECT_EQ(kept.p[kBlock + t], static_cast<float>(1 + t));
+    }
   }
 }
 
@@ -248,6 +289,14 @@ TEST(DeviceEmulator, BadConfigurationsAndHostPointersRunNothing) {
   EXPECT_NE(e.find("argument 0 is a pointer to host memory"), std::string::npos) << e;
   EXPECT_EQ(dptrain_emu::launches(), before);
   EXPECT_TRUE(std::isnan(x.p[0])) << "device memory starts as NaN and nothing ran";
+  // More threads a block than the kernel's __launch_bounds__: refused, as a
+  // GPU refuses it (the check comes from translate_launches.py).
+  Launcher("touch_bounded", 1, 128)(touch_bounded, x.p);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchOutOfResources);
+  EXPECT_TRUE(std::isnan(x.p[0])) << "a refused launch ran";
+  Launcher("touch_bounded", 1, 64)(touch_bounded, x.p + 256);  // within them
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(x.p[256 + 63], 1.0f);
   Launcher("touch", 1, 32)(touch, x.p + 992);  // inside the allocation
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(x.p[1023], 1.0f);

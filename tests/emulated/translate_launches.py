@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Turns a .cu file of src/backends/cuda/ into C++ for the host emulation of CUDA
-(tests/emulated/device_emulator.hpp): each kernel launch
+(tests/emulated/device_emulator.hpp). Each kernel launch
 
     name<<<grid, block, shared, stream>>>(args)       (name may be name<T>)
 
@@ -8,9 +8,23 @@ becomes
 
     ::dptrain_emu::Launcher("name", grid, block, shared, stream)(name, args)
 
-and a #line directive keeps compiler messages pointing at the .cu file.
-Everything else is left as it is. Fails when a '<<<' is left that it could
-not translate, so a launch is never silently dropped.
+and each declaration of shared memory at the start of a line
+
+    __shared__ TYPE a[N], b[M];
+
+is followed, on the same line, by
+
+    ::dptrain_emu::fresh_shared(&a, sizeof a); ::dptrain_emu::fresh_shared(&b, sizeof b);
+
+which fills the variables with all-ones bytes when the first thread of a
+block reaches them, so that a block that reads shared memory it did not
+write reads NaN, not what the block before left there. A kernel declared
+with __launch_bounds__(N) gets ::dptrain_emu::within_launch_bounds(N); as
+the first statement of its body, so a launch of more threads a block than
+N fails as it does on a GPU. A #line directive keeps compiler messages
+pointing at the .cu file, and no line moves. Everything else is left as it is. Fails when a '<<<' is left that it could
+not translate, or a __shared__ outside a comment that is not such a
+declaration, so no launch or shared variable is silently passed over.
 
 usage: translate_launches.py INPUT.cu OUTPUT.cpp
 """
@@ -22,6 +36,48 @@ LAUNCH = re.compile(
     r"(?P<name>\b[A-Za-z_]\w*(?:<[^<>;{}()]*>)?)\s*<<<(?P<config>.*?)>>>\s*\((?P<empty>\s*\))?",
     re.DOTALL,
 )
+SHARED = re.compile(r"^[ \t]*(?:alignas\([^()\n]*\)\s*)?__shared__\s+(?P<decl>[^;{}()\n]*);",
+                    re.MULTILINE)
+IDENT = re.compile(r"[A-Za-z_]\w*")
+BOUNDS = re.compile(r"__global__\s+void\s+__launch_bounds__\((?P<args>[^()]*(?:\([^()]*\)[^()]*)*)\)")
+
+
+def top_level_split(text):
+    """text split at the commas outside brackets."""
+    parts, depth, part = [], 0, ""
+    for ch in text:
+        depth += ch in "[<("
+        depth -= ch in "]>)"
+        if ch == "," and depth == 0:
+            parts.append(part)
+            part = ""
+        else:
+            part += ch
+    return parts + [part]
+
+
+def declared_names(decl):
+    """The names that the declarators of `TYPE a[N], b[M]` declare."""
+    parts = top_level_split(decl)
+    names = []
+    for i, p in enumerate(parts):
+        ids = IDENT.findall(p.split("[", 1)[0].split("=", 1)[0])
+        if not ids:
+            raise SystemExit(f"translate_launches.py: no name in '__shared__ {decl};'")
+        names.append(ids[-1] if i == 0 else ids[0])  # after the type, or alone
+    return names
+
+
+def check_bounds(text):
+    """A call of within_launch_bounds(N) first in each kernel declared with
+    __launch_bounds__(N, ...), on the line of the body's opening brace."""
+    out, pos = [], 0
+    for m in BOUNDS.finditer(text):
+        brace = text.index("{", m.end())
+        limit = top_level_split(m.group("args"))[0].strip()
+        out += [text[pos : brace + 1], f" ::dptrain_emu::within_launch_bounds({limit});"]
+        pos = brace + 1
+    return "".join(out) + text[pos:]
 
 
 def translate(text):
@@ -32,7 +88,16 @@ def translate(text):
         newlines = "\n" * m.group(0).count("\n")  # the lines after keep their numbers
         return head + (")" if m.group("empty") else ", ") + newlines
 
-    out = LAUNCH.sub(launch, text)
+    def shared(m):
+        calls = (f"::dptrain_emu::fresh_shared(&{n}, sizeof {n});"
+                 for n in declared_names(m.group("decl")))
+        return m.group(0) + " " + " ".join(calls)
+
+    code = "\n".join(line.split("//", 1)[0] for line in text.splitlines())
+    if code.count("__shared__") != len(SHARED.findall(text)):
+        raise SystemExit("translate_launches.py: a __shared__ that is not a declaration at the start "
+                         "of its line (extern, dynamic shared memory is not emulated)")
+    out = check_bounds(SHARED.sub(shared, LAUNCH.sub(launch, text)))
     if "<<<" in out:
         line = out[: out.index("<<<")].count("\n") + 1
         raise SystemExit(f"translate_launches.py: an untranslated launch near line {line}")
