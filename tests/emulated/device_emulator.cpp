@@ -1,10 +1,12 @@
-// Implements: the emulator of device_emulator.hpp — the launch checks, the
-// block scheduler (one Boost.Context fiber per thread of a block, resumed in
-// thread order, or the reverse of it, until each waits at a barrier, in a
-// shuffle, or ends), the
-// warp exchange (the registry of emulated device memory is
-// device_memory.cpp).
+// Implements: the emulator of device_emulator.hpp — the block scheduler
+// (one Boost.Context fiber per thread of a block, resumed in thread order,
+// or the reverse of it, until each waits at a barrier, in a shuffle, or
+// ends), the warp exchange, the fill of shared memory and the check of
+// launch bounds. The launch error, the counts and the order are
+// launch_state.cpp's; the registry of emulated device memory is
+// device_memory.cpp's.
 #include "device_emulator.hpp"
+#include "launch_state.hpp"
 
 #include <boost/context/fiber.hpp>
 
@@ -13,11 +15,9 @@
 #endif
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <unordered_map>
 #include <vector>
@@ -63,19 +63,6 @@ struct Block {
 
 thread_local Block* t_block = nullptr;
 
-Order order_from_environment() {
-  const char* v = std::getenv("DPTRAIN_EMULATED_ORDER");
-  const std::string order = v ? v : "forward";
-  if (order != "forward" && order != "reverse") {
-    std::fprintf(stderr, "DPTRAIN_EMULATED_ORDER=%s: expected forward or reverse\n", v);
-    std::abort();
-  }
-  return order == "reverse" ? Order::kReverse : Order::kForward;
-}
-
-std::atomic<Order> g_order{order_from_environment()};
-
-bool reverse_order() { return g_order.load() == Order::kReverse; }
 thread_local std::vector<std::unique_ptr<char[]>> t_stacks;
 
 // AddressSanitizer follows the stack in use and must be told of every switch
@@ -130,11 +117,6 @@ class PooledStack {
  private:
   char* base_;
 };
-
-std::mutex g_mutex;  // the error and the launch count (the kernels run on one host thread)
-cudaError_t g_error = cudaSuccess;
-std::string g_detail = "no error";
-std::size_t g_launches = 0;
 
 void fail_block(const std::string& why) {
   set_error(cudaErrorLaunchFailure, why);
@@ -254,23 +236,6 @@ bool run_block(Block& b, dim3 block) {
   }
 }
 
-std::string dims(dim3 d) {
-  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
-}
-
-bool configuration_is_valid(dim3 grid, dim3 block, const char* kernel) {
-  const unsigned long long threads = 1ull * block.x * block.y * block.z;
-  const bool block_ok =
-      threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 && block.z <= 64;
-  const bool grid_ok = grid.x >= 1 && grid.x <= 0x7fffffffu && grid.y >= 1 && grid.y <= 65535 &&
-                       grid.z >= 1 && grid.z <= 65535;
-  if (block_ok && grid_ok) return true;
-  set_error(cudaErrorInvalidConfiguration, std::string(kernel) + ": grid " + dims(grid) +
-                                               " of blocks " + dims(block) +
-                                               " is not a valid launch configuration");
-  return false;
-}
-
 }  // namespace
 
 void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body) {
@@ -288,52 +253,14 @@ void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body)
                 static_cast<unsigned>(i / (std::uint64_t{grid.x} * grid.y))};
     if (!run_block(b, block)) {
       abandon(b);
-      const std::lock_guard lock(g_mutex);
-      g_detail = std::string(kernel) + ", block " +
-                 dims(dim3(blockIdx.x, blockIdx.y, blockIdx.z)) + ": " + g_detail;
+      name_failed_block(kernel, blockIdx);
       t_block = outer;
       return;
     }
   }
   t_block = outer;
-  const std::lock_guard lock(g_mutex);
-  ++g_launches;
+  count_launch();
 }
-
-void set_error(cudaError_t err, const std::string& detail) {
-  const std::lock_guard lock(g_mutex);
-  if (g_error != cudaSuccess) return;  // the first error is the one to read
-  g_error = err;
-  g_detail = detail;
-}
-
-cudaError_t take_error() {
-  const std::lock_guard lock(g_mutex);
-  return std::exchange(g_error, cudaSuccess);
-}
-
-const char* error_detail() {
-  const std::lock_guard lock(g_mutex);
-  return g_detail.c_str();
-}
-
-int multiprocessors() {
-  const char* v = std::getenv("DPTRAIN_EMULATED_SMS");
-  const int n = v ? std::atoi(v) : 0;
-  return n > 0 ? n : 1;
-}
-
-std::size_t launches() {
-  const std::lock_guard lock(g_mutex);
-  return g_launches;
-}
-
-namespace {
-std::atomic<std::size_t> g_calls[static_cast<int>(RuntimeCall::kCount)];
-}  // namespace
-
-void count_call(RuntimeCall c) { ++g_calls[static_cast<int>(c)]; }
-std::size_t calls(RuntimeCall c) { return g_calls[static_cast<int>(c)].load(); }
 
 void sync_block(const char* file, int line) {
   if (t_block) {
@@ -365,8 +292,6 @@ std::uint64_t exchange_in_warp(std::uint64_t v, int (*source)(int lane, int arg,
   wait_as(State::kInShuffle);  // every lane has read before anyone stores again
   return result;
 }
-
-Order set_order(Order o) { return g_order.exchange(o); }
 
 void fresh_shared(void* p, std::size_t bytes) {
   if (!t_block) return;

@@ -19,7 +19,8 @@
 // everyone. DPTRAIN_EMULATED_ORDER=reverse runs the blocks of a grid and
 // the threads of a block last to first instead: between two barriers,
 // every pair of threads then meets in the other order too, so a test run
-// both ways catches a race whichever thread it needs to run first. A shuffle exchanges values among the 32 lanes of a warp; it is
+// both ways catches a race whichever thread it needs to run first. A
+// shuffle exchanges values among the 32 lanes of a warp; it is
 // an error when a lane of the warp has ended or waits elsewhere (the
 // full-mask shuffles of src/backends/cuda/ need all 32), or reads a lane that does
 // not exist. A block whose threads can no longer move is a deadlock. Each

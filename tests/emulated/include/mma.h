@@ -4,10 +4,10 @@
 // spread over the warp's lanes in an unspecified way; here every lane holds the
 // whole tile, and each call does the whole operation for the lane that makes
 // it, with the same result as the warp's (a store is made by the lane the
-// scheduler resumes last, below). Each load and store is warp-collective, as on the GPU: it waits
-// until all 32 lanes of the warp have reached it (a lane that ended or waits
-// elsewhere is a launch error), so no lane stores a tile before every lane has
-// loaded what it overwrites. The products are exact (bf16 × bf16 fits in fp32)
+// scheduler resumes last, below). Each load and store is warp-collective,
+// as on the GPU: it waits until all 32 lanes of the warp have reached it (a
+// lane that ended or waits elsewhere is a launch error), so no lane stores a
+// tile before every lane has loaded what it overwrites. The products are exact (bf16 × bf16 fits in fp32)
 // and summed in fp32 in increasing k. As CUDA requires, a pointer must be
 // 256-bit aligned and the leading dimension a multiple of 16 bytes; a call that
 // breaks either is a launch error.
