@@ -22,9 +22,10 @@ write reads NaN, not what the block before left there. A kernel declared
 with __launch_bounds__(N) gets ::dptrain_emu::within_launch_bounds(N); as
 the first statement of its body, so a launch of more threads a block than
 N fails as it does on a GPU. A #line directive keeps compiler messages
-pointing at the .cu file, and no line moves. Everything else is left as it is. Fails when a '<<<' is left that it could
-not translate, or a __shared__ outside a comment that is not such a
-declaration, so no launch or shared variable is silently passed over.
+pointing at the .cu file, and no line moves. Everything else is left as
+it is. Fails when a '<<<' is left that it could not translate, or a
+__shared__ outside a comment that is not such a declaration, so no launch
+or shared variable is silently passed over.
 
 usage: translate_launches.py INPUT.cu OUTPUT.cpp
 """
