@@ -118,9 +118,9 @@ for b in "${binaries[@]}"; do strip --strip-all -o "$stage/bin/$(basename "$b")"
 build_probe "$stage/bin/dptrain_libprobe"
 # The check itself, for a GPU machine that gets the tarball alone.
 mkdir -p "$stage/tools"
-cp tools/gpu-check.sh tools/gpu-check-env.sh tools/gpu-check-gpt.sh tools/gpu-check-torch.py \
-  tools/gpu-check-kernels.py \
-  tools/make_synthetic.py tools/convert_text.py "$stage/tools/"
+cp tools/gpu-check.sh tools/gpu-check-env.sh tools/gpu-check-tests.sh tools/gpu-check-gpt.sh \
+  tools/gpu-check-torch.py tools/gpu-check-kernels.py tools/make_synthetic.py tools/convert_text.py \
+  "$stage/tools/"
 cp -a .gpu-deps/root "$stage/root"
 cp -a .gpu-deps/fallback "$stage/fallback"
 [[ -f .gpu-deps/synthetic.h5 ]] && cp .gpu-deps/synthetic.h5 "$stage/data/"

@@ -3,13 +3,15 @@
 # and its driver but no Open MPI, HDF5, BLAS, ssh or network (Python and
 # PyTorch are used when present). It unpacks the bundle of
 # tools/gpu-bundle.sh, checks glibc and every library, launches
-# `orterun -n 1 true`, then runs every GPU test (1 rank; 2 with 2+ GPUs),
-# the training runs (1 GPU; 2 GPUs when present), fp32/TF32/bf16 accuracy
+# `orterun -n 1 true`, then runs every GPU test (1 rank; 2 with 2+ GPUs;
+# each that failed once more alone), the training runs (1 GPU; 2 GPUs when present), fp32/TF32/bf16 accuracy
 # against the CPU reference, the speed rows of docs/gpu.md and the GPT
 # rows (tools/gpu-check-gpt.sh: a GPT job's losses against the CPU's on 1
 # and 2 GPUs; a GPT-2-small-shaped model's tokens/s and MFU, against
 # PyTorch eager and torch.compile, its step against its GEMMs and by layer
-# family), within 8 minutes, and prints one table.
+# family), and the tests of our own kernels under compute-sanitizer
+# (tools/gpu-check-tests.sh: right after the tests where one failed, else
+# last), within 9 minutes, and prints one table.
 #   Here (Debian, network):  tools/gpu-bundle.sh     -> .gpu-bundle/ (carry it)
 #   There:                   tools/gpu-check.sh [--out DIR]
 # (or tools/gpu-check.sh inside the unpacked bundle, which carries it).
@@ -23,7 +25,8 @@
 # back only a few files), rewritten before every step and at the end.
 # --only LIST (or ONLY=LIST): the set-up and only these sections (comma
 # separated), for a second run after a change: tests (GTEST_FILTER narrows
-# them), training, speed, gpt, gpt2, attention, gpt-gemm, kernels
+# them), training, speed, gpt, gpt2, attention, gpt-gemm, kernels,
+# sanitizer (SANITIZE_FILTER, a gtest filter, replaces its tests)
 # (docs/gpu.md says what each holds).
 # The folder is never emptied or removed; without it the logs are.
 # Exit: 0 everything ran and passed; 1 something failed; 77 no GPU visible
@@ -35,8 +38,9 @@
 # holds PyTorch, where the search of tools/gpu-check-env.sh misses it),
 # DPTRAIN_CUDA_LIB_DIRS (folders of CUDA libraries to consider first),
 # STEPS (training steps per speed run, default 400), BUDGET_S (default
-# 480: 420 before the GPT rows, which take two to three minutes on a GPU,
-# torch.compile's row last), PEAK_TFLOPS (the GPU's dense bf16 peak for
+# 530, inside the 570 s of docs/gpu.md's command line: the GPT rows take
+# two to three minutes on a GPU, torch.compile's row and the profiles
+# last, then the sanitizer's rows where no test failed), PEAK_TFLOPS (the GPU's dense bf16 peak for
 # the MFU rows, where the table of tools/gpu-check-gpt.sh does not know
 # its name). For a quick
 # run whose speed figures mean nothing
@@ -63,7 +67,7 @@ while (($#)); do
     *) echo "gpu-check: unknown argument $1 (usage: tools/gpu-check.sh [--out DIR] [--only LIST])" >&2; exit 2 ;;
   esac
 done
-sections="tests training speed gpt gpt2 attention gpt-gemm kernels"
+sections="tests training speed gpt gpt2 attention gpt-gemm kernels sanitizer"
 for x in ${only//,/ }; do
   [[ " $sections " == *" $x "* ]] || { echo "gpu-check: --only: no section '$x' (sections: $sections)" >&2; exit 2; }
 done
@@ -77,7 +81,7 @@ here=$(cd "$(dirname "$0")/.." && pwd) && cd "$here" || exit 1
 [[ -z ${BUNDLE:-} && -f MANIFEST && -d bin ]] && BUNDLE=$here
 bundle=${BUNDLE:-.gpu-bundle/dptrain-gpu.tar.gz}
 steps=${STEPS:-400}
-budget=${BUDGET_S:-480}
+budget=${BUDGET_S:-530}
 deadline=$((SECONDS + budget))
 # The speed tools' repeats and sizes: their own unless the quick-run knobs say.
 speed=() layout=()
@@ -118,6 +122,8 @@ write_archive() {
 }
 # shellcheck source=tools/gpu-check-env.sh
 . tools/gpu-check-env.sh
+# shellcheck source=tools/gpu-check-tests.sh
+. tools/gpu-check-tests.sh
 # shellcheck source=tools/gpu-check-gpt.sh
 . tools/gpu-check-gpt.sh
 save_start_env
@@ -183,52 +189,11 @@ row setup GPUs "$ngpu" "${gpu_name}"
 ((ngpu > 0)) || gpu_name="no GPU"
 [[ -z $only ]] || row setup sections "$only" "--only: the others were not run"
 
-# --- every GPU test, by name ------------------------------------------------------------
-# The listing is the first MPI_Init of a real program (the smoke launch
-# starts none): time-limited, its stderr kept apart and shown on failure.
-list_tests() {
-  local t=60 left=$((deadline - SECONDS))
-  step=test-list.txt && write_table
-  ((left < t)) && t=$left
-  ((t > 5)) || return 125
-  timeout -k 5 "$t" "${mpirun[@]}" -n 1 "$gpu_tests" --gtest_list_tests >"$work/test-list.txt" 2>"$work/test-list.err"
-}
-gpu_test_rows() {  # gpu_test_rows NP LIMIT
-  local np=$1 out=$work/tests$1.txt rc t result ms
-  # No colour codes: orterun hands its ranks a terminal, and gtest would
-  # wrap "[       OK ]" in them, where the greps below look for it.
-  run_for "$2" "$out" "${mpirun[@]}" -n "$np" "$gpu_tests" --gtest_color=no
-  rc=$?
-  for t in $names; do
-    ms=$(grep -F "] $t (" "$out" | tail -1 | grep -o '([0-9]* ms)')
-    if ((rc == 77)); then result="skipped (no GPU visible)"
-    elif grep -qF "[  FAILED  ] $t (" "$out"; then result=FAILED
-    elif grep -qF "[  SKIPPED ] $t (" "$out"; then result=skipped
-    elif grep -qF "[       OK ] $t (" "$out"; then result=passed
-    else result=$(outcome "$rc"); [[ $result == ok ]] && result="not run"; fi
-    row "tests ($np rank$( ((np > 1)) && echo s))" "$t" "$result" "${ms:-}"
-  done
-  if ((rc != 0 && rc != 77)); then
-    note "gpu_tests on $np rank(s): exit $rc; the end of its output:"
-    tail -25 "$out" >&2
-    row "tests ($np ranks)" "gpu_tests exit status" "$(outcome "$rc")" "$(grep -c 'FAILED  \]' "$out") failure lines"
-  fi
-}
-if wanted tests; then
-  list_tests
-  rc=$?
-  names=$(awk '/^[^ ]/ {suite = $1} /^  [^ ]/ {print suite $1}' "$work/test-list.txt")
-  if ((rc != 0)) || [[ -z $names ]]; then
-    note "gpu_tests --gtest_list_tests: exit $rc, $(wc -w <<<"$names") test names; its stderr (logs/test-list.err):"
-    tail -25 "$work/test-list.err" >&2
-    result=$(outcome "$rc")
-    [[ $result == ok ]] && result=FAILED
-    row tests "gpu_tests --gtest_list_tests" "$result" \
-      "exit $rc, $(wc -w <<<"$names") test names; stderr: $(grep -v '^[[:space:]]*$' "$work/test-list.err" | tail -3 | tr '\n\t|' '   ')"
-  fi
-  gpu_test_rows 1 150
-  if ((ngpu >= 2)); then gpu_test_rows 2 90; else row "tests (2 ranks)" "all GPU tests on 2 ranks" skipped "needs 2 GPUs"; fi
-fi
+# --- every GPU test, by name (tools/gpu-check-tests.sh) ---------------------------------
+tests_failed=0
+wanted tests && tests_section
+# Diagnosis first: where a test failed, the sanitizer runs now; else last.
+((tests_failed)) && wanted sanitizer && sanitizer_section
 
 # --- training: speed runs and the accuracy against the CPU reference -------------------------
 data=$B/data/synthetic.h5
@@ -396,4 +361,5 @@ speed_section() {
 wanted speed && speed_section
 # The GPT rows (tools/gpu-check-gpt.sh).
 gpt_section
+((tests_failed)) || ! wanted sanitizer || sanitizer_section
 finish

@@ -63,16 +63,40 @@ cc -o "$B/bin/needs_cublas" "$WORK/prog.c" -L"$S/right" -l:libcublas.so.13
 
 cat >"$B/bin/gpu_tests" <<'EOF'
 #!/bin/bash
-# Stands in for gpu_tests: STANDIN_LIST=ok|fail|hang for its test listing.
+# Stands in for gpu_tests: STANDIN_LIST=ok|fail|hang for its test listing;
+# STANDIN_TESTS=cascade: Breaks fails, Later fails after it in the whole
+# run only (as after a sticky CUDA error), Crashes aborts the process.
 if [[ $1 == --gtest_list_tests ]]; then
   case ${STANDIN_LIST:-ok} in
     fail) echo "[standin:00001] PMIX ERROR: stand-in MPI_Init failure in the first real launch" >&2; exit 1 ;;
     hang) exec sleep 600 ;;
   esac
+  [[ ${STANDIN_TESTS:-} == cascade ]] && { printf 'Standin.\n  Passes\n  Breaks\n  Later\n  Crashes\n  AlsoPasses\n'; exit 0; }
   printf 'Standin.\n  Passes\n  AlsoPasses\n'
   exit 0
 fi
-for t in Passes AlsoPasses; do printf '[ RUN      ] Standin.%s\n[       OK ] Standin.%s (1 ms)\n' $t $t; done
+filter='*' tests='Passes AlsoPasses'
+for a in "$@"; do [[ $a == --gtest_filter=* ]] && filter=${a#--gtest_filter=}; done
+[[ ${STANDIN_TESTS:-} == cascade ]] && tests='Passes Breaks Later Crashes AlsoPasses'
+broken=0
+for t in $tests; do
+  matched=0
+  IFS=: read -ra patterns <<<"$filter"
+  for p in "${patterns[@]}"; do [[ Standin.$t == $p ]] && matched=1; done
+  ((matched)) || continue
+  printf '[ RUN      ] Standin.%s\n' $t
+  case $t in
+    Breaks) broken=1 ;&
+    Later)
+      if ((broken)); then
+        printf 'test_standin.cpp:7: Failure\nExpected: the stand-in result\n[  FAILED  ] Standin.%s (1 ms)\n' $t
+        continue
+      fi ;;
+    Crashes) echo "stand-in abort" >&2; exit 134 ;;
+  esac
+  printf '[       OK ] Standin.%s (1 ms)\n' $t
+done
+exit $broken
 EOF
 cat >"$B/bin/dptrain" <<'EOF'
 #!/bin/bash
@@ -119,6 +143,37 @@ fi
 echo "WARNING: a stand-in warning. This error message means nothing went wrong." >&2
 exec "$@"
 EOF
+cat >"$S/bin/compute-sanitizer" <<'EOF'
+#!/bin/bash
+# Stands in for NVIDIA's compute-sanitizer: runs the program, then reports
+# as the real one does. STANDIN_SANITIZER=clean (memcheck counts one CUDA
+# API error, as a library probing makes), race (racecheck reports one) or
+# unsupported (the device is refused, nothing runs).
+tool=memcheck code=0
+while [[ $1 == --* ]]; do
+  case $1 in --tool) tool=$2 ;; --error-exitcode) code=$2 ;; esac
+  shift 2
+done
+echo "========= COMPUTE-SANITIZER"
+if [[ ${STANDIN_SANITIZER:-clean} == unsupported ]]; then
+  echo "========= Error: Device not supported"
+  exit 1
+fi
+"$@"
+rc=$?
+case $tool:${STANDIN_SANITIZER:-clean} in
+  memcheck:*)
+    echo "========= Program hit cudaErrorInvalidValue (error 1) due to \"invalid argument\" on CUDA API call to cudaFuncGetAttributes."
+    echo "========= ERROR SUMMARY: 1 error"; exit "$code" ;;
+  racecheck:race)
+    echo "========= Error: Race reported between Write access at void standin_kernel()+0x1b0 in standin.cu:16"
+    echo "=========     and Read access at void standin_kernel()+0x2c0 in standin.cu:20 [4 hazards]"
+    echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit "$code" ;;
+  racecheck:*) echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" ;;
+  *) echo "========= ERROR SUMMARY: 0 errors" ;;
+esac
+exit $rc
+EOF
 cat >"$S/bin/nvidia-smi" <<'EOF'
 #!/bin/sh
 # Stands in for the driver's tool: one GPU.
@@ -154,7 +209,7 @@ check() {
   OUTDIR=$WORK/$name T=$WORK/$name.console
   set +e
   env -u PYTHONPATH -u VIRTUAL_ENV -u CONDA_PREFIX -u DPTRAIN_TORCH_PYTHON -u NCCL_DEBUG \
-    HOME="$WORK/home" PATH="$S/bin:$PATH" BUNDLE="$B" STEPS=16 BUDGET_S=120 \
+    HOME="$WORK/home" PATH="$S/bin:$PATH" BUNDLE="$B" STEPS=16 BUDGET_S=120 SANITIZE_FILTER='Standin.*' \
     STANDIN_LOG="$WORK/$name.launches" DPTRAIN_CUDA_LIB_DIRS="$S/stale:$S/right" "$@" \
     timeout -k 5 200 bash "$src/tools/gpu-check.sh" --out "$OUTDIR" >"$T" 2>"$WORK/$name.err"
   RC=$?
@@ -173,6 +228,13 @@ has "| setup | cuDNN sub-libraries (dlopen) | ok | 2 load: libcudnn.so.9 libcudn
 has "| setup | smoke launch (orterun -n 1 true) | ok | Open MPI 4.1.4; on the machine's topology exit 1 (logs/smoke.txt), on a synthetic one (HWLOC_SYNTHETIC=\"package:1 core:" sandbox
 has "| tests (1 rank) | Standin.Passes | passed |" sandbox
 has "| speed | fp32 step: dptrain vs PyTorch eager | skipped | dptrain 128.000 ms; PyTorch sees no GPU |" sandbox
+# The sanitizer last (no test failed): each tool clean over the two tests,
+# memcheck's CUDA API error counted apart.
+has "| sanitizer | memcheck (SANITIZE_FILTER Standin.*) | clean | 0 errors in 2 tests; CUDA API calls that returned an error: 1 (logs/sanitizer-memcheck.txt) |" sandbox
+has "| sanitizer | racecheck (SANITIZE_FILTER Standin.*) | clean | 0 errors in 2 tests |" sandbox
+has "| sanitizer | synccheck (SANITIZE_FILTER Standin.*) | clean | 0 errors in 2 tests |" sandbox
+[[ $(grep '^| [a-z]' "$T" | tail -3 | cut -d'|' -f2) == $' sanitizer \n sanitizer \n sanitizer ' ]] ||
+  fail "sandbox: the sanitizer's rows are not last: $(grep '^| [a-z]' "$T" | tail -4)"
 grep -q '| \(FAILED\|TIMED OUT\|NOT FOUND\|not run\)' "$T" && fail "sandbox: rows that did not pass: $(grep '| \(FAILED\|TIMED OUT\|NOT FOUND\|not run\)' "$T")"
 # Every launch after the smoke launch's first try kept the synthetic
 # topology, and every launch was the real runs' (--bind-to none).
@@ -212,7 +274,7 @@ grep -q '^_finished: exit 1 ' "$OUTDIR/table.md" || fail "stale: table.md does n
 # and in the logs; a cuDNN sub-library that does not load is named, and
 # the check goes on.
 manifest 13.2.5
-check listing STANDIN_LIST=fail DPTRAIN_CUDA_LIB_DIRS="$S/badcudnn"
+check listing STANDIN_LIST=fail STANDIN_SANITIZER=unsupported DPTRAIN_CUDA_LIB_DIRS="$S/badcudnn"
 [[ $RC -eq 1 ]] || fail "listing: gpu-check exit $RC, want 1"
 grep -q '^| tests | gpu_tests --gtest_list_tests | FAILED (exit 1) | exit 1, 0 test names; stderr: .*PMIX ERROR: stand-in MPI_Init failure' "$T" ||
   fail "listing: the row does not show the listing's stderr: $(grep 'gtest_list_tests' "$T")"
@@ -220,24 +282,52 @@ has "| setup | cuDNN sub-libraries (dlopen) | FAILED | libcudnn_ops.so.9: libsta
 has "| training | 1 GPU fp32, 16 steps | ok |" listing
 grep -q "stand-in MPI_Init failure" "$WORK/listing.err" || fail "the listing's stderr is not on the console"
 grep -q "stand-in MPI_Init failure" "$OUTDIR/logs/test-list.err" || fail "the listing's stderr is not in the logs"
+has "| sanitizer | memcheck (SANITIZE_FILTER Standin.*) | skipped | Error: Device not supported |" listing
+[[ $(grep -c '^| sanitizer |' "$T") -eq 1 ]] || fail "listing: the other tools were tried on a device the first refused"
 
-# 4. The first real MPI_Init hangs: a time limit, not the whole budget.
+# 4. Tests that fail: each runs again alone, which tells a failure of its
+# own (Breaks; Crashes, which aborts the process) from one that an earlier
+# test caused (Later; AlsoPasses, never reached); then the sanitizer, right
+# after the tests: a race is a failure, a pattern that matches no test too.
+manifest 13.2.5
+check cascade STANDIN_TESTS=cascade STANDIN_SANITIZER=race SANITIZE_FILTER='Standin.Passes:Nothing.*' \
+  DPTRAIN_CUDA_LIB_DIRS="$S/right"
+[[ $RC -eq 1 ]] || fail "cascade: gpu-check exit $RC, want 1"
+has "| tests (1 rank) | Standin.Passes | passed |" cascade
+has "| tests (1 rank) | Standin.Breaks | FAILED | (1 ms) |" cascade
+has "| tests (1 rank) | Standin.Later | FAILED |" cascade
+has "| tests (1 rank) | Standin.AlsoPasses | FAILED (exit 134) |" cascade
+has "| tests alone (1 rank) | Standin.Breaks | FAILED | test_standin.cpp:7: Failure Expected: the stand-in result" cascade
+has "| tests alone (1 rank) | Standin.Later | passed | passes alone: in the whole run an earlier test left the process broken (the first to fail there: Standin.Breaks) (logs/alone1-Standin.Later.txt) |" cascade
+has "| tests alone (1 rank) | Standin.Crashes | FAILED (exit 134) |" cascade
+has "| tests alone (1 rank) | Standin.AlsoPasses | passed |" cascade
+[[ $(grep -c '^| tests alone' "$T") -eq 4 ]] || fail "cascade: not 4 tests alone: $(grep '^| tests alone' "$T")"
+grep -q "Standin.Passes" "$OUTDIR/logs/alone1-Standin.Breaks.txt" && fail "cascade: Breaks did not run alone"
+has "| sanitizer | racecheck (SANITIZE_FILTER Standin.Passes:Nothing.*) | FAILED | 1 errors in 1 tests; the first: Error: Race reported between Write access at void standin_kernel()+0x1b0 in standin.cu:16 and Read access at" cascade
+has "| sanitizer | memcheck (SANITIZE_FILTER Standin.Passes:Nothing.*) | FAILED | no test matched: Nothing.* |" cascade
+sanitizer_at=$(grep -n -m1 '^| sanitizer |' "$T" | cut -d: -f1)
+training_at=$(grep -n -m1 '^| training |' "$T" | cut -d: -f1)
+((sanitizer_at < training_at)) || fail "cascade: the sanitizer did not run right after the tests"
+
+# 5. The first real MPI_Init hangs: a time limit, not the whole budget.
 SECONDS=0
 check hang STANDIN_LIST=hang BUDGET_S=20
 [[ $RC -eq 1 ]] || fail "hang: gpu-check exit $RC, want 1"
 ((SECONDS < 90)) || fail "hang: the check took $SECONDS s"
+has "| sanitizer | memcheck (SANITIZE_FILTER Standin.*) | skipped | the 20-second budget was spent before it (ONLY=sanitizer runs it alone) |" hang
 has "| tests | gpu_tests --gtest_list_tests | TIMED OUT |" hang
 
-# 5. The one command line of docs/gpu.md, on a tarball of the stand-in bundle.
+# 6. The one command line of docs/gpu.md, on a tarball of the stand-in bundle.
 line=$(awk '/^<!-- the one command line -->$/ {getline; getline; print; exit}' "$src/docs/gpu.md")
 [[ -n $line ]] || fail "no command line after '<!-- the one command line -->' in docs/gpu.md"
 ((${#line} <= 2000)) || fail "the command line has ${#line} characters, over 2,000"
 mkdir -p "$B/tools" "$WORK/carried/.gpu-bundle"
-cp "$src"/tools/gpu-check.sh "$src"/tools/gpu-check-env.sh "$src"/tools/gpu-check-gpt.sh \
+cp "$src"/tools/gpu-check.sh "$src"/tools/gpu-check-env.sh "$src"/tools/gpu-check-tests.sh "$src"/tools/gpu-check-gpt.sh \
   "$src"/tools/gpu-check-torch.py "$src"/tools/gpu-check-kernels.py "$B/tools/"
 tar -C "$B" -czf "$WORK/carried/.gpu-bundle/dptrain-gpu.tar.gz" .
 set +e
 (cd "$WORK/carried" && env -u BUNDLE HOME="$WORK/home" PATH="$S/bin:$PATH" STEPS=16 STANDIN_LOG="$WORK/line.launches" \
+  SANITIZE_FILTER='Standin.*' \
   DPTRAIN_CUDA_LIB_DIRS="$S/right" OUT="$WORK/line" timeout -k 5 200 bash -c "$line" >"$WORK/line.console" 2>&1)
 set -e
 console=$WORK/line/gpu-check/console.txt
@@ -246,4 +336,4 @@ grep -qx "gpu-check exit 0" "$console" || { tail -30 "$console"; fail "the comma
 grep -qF "| tests (1 rank) | Standin.Passes | passed |" "$WORK/line/gpu-check/table.md" || fail "the command line: no table.md"
 [[ -s $WORK/line/gpu-check/logs/tests1.txt ]] || fail "the command line: no logs"
 cmp -s "$console" "$WORK/line.console" || fail "console.txt is not what the console showed"
-echo "PASS: gpu-check on the stand-ins: sandbox, stale cuBLAS, listing failed and hung, the ${#line}-character command line"
+echo "PASS: gpu-check on the stand-ins: sandbox, stale cuBLAS, listing failed and hung, failing tests, the ${#line}-character command line"
