@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154  # uses gpu-check.sh's row, run_for, outcome, work, mpirun, gpu_tests, ...
+# shellcheck shell=bash disable=SC2154,SC2034  # uses gpu-check.sh's row, run_for, work, mpirun, ...; sets step, tests_failed
 # Implements: the test sections of tools/gpu-check.sh (sourced, not run):
 # - tests: every GPU test by name, on 1 rank (2 with 2+ GPUs); then each
 #   test that failed, or that the run never reached (a crash or a hang cut
@@ -71,7 +71,8 @@ one_line() { tr -s ' =\n\t|' ' ' | sed 's/^ //; s/ $//' | cut -c1-240; }
 # alone_budget_s) in a process of its own on NP ranks.
 alone_rows() {
   local np=$1 t out rc result detail first=${unfinished[0]:-} ends=$((SECONDS + alone_budget_s)) n=0
-  local section="tests alone ($np rank$( ((np > 1)) && echo s))"
+  local section="tests alone ($np rank)"
+  ((np > 1)) && section="tests alone ($np ranks)"
   for t in "${unfinished[@]}"; do
     if ((++n > alone_most || SECONDS + 5 > ends)); then
       row "$section" "$((${#unfinished[@]} - n + 1)) more" skipped "not run alone: $alone_most at most, within $alone_budget_s s"
@@ -146,7 +147,7 @@ sanitizer_row() {
   api=$(grep -c '^========= Program hit ' "$out" 2>/dev/null)
   ran=$(grep -c '^\[ RUN      \] ' "$out" 2>/dev/null)
   # The first report and the line under it (where: kernel, file and line).
-  first=$(awk '/^========= [A-Za-z]/ && !/^========= (COMPUTE-SANITIZER|Program hit|ERROR SUMMARY|RACECHECK SUMMARY)/ {
+  first=$(awk '/^========= [A-Za-z]/ && !/^========= (COMPUTE-SANITIZER|Program hit|Target application|ERROR SUMMARY|RACECHECK SUMMARY)/ {
     print; if ((getline next_line) > 0) print next_line; exit }' "$out" | one_line)
   missing=
   IFS=: read -ra patterns <<<"$filter"

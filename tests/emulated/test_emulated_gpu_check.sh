@@ -70,6 +70,22 @@ launch() { echo "\"$1\",\"1\",\"p\",\"h\",$2,\"1\",\"7\",\"(128, 1, 1)\",\"(4, 1
 } >"$log"
 EOF
 chmod +x "$WORK/driver/ncu"
+# A stand-in compute-sanitizer: it runs the program it is given (after its
+# own options, each with a value) and ends as the real one does.
+cat >"$WORK/driver/compute-sanitizer" <<'EOF'
+#!/bin/bash
+tool=memcheck
+while [[ $1 == --* ]]; do
+  [[ $1 == --tool ]] && tool=$2
+  shift 2
+done
+"$@"
+rc=$?
+if [[ $tool == racecheck ]]; then echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+else echo "========= ERROR SUMMARY: 0 errors"; fi
+exit $rc
+EOF
+chmod +x "$WORK/driver/compute-sanitizer"
 # The check's python3 is the first on PATH: the one with h5py (and torch,
 # where installed), whose PyTorch side then runs on the CPU.
 ln -s "$PYTHON" "$WORK/driver/python3"
@@ -90,7 +106,7 @@ set +e
 gpt_steps=8
 PATH=$WORK/driver:$PATH DPTRAIN_TORCH_DEVICE=cpu BUNDLE=$tree GTEST_FILTER=$tests STEPS=20 BUDGET_S=900 SPEED_REPEATS=2 \
   SPEED_ROWS=4 ALLREDUCE_MIB=1 GPT_STEPS=$gpt_steps GPT_BATCH=8 GPT2_SHAPE=2,2,32,16,64 GPT2_BATCH=2 PEAK_TFLOPS=1 \
-  ATTENTION_SHAPES=1,2,20,16/1,1,16,32 \
+  ATTENTION_SHAPES=1,2,20,16/1,1,16,32 SANITIZE_FILTER=CudaGemm.Fp32MatchesCpu \
   GPT_MODEL="embed:32,pos,res(ln,attn:2:causal),res(ln,dense:64,gelu:tanh,dense:32),ln,dense:256" \
   timeout -k 5 1000 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" --out "$WORK/out" >"$table" 2>"$WORK/check.err"
 rc=$?
@@ -246,6 +262,22 @@ layout=$(grep -cE "^\| speed \| conv .* NCHW vs NHWC.* \| $number \|" "$table" |
   fail "$layout channels-last rows, want 18 ((2 layers x (3 passes + 1 step) + the stack) x 2 precisions)"
 grep -qE "^\| speed \| conv stack of 2 layers channels-last throughout: .*\(bf16\) \| $number \| .* ms converting; " "$table" ||
   fail "no channels-last row for the whole conv stack in bf16"
+
+# The sanitizer's rows, last (no test failed), through the stand-in: the
+# emulated gpu_tests ran the one test under each tool. Every suite pattern
+# of its default lists names GPU tests (a suite renamed would leave a tool
+# checking nothing).
+for tool in memcheck racecheck synccheck; do
+  has "| sanitizer | $tool (SANITIZE_FILTER CudaGemm.Fp32MatchesCpu) | clean | 0 errors in 1 tests |"
+done
+[[ $(grep '^| [a-z]' "$table" | tail -1 | cut -d'|' -f2) == " sanitizer " ]] || fail "the sanitizer's rows are not last"
+defaults=$(bash -c '. "$1/tools/gpu-check-tests.sh" && echo "$memcheck_tests:$shared_memory_tests"' _ "$DPTRAIN_SOURCE_DIR")
+IFS=: read -ra patterns <<<"$defaults"
+((${#patterns[@]} >= 10)) || fail "the sanitizer's default suites: $defaults"
+for p in "${patterns[@]}"; do
+  "$EMULATED_BIN/emulated_gpu_tests" --gtest_filter="$p" --gtest_list_tests | grep -q '^  ' ||
+    fail "the sanitizer's pattern $p names no GPU test"
+done
 
 # --only: the set-up and the named sections alone (a second run after a
 # change, on a GPU lent for minutes); an unknown section is a usage error.
