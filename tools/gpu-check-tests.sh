@@ -146,7 +146,7 @@ sanitizer_row() {
     -e 's/^========= RACECHECK SUMMARY: .*(\([0-9]*\) error.*/\1/p' "$out" | tail -1)
   api=$(grep -c '^========= Program hit ' "$out" 2>/dev/null)
   ran=$(grep -c '^\[ RUN      \] ' "$out" 2>/dev/null)
-  # The first report and the line under it (where: kernel, file and line).
+  # The first report and the line under it (where: the kernel and the offset).
   first=$(awk '/^========= [A-Za-z]/ && !/^========= (COMPUTE-SANITIZER|Program hit|Target application|ERROR SUMMARY|RACECHECK SUMMARY)/ {
     print; if ((getline next_line) > 0) print next_line; exit }' "$out" | one_line)
   missing=
