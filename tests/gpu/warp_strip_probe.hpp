@@ -1,0 +1,28 @@
+// Implements: a probe of WarpStrip (src/backends/cuda/warp_strip.hpp), the
+// products that the fused attention's warps compute alone, run by one warp
+// on the device (warp_strip_probe.cu); test_warp_strip.cpp checks what it
+// returns.
+#pragma once
+
+#include <vector>
+
+namespace gpu_test {
+
+constexpr int kStripRows = 16, kStripDepth = 32, kStripWidth = 32;
+
+struct StripProducts {
+  std::vector<float> plain, scaled, twice;  // each kStripRows × kStripWidth, row-major
+};
+
+// On CUDA device `device`, one warp with a WarpStrip c of width
+// kStripWidth: c = a · b, stored (plain); c's row r times factor[r],
+// stored (scaled); c += a · b, stored (twice). a is kStripRows ×
+// kStripDepth and b kStripDepth × kStripWidth, both row-major here; b
+// reaches the strip row-major, or column-major (as Kᵀ does) where
+// b_col_major. bf16: WarpStrip<__nv_bfloat16> on the tensor cores (a and
+// b must then be bf16 values), else WarpStrip<float>. Throws
+// std::runtime_error naming the CUDA call that failed.
+StripProducts warp_strip_products(int device, bool bf16, bool b_col_major, const std::vector<float>& a,
+                                  const std::vector<float>& b, const std::vector<float>& factor);
+
+}  // namespace gpu_test
