@@ -20,9 +20,9 @@
 
 # The suites that run our kernels (memcheck also the library calls on our
 # pointers), and those whose kernels share memory between threads.
-memcheck_tests="FusedAttention.*:CudnnAttention.*:CudaGemmEpilogue.*:CudaGeluEpilogue.*:Bf16*:ParamsBf16.*"
+memcheck_tests="WarpStrip.*:FusedAttention.*:CudnnAttention.*:CudaGemmEpilogue.*:CudaGeluEpilogue.*:Bf16*:ParamsBf16.*"
 memcheck_tests+=":CudaRoundedOperands.*:CudaLossOptim.*:CudaNorm.*:CudaSequence.*:CudaKernels.*:CudaConvert.*"
-shared_memory_tests="FusedAttention.*:CudaNorm.*:CudaLossOptim.*:CudaSequence.*:CudaKernels.*"
+shared_memory_tests="WarpStrip.*:FusedAttention.*:CudaNorm.*:CudaLossOptim.*:CudaSequence.*:CudaKernels.*"
 alone_most=12      # tests run again alone, at most, per rank count
 alone_budget_s=90  # and the time they may take together
 
