@@ -259,7 +259,7 @@ void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body)
     }
   }
   t_block = outer;
-  count_launch();
+  count_launch(kernel);
 }
 
 void sync_block(const char* file, int line) {

@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -120,8 +121,12 @@ void* device_allocate(std::size_t bytes);
 std::size_t device_capacity();
 std::size_t device_bytes_in_use();
 void device_free(void* p);
-// Kernel launches that ran since the start (tests of the emulator itself).
+// Kernel launches that ran since the start (tests of the emulator itself),
+// and by kernel: the name as launched, up to its template arguments
+// ("fused_forward_kernel"); a test takes the difference over the work it
+// checks (tests/gpu/test_gpt_step.cpp: the kernels of a GPT step).
 std::size_t launches();
+std::map<std::string, std::size_t> launches_by_kernel();
 
 // Calls of the emulated runtime (include/cuda_runtime.h) that allocate, or
 // that make the host wait for the device, counted on every thread since the

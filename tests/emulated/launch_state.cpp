@@ -1,6 +1,7 @@
 // Implements: launch_state.hpp, and the parts of device_emulator.hpp that
 // are state rather than scheduling: the launch error (the first one is
-// kept until cudaGetLastError takes it), the counts of launches and
+// kept until cudaGetLastError takes it), the counts of launches (in all and
+// by kernel) and
 // runtime calls, the emulated multiprocessors (DPTRAIN_EMULATED_SMS) and
 // the scheduler's order (DPTRAIN_EMULATED_ORDER).
 #include "launch_state.hpp"
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -19,6 +21,7 @@ std::mutex g_mutex;  // the error and the launch count (the kernels run on one h
 cudaError_t g_error = cudaSuccess;
 std::string g_detail = "no error";
 std::size_t g_launches = 0;
+std::map<std::string, std::size_t> g_by_kernel;  // the name as launched, template arguments cut
 std::atomic<std::size_t> g_calls[static_cast<int>(RuntimeCall::kCount)];
 
 Order order_from_environment() {
@@ -58,9 +61,11 @@ void name_failed_block(const char* kernel, uint3 block) {
              g_detail;
 }
 
-void count_launch() {
+void count_launch(const char* kernel) {
+  const std::string name(kernel);
   const std::lock_guard lock(g_mutex);
   ++g_launches;
+  ++g_by_kernel[name.substr(0, name.find('<'))];
 }
 
 bool reverse_order() { return g_order.load() == Order::kReverse; }
@@ -93,6 +98,11 @@ int multiprocessors() {
 std::size_t launches() {
   const std::lock_guard lock(g_mutex);
   return g_launches;
+}
+
+std::map<std::string, std::size_t> launches_by_kernel() {
+  const std::lock_guard lock(g_mutex);
+  return g_by_kernel;
 }
 
 void count_call(RuntimeCall c) { ++g_calls[static_cast<int>(c)]; }

@@ -15,8 +15,9 @@ namespace dptrain_emu {
 bool configuration_is_valid(dim3 grid, dim3 block, const char* kernel);
 // Puts "kernel, block (x,y,z): " in front of the recorded error's detail.
 void name_failed_block(const char* kernel, uint3 block);
-// Counts a launch that ran to its end (launches()).
-void count_launch();
+// Counts a launch of `kernel` that ran to its end (launches(),
+// launches_by_kernel()).
+void count_launch(const char* kernel);
 // Whether the scheduler runs blocks and threads last to first (set_order).
 bool reverse_order();
 

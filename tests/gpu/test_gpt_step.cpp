@@ -32,28 +32,19 @@
 // does not require them, so there TF32 is only held to its bound).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/backend_factory.hpp"
-#include "dptrain/common/h5.hpp"
-#include "dptrain/data/batch_plan.hpp"
-#include "dptrain/data/input_queue.hpp"
-#include "dptrain/data/shard_transfer.hpp"
-#include "dptrain/model/optimizer.hpp"
+#include "gpt_step_rig.hpp"
 #include "gpu_env.hpp"
-#include "parallel/gradient_buckets.hpp"
-#include "train/train_step.hpp"
 
 namespace dptrain {
 namespace {
@@ -80,65 +71,20 @@ std::size_t free_device_bytes() {
   return free_b;
 }
 
-// Rank 0 writes a token set of `rows` windows of t + 1 ids under `vocab`;
-// returns its path ("" elsewhere).
-std::string write_tokens(int rows, int t, int vocab) {
-  if (env().rank != 0) return "";
-  char dir[] = "/tmp/dptrain-gpt-step.XXXXXX";
-  EXPECT_NE(mkdtemp(dir), nullptr);
-  const std::string file = std::string(dir) + "/tokens.h5";
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(rows) * (t + 1));
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7 + i / 5) % vocab);
-  h5::File f = h5::create_file(file, ExitCode::kOther);
-  h5::write_array(f.get(), "/train/tokens", H5T_STD_I32LE, H5T_NATIVE_INT32,
-                  {hsize_t(rows), hsize_t(t + 1)}, ids.data(), ExitCode::kOther);
-  h5::DataSet d = h5::open_dataset(f.get(), "/train/tokens", ExitCode::kOther);
-  h5::write_attr(d.get(), "vocab_size", std::int64_t{vocab}, ExitCode::kOther);
-  return file;
-}
-
 void warmed_up_steps_allocate_nothing(Precision precision) {
   if (!env().distinct) GTEST_SKIP() << "ranks share a GPU; NCCL needs one GPU per rank";
-  const int t = 8, vocab = 11, rows = 60;
-  const std::string file = write_tokens(rows, t, vocab);
-  const std::uint64_t batch = 16, steps = 10;  // epochs of 16, 16, 16, 12 rows
-  const BatchPlan plan(rows, batch);
-  std::unique_ptr<Dataset> data;
-  std::unique_ptr<InputQueue> queue;
-  if (env().rank == 0) {
-    data = std::make_unique<Dataset>(file, "train");
-    InputQueueConfig qc;
-    qc.batch_size = batch;
-    qc.end_step = steps;
-    qc.raw_features = true;
-    queue = std::make_unique<InputQueue>(*data, qc);
-  }
-  auto be = gpu_test::make_gpu(precision);
-  auto comm = be->make_communicator(MpiCommHandle{MPI_COMM_WORLD});
-  const int max_rows = max_shard_rows(batch, env().size);
-  Model model(*be,
-              parse_model_spec("embed:16,pos,2*(res(ln,attn:2:causal),res(ln,dense:32,gelu:tanh,"
-                               "dense:16)),ln,dense:11"),
-              Shape{t}, max_rows, vocab);
-  model.init(1);
-  OptimizerConfig oc;
-  oc.kind = OptimizerKind::kAdamW;
-  oc.weight_decay = 0.1f;
-  oc.clip_grad_norm = 0.5f;
-  Optimizer opt(*be, oc, model.num_params());
-  InputPipeline input(MPI_COMM_WORLD, *be, queue.get(), max_rows, t, t, LabelType::kClass,
-                      FeatureType::kTokenId);
-  GradientBuckets buckets(*comm, model.grads(),
-                          plan_buckets(model.param_layout(), model.num_params(), 1));
-  DeviceBuffer<float> stats(*be, 2);
-
-  const std::uint64_t warm = plan.steps_per_epoch();
+  const std::uint64_t steps = 10;
+  gpu_test::GptStepRig rig(precision,
+                           "embed:16,pos,2*(res(ln,attn:2:causal),res(ln,dense:32,gelu:tanh,dense:16)),"
+                           "ln,dense:11",
+                           steps);
+  Backend* be = &rig.backend();
+  const std::uint64_t warm = rig.warm_steps();
   ASSERT_LT(warm, steps);
   std::size_t free_before = 0, buffers_before = 0;
 #if defined(DPTRAIN_EMULATED_DEVICE)
   std::vector<std::size_t> calls_before;
 #endif
-  input.start(plan.slot(0).rows);
   for (std::uint64_t s = 0; s < steps; ++s) {
     if (s == warm) {
       be->synchronize();
@@ -148,11 +94,7 @@ void warmed_up_steps_allocate_nothing(Precision precision) {
       calls_before = runtime_calls();
 #endif
     }
-    const Shard& shard = input.finish();
-    if (s + 1 < steps) input.start(plan.slot(s + 1).rows);
-    ASSERT_TRUE(train_step(*be, *comm, model, opt, LossKind::kXent, shard, plan.slot(s).rows,
-                           0.01f, stats.get(), nullptr, &buckets, nullptr, &input))
-        << "non-finite gradients at step " << s;
+    ASSERT_TRUE(rig.step(s)) << "non-finite gradients at step " << s;
   }
 #if defined(DPTRAIN_EMULATED_DEVICE)
   const std::vector<std::size_t> calls_after = runtime_calls();
@@ -187,10 +129,6 @@ void warmed_up_steps_allocate_nothing(Precision precision) {
 #else
   (void)counted;
 #endif
-  if (env().rank == 0) {
-    std::remove(file.c_str());
-    rmdir(file.substr(0, file.rfind('/')).c_str());
-  }
 }
 
 TEST(CudaGptStep, WarmedUpFp32StepAllocatesNothingAndSyncsOnlyForResults) {

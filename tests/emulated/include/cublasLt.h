@@ -17,16 +17,17 @@
 //         activation kernel (elementwise.cu), so the two agree bit for bit.
 //       CUBLASLT_EPILOGUE_DGELU: D[i, j] *= GELU'(aux[i, j]), the derivative
 //         as that kernel's backward computes it.
-//     D may be bf16 (with A and B bf16, beta 0) for BIAS and the two GELU
+//     D may be bf16 (with A and B bf16, beta 0) for DEFAULT, BIAS and the two GELU
 //     epilogues: the product and the epilogue run in fp32 as above, the bias and aux
 //     are then of D's type (bf16), as cuBLASLt takes them (cublasLt.h,
 //     BIAS_DATA_TYPE and EPILOGUE_AUX_DATA_TYPE default to D's type), and
 //     D and aux are stored rounded to nearest even.
 //   cublasLtMatmulAlgoGetHeuristic: algorithms for DEFAULT, BIAS,
 //     BGRADB, GELU_AUX_BIAS and DGELU where AUX_LD is, as cuBLASLt requires,
-//     a multiple of 8 no less than D's rows (none for other epilogues, or for any while
-//     dptrain_emu::lt_refusal() is set, so that the callers' fallbacks are
-//     tested): asked for more than one, the first is in place only (C == D;
+//     a multiple of 8 no less than D's rows (none for other epilogues, or,
+//     while dptrain_emu::lt_refusal() is set, for any but DEFAULT with an
+//     fp32 D, so that the callers' fallbacks are tested): asked for more
+//     than one, the first is in place only (C == D;
 //     cublasLtMatmul answers NOT_SUPPORTED to it with a C apart, as a real
 //     one without CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT may), the
 //     second takes either (cublasLtMatmulAlgoCapGetAttribute says which);
@@ -240,7 +241,8 @@ inline bool lt_shape(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtM
   const std::uint64_t am = ta ? a->cols : a->rows, bk = tb ? b->cols : b->rows,
                       bn = tb ? b->rows : b->cols;
   const bool d_bf16 = dl->type == CUDA_R_16BF && a->type == CUDA_R_16BF &&
-                     (lt_gelu(d->epilogue) || d->epilogue == CUBLASLT_EPILOGUE_BIAS);
+                     (lt_gelu(d->epilogue) || d->epilogue == CUBLASLT_EPILOGUE_BIAS ||
+                      d->epilogue == CUBLASLT_EPILOGUE_DEFAULT);
   return am == dl->rows && bk == std::uint64_t(*k) && bn == dl->cols && a->type == b->type &&
          (dl->type == CUDA_R_32F || d_bf16) && d->scale == CUDA_R_32F &&
          (d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_FAST_TF32);
@@ -259,7 +261,8 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   const bool known = d->epilogue == CUBLASLT_EPILOGUE_DEFAULT ||
                      d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_BGRADB ||
                      (dptrain_emu::lt_gelu(d->epilogue) && aux_fits);
-  if (!known || (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && dptrain_emu::lt_refusal()))
+  const bool refused = d->epilogue != CUBLASLT_EPILOGUE_DEFAULT || dl->type == CUDA_R_16BF;
+  if (!known || (refused && dptrain_emu::lt_refusal()))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   *found = requested > 1 ? 2 : 1;
   for (int r = 0; r < *found; ++r) {
