@@ -4,7 +4,8 @@
 # PyTorch are used when present). It unpacks the bundle of
 # tools/gpu-bundle.sh, checks glibc and every library, launches
 # `orterun -n 1 true`, then runs every GPU test (1 rank; 2 with 2+ GPUs;
-# each that failed once more alone), the training runs (1 GPU; 2 GPUs when present), fp32/TF32/bf16 accuracy
+# each that failed once more alone), the training runs (1 GPU; 2 GPUs
+# when present), fp32/TF32/bf16 accuracy
 # against the CPU reference, the speed rows of docs/gpu.md and the GPT
 # rows (tools/gpu-check-gpt.sh: a GPT job's losses against the CPU's on 1
 # and 2 GPUs; a GPT-2-small-shaped model's tokens/s and MFU, against
@@ -40,9 +41,9 @@
 # STEPS (training steps per speed run, default 400), BUDGET_S (default
 # 530, inside the 570 s of docs/gpu.md's command line: the GPT rows take
 # two to three minutes on a GPU, torch.compile's row and the profiles
-# last, then the sanitizer's rows where no test failed), PEAK_TFLOPS (the GPU's dense bf16 peak for
-# the MFU rows, where the table of tools/gpu-check-gpt.sh does not know
-# its name). For a quick
+# last, then the sanitizer's rows where no test failed), PEAK_TFLOPS (the
+# GPU's dense bf16 peak for the MFU rows, where the table of
+# tools/gpu-check-gpt.sh does not know its name). For a quick
 # run whose speed figures mean nothing
 # (tests/emulated/test_emulated_gpu_check.sh runs the whole check on the
 # emulated GPU): SPEED_REPEATS (timed repeats of every speed row, after one

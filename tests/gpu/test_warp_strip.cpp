@@ -64,8 +64,8 @@ TEST(WarpStrip, ProductsRowScalingAndAccumulationAreExact) {
     for (const bool col : {false, true}) {
       const auto got =
           gpu_test::warp_strip_products(gpu_test::env().device, bf16, col, a, b, factor);
-      const std::string how = std::string(bf16 ? "bf16 (wmma)" : "fp32") + ", b " + (col ? "column" : "row") +
-                              "-major: ";
+      const std::string how =
+          std::string(bf16 ? "bf16 (wmma)" : "fp32") + ", b " + (col ? "column" : "row") + "-major: ";
       EXPECT_EQ(first_difference(got.plain, plain), "") << how << "the product";
       EXPECT_EQ(first_difference(got.scaled, scaled), "") << how << "the product scaled by row";
       EXPECT_EQ(first_difference(got.twice, twice), "") << how << "scaled, then the product added";

@@ -92,8 +92,8 @@ void launch(const DeviceFloats& a, const DeviceFloats& b, const DeviceFloats& fa
 StripProducts warp_strip_products(int device, bool bf16, bool b_col_major, const std::vector<float>& a,
                                   const std::vector<float>& b, const std::vector<float>& factor) {
   const std::size_t out = std::size_t(kStripRows) * kStripWidth;
-  if (a.size() != std::size_t(kStripRows) * kStripDepth || b.size() != std::size_t(kStripDepth) * kStripWidth ||
-      factor.size() != std::size_t(kStripRows))
+  if (a.size() != std::size_t(kStripRows) * kStripDepth ||
+      b.size() != std::size_t(kStripDepth) * kStripWidth || factor.size() != std::size_t(kStripRows))
     throw std::invalid_argument("warp_strip_products: a is 16 x 32, b 32 x 32, factor 16");
   check(cudaSetDevice(device), "cudaSetDevice");
   DeviceFloats da(a.size()), db(b.size()), df(factor.size()), plain(out), scaled(out), twice(out);
