@@ -18,10 +18,13 @@
 #   slow for its time limit, or one that does not support the device, is
 #   said so in its row and is not.
 
-# The suites that run our kernels (memcheck also the library calls on our
-# pointers), and those whose kernels share memory between threads.
-memcheck_tests="WarpStrip.*:FusedAttention.*:CudnnAttention.*:CudaGemmEpilogue.*:CudaGeluEpilogue.*:Bf16*:ParamsBf16.*"
-memcheck_tests+=":CudaRoundedOperands.*:CudaLossOptim.*:CudaNorm.*:CudaSequence.*:CudaKernels.*:CudaConvert.*"
+# The suites that run our kernels; those that hand our pointers to
+# cuBLASLt's epilogues and cuDNN's attention (a run of their own, after
+# ours: cuDNN's engines are slow to start under a sanitizer); and those
+# whose kernels share memory between threads.
+kernel_tests="WarpStrip.*:FusedAttention.*:CudaNorm.*:CudaLossOptim.*:CudaSequence.*:CudaKernels.*"
+kernel_tests+=":CudaConvert.*:Bf16*:ParamsBf16.*:CudaRoundedOperands.*"
+library_tests="CudaGemmEpilogue.*:CudaGeluEpilogue.*:CudnnAttention.*"
 shared_memory_tests="WarpStrip.*:FusedAttention.*:CudaNorm.*:CudaLossOptim.*:CudaSequence.*:CudaKernels.*"
 alone_most=12      # tests run again alone, at most, per rank count
 alone_budget_s=90  # and the time they may take together
@@ -125,13 +128,15 @@ find_sanitizer() {
   done
   return 1
 }
-# sanitizer_row TOOL FILTER LIMIT: the tests FILTER names under TOOL, one
-# rank; the row says clean, or the errors and the first of them. Returns 1
-# where the tool does not support the device.
+# sanitizer_row TOOL LOG WHAT FILTER LIMIT: the tests FILTER names (WHAT
+# says which) under TOOL, one rank, its output in logs/LOG.txt; the row
+# says clean, or the errors and the first of them. Returns 1 where the
+# tool does not support the device.
 sanitizer_row() {
-  local tool=$1 filter=$2 limit=$3 out=$work/sanitizer-$1.txt rc errors api ran first missing p patterns unsupported failing
-  local name="$tool (${SANITIZE_FILTER:+SANITIZE_FILTER }$filter)"
-  [[ -z ${SANITIZE_FILTER:-} ]] && name="$tool (our kernels' suites: logs/${out##*/})"
+  local tool=$1 out=$work/$2.txt what=$3 filter=$4 limit=$5
+  local rc errors api ran first missing p patterns unsupported failing
+  local name="$tool ($what: logs/${out##*/})"
+  [[ -n ${SANITIZE_FILTER:-} ]] && name="$tool (SANITIZE_FILTER $filter)"
   run_for "$limit" "$out" "${mpirun[@]}" -n 1 "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 \
     "$gpu_tests" --gtest_color=no --gtest_filter="$filter"
   rc=$?
@@ -178,8 +183,13 @@ sanitizer_section() {
   elif ! sanitizer=$(find_sanitizer); then
     row sanitizer "memcheck, racecheck, synccheck" skipped "no compute-sanitizer on this machine"
   else
-    sanitizer_row memcheck "${SANITIZE_FILTER:-$memcheck_tests}" 90 &&
-      sanitizer_row racecheck "${SANITIZE_FILTER:-$shared_memory_tests}" 90 &&
-      sanitizer_row synccheck "${SANITIZE_FILTER:-$shared_memory_tests}" 45
+    sanitizer_row memcheck sanitizer-memcheck "our kernels' suites" "${SANITIZE_FILTER:-$kernel_tests}" 75 &&
+      sanitizer_row racecheck sanitizer-racecheck "suites of kernels sharing memory" \
+        "${SANITIZE_FILTER:-$shared_memory_tests}" 75 &&
+      sanitizer_row synccheck sanitizer-synccheck "suites of kernels sharing memory" \
+        "${SANITIZE_FILTER:-$shared_memory_tests}" 45 &&
+      { [[ -n ${SANITIZE_FILTER:-} ]] ||
+        sanitizer_row memcheck sanitizer-memcheck-libraries "the libraries' calls on our pointers" \
+          "$library_tests" 60; }
   fi
 }
