@@ -8,9 +8,12 @@
 //    or GELU forward and backward (activation_*_kernel), the materialized
 //    attention's softmax and its gradient, and its head shuffles
 //    (qkv_kernel, heads_kernel);
-//  - conversions to bf16 that do not grow with the depth: the weights are
-//    rounded once a step, and activations are stored in bf16 where they
-//    are made, so no layer converts its operands;
+//  - conversions to bf16 that do not grow with the depth: the optimizer's
+//    pass rounds the weights, and the blocks' activations and gradients
+//    get their bf16 copies from the kernels that make them, so no layer of
+//    a block converts its operands (2 a step remain: the last layer
+//    norm's output for the head, and the gradient the last block gets
+//    from that norm);
 //  - at most kMostPerBlock of our kernels for a block's forward and
 //    backward (the difference between the two depths, halved), a ratchet:
 //    a change that adds a pass to every block must say so here.
