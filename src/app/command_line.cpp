@@ -289,6 +289,49 @@ const char* command_name(Command c) {
   return "?";
 }
 
+namespace {
+
+Command command_named(const std::string& cmd) {
+  if (cmd == "train") return Command::kTrain;
+  if (cmd == "eval") return Command::kEval;
+  if (cmd == "predict") return Command::kPredict;
+  if (cmd == "inspect") return Command::kInspect;
+  if (cmd == "generate") return Command::kGenerate;
+  usage_error("unknown command '" + cmd + "'; expected train, eval, predict, inspect or generate");
+}
+
+// The options given, from the command line or the config file, as an INI
+// file that --config reads back (help and config themselves left out).
+std::string options_as_ini(const po::options_description& all, const po::variables_map& vm) {
+  std::ostringstream ini;
+  for (const auto& opt : all.options()) {
+    const std::string& name = opt->long_name();
+    if (name == "help" || name == "config" || !vm.count(name)) continue;
+    ini << name << " = " << any_to_string(vm[name].value()) << "\n";
+  }
+  return ini.str();
+}
+
+// What each command needs beside its options' own checks.
+void check_command(Options& o, const std::string& cmd) {
+  if (o.command == Command::kTrain) {
+    check_train(o);
+  } else if (o.command == Command::kInspect) {
+    if (o.file.empty()) usage_error("inspect needs a FILE");
+    return;
+  } else if (o.command == Command::kGenerate) {
+    check_generate(o);
+  } else {
+    if (o.checkpoint.empty()) usage_error(cmd + " needs --checkpoint FILE");
+    if (o.data.empty()) usage_error(cmd + " needs --data FILE");
+    if (o.command == Command::kPredict && o.output.empty()) usage_error("predict needs --output FILE");
+    require_positive(o.eval_batch_size, "eval-batch-size");
+  }
+  check_common(o);
+}
+
+}  // namespace
+
 Options parse_options(int argc, const char* const* argv) {
   Options o;
   const std::string overview =
@@ -307,12 +350,7 @@ Options parse_options(int argc, const char* const* argv) {
     o.help = overview;
     return o;
   }
-  if (cmd == "train") o.command = Command::kTrain;
-  else if (cmd == "eval") o.command = Command::kEval;
-  else if (cmd == "predict") o.command = Command::kPredict;
-  else if (cmd == "inspect") o.command = Command::kInspect;
-  else if (cmd == "generate") o.command = Command::kGenerate;
-  else usage_error("unknown command '" + cmd + "'; expected train, eval, predict, inspect or generate");
+  o.command = command_named(cmd);
 
   std::string config_file;
   po::options_description generic("General");
@@ -348,28 +386,8 @@ Options parse_options(int argc, const char* const* argv) {
     usage_error(e.what());
   }
 
-  std::ostringstream ini;
-  for (const auto& opt : all.options()) {
-    const std::string& name = opt->long_name();
-    if (name == "help" || name == "config" || !vm.count(name)) continue;
-    ini << name << " = " << any_to_string(vm[name].value()) << "\n";
-  }
-  o.config_text = ini.str();
-
-  if (o.command == Command::kTrain) {
-    check_train(o);
-  } else if (o.command == Command::kInspect) {
-    if (o.file.empty()) usage_error("inspect needs a FILE");
-    return o;
-  } else if (o.command == Command::kGenerate) {
-    check_generate(o);
-  } else {
-    if (o.checkpoint.empty()) usage_error(std::string(cmd) + " needs --checkpoint FILE");
-    if (o.data.empty()) usage_error(std::string(cmd) + " needs --data FILE");
-    if (o.command == Command::kPredict && o.output.empty()) usage_error("predict needs --output FILE");
-    require_positive(o.eval_batch_size, "eval-batch-size");
-  }
-  check_common(o);
+  o.config_text = options_as_ini(all, vm);
+  check_command(o, cmd);
   return o;
 }
 

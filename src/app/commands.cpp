@@ -101,6 +101,47 @@ ExitCode run_eval(const Options& opts, MpiSession& mpi) {
   return ExitCode::kOk;
 }
 
+namespace {
+
+// predict's output file, on rank 0: written as NAME.tmp and renamed at
+// the end, so a failed run leaves no half-written file under the final name.
+struct PredictionFile {
+  std::string path, tmp;
+  h5::File out;
+  h5::DataSet logits, labels;
+
+  // /predictions/logits (float32 logits_dims, where wanted) and
+  // /predictions/labels (int32 label_dims), chunked by rows.
+  void create(const std::string& output, const std::vector<hsize_t>& logits_dims,
+              const std::vector<hsize_t>& label_dims, bool with_logits) {
+    path = output;
+    tmp = output + ".tmp";
+    out = h5::create_file(tmp, ExitCode::kUsage);
+    const hsize_t n = label_dims[0], positions = label_dims.size() == 2 ? label_dims[1] : 1;
+    const hsize_t per_row = logits_dims[1] * (logits_dims.size() == 3 ? logits_dims[2] : 1);
+    h5::CreateOptions co;
+    co.chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, (1u << 20) / (4u * per_row)));
+    if (with_logits)
+      logits = h5::create_dataset(out.get(), "/predictions/logits", H5T_IEEE_F32LE, logits_dims,
+                                  ExitCode::kUsage, co);
+    co.chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, (1u << 18) / positions));
+    labels = h5::create_dataset(out.get(), "/predictions/labels", H5T_STD_I32LE, label_dims,
+                                ExitCode::kUsage, co);
+  }
+  // The checkpoint and set as attributes, the file closed and renamed.
+  void finish(const std::string& checkpoint, const std::string& set) {
+    h5::write_attr(out.get(), "checkpoint", checkpoint, ExitCode::kOther);
+    h5::write_attr(out.get(), "set", set, ExitCode::kOther);
+    logits.reset();
+    labels.reset();
+    out.reset();
+    DPT_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, ExitCode::kOther,
+                "cannot rename " + tmp + " to " + path);
+  }
+};
+
+}  // namespace
+
 ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   Watchdog watchdog(opts.comm_timeout, mpi.rank(), mpi.size());
   Runtime rt = make_runtime(opts, mpi, &watchdog);
@@ -122,23 +163,11 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   const std::vector<hsize_t> label_dims =
       sequence ? std::vector<hsize_t>{n, hsize_t(positions)} : std::vector<hsize_t>{n};
 
-  // Rank 0 writes NAME.tmp and renames at the end, so a failed run leaves no
-  // half-written file under the final name.
-  const std::string tmp = opts.output + ".tmp";
-  h5::File out;
-  h5::DataSet logits_ds, labels_ds;
+  PredictionFile file;
   agree(mpi.world(), [&] {
-    if (mpi.rank() != 0) return;
-    out = h5::create_file(tmp, ExitCode::kUsage);
-    h5::CreateOptions co;
-    co.chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, (1u << 20) / (4u * width)));
-    if (write_logits)
-      logits_ds = h5::create_dataset(out.get(), "/predictions/logits", H5T_IEEE_F32LE,
-                                     logits_dims, ExitCode::kUsage, co);
-    co.chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(n, (1u << 18) / positions));
-    labels_ds = h5::create_dataset(out.get(), "/predictions/labels", H5T_STD_I32LE, label_dims,
-                                   ExitCode::kUsage, co);
+    if (mpi.rank() == 0) file.create(opts.output, logits_dims, label_dims, write_logits);
   });
+  h5::DataSet &logits_ds = file.logits, &labels_ds = file.labels;
 
   // Each batch's outputs are gathered to rank 0 in rank order, which is
   // sample order (shards are consecutive rows), and written there.
@@ -167,13 +196,7 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   });
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
-    h5::write_attr(out.get(), "checkpoint", opts.checkpoint, ExitCode::kOther);
-    h5::write_attr(out.get(), "set", opts.set, ExitCode::kOther);
-    logits_ds.reset();
-    labels_ds.reset();
-    out.reset();
-    DPT_REQUIRE(std::rename(tmp.c_str(), opts.output.c_str()) == 0, ExitCode::kOther,
-                "cannot rename " + tmp + " to " + opts.output);
+    file.finish(opts.checkpoint, opts.set);
     if (sequence)
       std::printf("wrote %llu predictions (the argmax of %d outputs at each of %d positions%s) to %s\n",
                   static_cast<unsigned long long>(n), classes, positions,
