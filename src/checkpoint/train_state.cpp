@@ -68,6 +68,15 @@ void read_array(CheckpointTensors& tensors, std::size_t array, const std::vector
   be.copy_to_device(dst, host.data(), host.size() * sizeof(float));
 }
 
+// The checkpoint to resume from: --resume FILE, or with --resume auto the
+// newest valid one of --checkpoint-dir; "" for none (--resume never).
+std::string checkpoint_to_resume(const Options& opts) {
+  if (opts.resume == "never") return "";
+  if (opts.resume != "auto") return opts.resume;
+  if (opts.checkpoint_dir.empty() || !std::filesystem::is_directory(opts.checkpoint_dir)) return "";
+  return find_resume_checkpoint(opts.checkpoint_dir);
+}
+
 }  // namespace
 
 StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt, Model& model,
@@ -85,13 +94,7 @@ StartPoint restore_state(const Options& opts, const MpiSession& mpi, Runtime& rt
   std::unique_ptr<CheckpointTensors> tensors;
   agree(mpi.world(), [&] {
     if (mpi.rank() != 0) return;
-    std::string path;
-    if (opts.resume == "auto") {
-      if (!opts.checkpoint_dir.empty() && std::filesystem::is_directory(opts.checkpoint_dir))
-        path = find_resume_checkpoint(opts.checkpoint_dir);
-    } else if (opts.resume != "never") {
-      path = opts.resume;
-    }
+    std::string path = checkpoint_to_resume(opts);
     const bool resuming = !path.empty();
     if (!resuming) path = opts.init_from;
     if (path.empty()) return;
