@@ -124,7 +124,7 @@ void device_free(void* p);
 // Kernel launches that ran since the start (tests of the emulator itself),
 // and by kernel: the name as launched, up to its template arguments
 // ("fused_forward_kernel"); a test takes the difference over the work it
-// checks (tests/gpu/test_gpt_step.cpp: the kernels of a GPT step).
+// checks (tests/gpu/test_step_kernels.cpp: the kernels of a GPT step).
 std::size_t launches();
 std::map<std::string, std::size_t> launches_by_kernel();
 

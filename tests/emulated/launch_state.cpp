@@ -1,9 +1,8 @@
 // Implements: launch_state.hpp, and the parts of device_emulator.hpp that
 // are state rather than scheduling: the launch error (the first one is
-// kept until cudaGetLastError takes it), the counts of launches (in all and
-// by kernel) and
-// runtime calls, the emulated multiprocessors (DPTRAIN_EMULATED_SMS) and
-// the scheduler's order (DPTRAIN_EMULATED_ORDER).
+// kept until cudaGetLastError takes it), the counts of launches (in all
+// and by kernel) and of runtime calls, the emulated multiprocessors
+// (DPTRAIN_EMULATED_SMS) and the scheduler's order (DPTRAIN_EMULATED_ORDER).
 #include "launch_state.hpp"
 
 #include <atomic>
@@ -17,7 +16,7 @@
 namespace dptrain_emu {
 namespace {
 
-std::mutex g_mutex;  // the error and the launch count (the kernels run on one host thread)
+std::mutex g_mutex;  // the error and the launch counts (the kernels run on one host thread)
 cudaError_t g_error = cudaSuccess;
 std::string g_detail = "no error";
 std::size_t g_launches = 0;

@@ -1,4 +1,5 @@
-// Implements: the steady state of a GPT training step on the CUDA backend.
+// Implements: the steady state of a GPT training step on the CUDA backend
+// (the job of gpt_step_rig.hpp: bf16 logits under bf16, as the trainer).
 // Once every batch size has been seen (the first epoch), a step — the input
 // pipeline's scatter into pinned memory and upload on the copy stream,
 // forward through embed, pos, ln, causal attention (strided-batched GEMMs),
