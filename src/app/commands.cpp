@@ -167,7 +167,6 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
   agree(mpi.world(), [&] {
     if (mpi.rank() == 0) file.create(opts.output, logits_dims, label_dims, write_logits);
   });
-  h5::DataSet &logits_ds = file.logits, &labels_ds = file.labels;
 
   // Each batch's outputs are gathered to rank 0 in rank order, which is
   // sample order (shards are consecutive rows), and written there.
@@ -189,9 +188,9 @@ ExitCode run_predict(const Options& opts, MpiSession& mpi) {
       labels[r] = static_cast<std::int32_t>(std::max_element(row, row + classes) - row);
     }
     if (write_logits)
-      h5::write_rows(logits_ds.get(), H5T_NATIVE_FLOAT, slot.position, slot.rows, global.data(),
+      h5::write_rows(file.logits.get(), H5T_NATIVE_FLOAT, slot.position, slot.rows, global.data(),
                      ExitCode::kOther);
-    h5::write_rows(labels_ds.get(), H5T_NATIVE_INT32, slot.position, slot.rows, labels.data(),
+    h5::write_rows(file.labels.get(), H5T_NATIVE_INT32, slot.position, slot.rows, labels.data(),
                    ExitCode::kOther);
   });
   agree(mpi.world(), [&] {
