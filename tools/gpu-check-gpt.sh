@@ -162,12 +162,18 @@ gpt_throughput_rows() {
 
 # The attention rows in bf16: dptrain's core with math, with fused and
 # with cudnn (cuDNN's SDPA; the row names fused-fallback where cuDNN
-# refused the shape), then PyTorch SDPA's on the same shapes.
+# refused the shape); in tf32 on the first shape, math (cuBLAS's TF32
+# GEMMs) and fused (the kernels' TF32 wmma); then PyTorch SDPA's in bf16
+# on the same shapes.
 gpt_attention_rows() {
   local impl rc shapes=${ATTENTION_SHAPES:-8,12,1024,64/4,16,2048,64} out=$work/attention-torch.tsv
   for impl in math fused cudnn; do
     bench_rows "$gpt_bench" "attention-$impl" 120 attention --device cuda --precision bf16 \
       --attention "$impl" --attention-shape "$shapes" --repeats "${SPEED_REPEATS:-20}" --warmup 2
+  done
+  for impl in math fused; do
+    bench_rows "$gpt_bench" "attention-$impl-tf32" 60 attention --device cuda --precision tf32 \
+      --attention "$impl" --attention-shape "${shapes%%/*}" --repeats "${SPEED_REPEATS:-20}" --warmup 2
   done
   if [[ -z $py ]]; then
     row speed "attention core fwd+bwd (PyTorch SDPA)" skipped "no Python"

@@ -195,8 +195,8 @@ grep -F "${gpt2}tokens/s and MFU (dptrain, --recompute blocks, batch 2) |" "$tab
 grep -F "${gpt2}tokens/s and MFU (dptrain, --shard-params, batch 2) |" "$table" |
   grep -qE "\| $number \| [0-9]+ tokens/s, .*step [0-9.e+-]+x the default row's" || fail "no GPT tokens/s row with --shard-params"
 # The attention rows: dptrain's core with math, fused and cudnn on each
-# shape (cudnn's named fused-fallback: the emulated cuDNN has no engines),
-# and PyTorch SDPA's beside them where torch is installed.
+# shape in bf16 (cudnn's named fused-fallback: the emulated cuDNN has no
+# engines), and PyTorch SDPA's beside them where torch is installed.
 for impl in math fused cudnn; do
   ran=$impl
   [[ $impl == cudnn ]] && ran=fused-fallback
@@ -204,6 +204,12 @@ for impl in math fused cudnn; do
     grep -qE "^\| speed \| attention core fwd\+bwd, one causal layer \($s; attention $ran, 1 GPU, bf16\) \(attention-$impl\) \| $number \| ours $number ms" "$table" ||
       fail "no attention row for $impl at $s"
   done
+done
+# In tf32, math and fused on the first shape alone.
+for impl in math fused; do
+  grep -qE "^\| speed \| attention core fwd\+bwd, one causal layer \(N 1, H 2, T 20, hd 16; attention $impl, 1 GPU, tf32\) \(attention-$impl-tf32\) \| $number \| ours $number ms" "$table" ||
+    fail "no tf32 attention row for $impl"
+  ! grep -qE "hd 32; attention $impl, 1 GPU, tf32" "$table" || fail "a tf32 attention row for $impl on the second shape"
 done
 # PyTorch's: a number, or skipped and why (torch before 2.0 has no SDPA).
 sdpa="attention core fwd+bwd, one causal layer (N 1, H 2, T 20, hd 16; PyTorch SDPA"

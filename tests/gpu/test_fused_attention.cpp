@@ -3,7 +3,8 @@
 // layer's output, its input gradient and every parameter gradient from the same
 // weights and inputs, causal and not, T not a multiple of a tile (1, 37, 70,
 // 100, 150), head dimensions 8, 32, 64, 128 (padded and exact), one to three
-// heads, in fp32 and bf16; a second run gives the same bits; the fused layer
+// heads, in fp32, tf32 and bf16; a second run gives the same bits; under tf32
+// the kernels multiply in TF32, not fp32; the fused layer
 // holds nothing of size T × T; under bf16 the kernels read qkv's bf16 rounding
 // alone with the bits of the fp32 qkv (which they round as they stage it); and
 // the choices --attention cannot honour are usage errors.
@@ -16,8 +17,10 @@
 // on the emulation: at most 5.6e-7; the test says its worst). bf16: q, k, v, p,
 // do and ds, and the projections' operands, are rounded to bf16 (2^-9 = 2e-3
 // relative) before products summed in fp32, a few such roundings per value:
-// bound 3e-2 (measured: at most 6.8e-3). And at least 1e-6 somewhere, so a bf16
-// run that never rounded an operand fails.
+// bound 3e-2 (measured: at most 6.8e-3). tf32: the same roundings to TF32
+// (2^-11 relative, a quarter of bf16's): bound 8e-3 (measured: at most
+// 7.0e-4). And at least 1e-6 somewhere, so a bf16 or tf32 run that never
+// rounded an operand fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,13 +124,21 @@ const Case kCases[] = {
     {2, 21, 3, 12, false}, {1, 150, 2, 64, true}, {1, 100, 1, 32, false},
 };
 
+// Of a tensor's largest value.
+double bound_of(Precision p) {
+  return p == Precision::kBf16 ? 3e-2 : p == Precision::kTf32 ? 8e-3 : 5e-6;
+}
+const char* name_of(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : p == Precision::kTf32 ? "tf32" : "fp32";
+}
+
 void check_against_cpu(Precision precision) {
   auto cpu = gpu_test::make_cpu();
   auto fused = gpu_test::make_gpu(precision, AttentionImpl::kFused);
-  const bool bf16 = precision == Precision::kBf16;
+  const bool bf16 = precision == Precision::kBf16, rounds = precision != Precision::kFp32;
   double worst = 0.0;  // of scale, over every case and tensor: said at the end
   for (const Case& c : kCases) {
-    if (!bf16 && c.head_dim > 64) continue;  // fp32 takes head dims up to 64
+    if (!bf16 && c.head_dim > 64) continue;  // fp32 and tf32 take head dims up to 64
     const std::string label = spec_of(c) + " T " + std::to_string(c.tokens) + " hd " +
                               std::to_string(c.head_dim) + " N " + std::to_string(c.batch);
     const LayerRun g = run_layer(*fused, c), want = run_layer(*cpu, c);
@@ -136,11 +147,11 @@ void check_against_cpu(Precision precision) {
         {"parameter gradients", {g.grads, want.grads}}};
     for (const auto& [name, pair] : tensors) {
       const double scale = largest(pair.second);
-      const double atol = (bf16 ? 3e-2 : 5e-6) * scale;
+      const double atol = bound_of(precision) * scale;
       worst = std::max(worst, worst_error(pair.first, pair.second) / scale);
       EXPECT_TRUE(all_close(pair.first, pair.second, 0.0, atol))
           << name << ", " << label;
-      if (bf16 && c.tokens > 1)
+      if (rounds && c.tokens > 1)
         EXPECT_GT(worst_error(pair.first, pair.second), 1e-6 * scale)
             << name << " as fp32 would give, " << label;
     }
@@ -150,11 +161,47 @@ void check_against_cpu(Precision precision) {
     EXPECT_EQ(again.grads, g.grads) << "not deterministic, " << label;
   }
   std::printf("fused attention %s vs the cpu: worst difference %.3g of a tensor's scale\n",
-              bf16 ? "bf16" : "fp32", worst);
+              name_of(precision), worst);
 }
 
 TEST(FusedAttention, Fp32MatchesTheCpu) { check_against_cpu(Precision::kFp32); }
+TEST(FusedAttention, Tf32MatchesTheCpu) { check_against_cpu(Precision::kTf32); }
 TEST(FusedAttention, Bf16MatchesTheCpu) { check_against_cpu(Precision::kBf16); }
+
+// The kernels alone (the layer's projections run in TF32 too under tf32):
+// from the same qkv and do, o, lse and dqkv under tf32 differ from fp32's
+// (the fp32 kernels, run again, give their own bits) and stay within the
+// tf32 bound of them.
+TEST(FusedAttention, Tf32MultipliesInTf32) {
+  auto tf32 = gpu_test::make_gpu(Precision::kTf32, AttentionImpl::kFused);
+  auto fp32 = gpu_test::make_gpu(Precision::kFp32, AttentionImpl::kFused);
+  for (const Case& c : {Case{2, 37, 2, 32, true}, Case{1, 70, 1, 64, false}}) {
+    const dptrain::HeadShape s{c.batch, c.tokens, c.heads, c.head_dim};
+    const std::size_t n = std::size_t(c.batch) * c.tokens * c.heads * c.head_dim;
+    const std::size_t rows = std::size_t(c.batch) * c.heads * c.tokens;
+    const Floats qkv_host = random_vector(3 * n, 51), d_o_host = random_vector(n, 52);
+    const float scale = 1.0f / std::sqrt(float(c.head_dim));
+    auto run = [&](dptrain::Backend& be) {
+      auto* fused = be.find_kernels<dptrain::FusedAttentionKernels>();
+      EXPECT_TRUE(fused && !fused->reads_qkv_bf16());
+      auto qkv = upload(be, qkv_host);
+      auto d_o = upload(be, d_o_host);
+      DeviceBuffer<float> o(be, n), lse(be, rows), rowdot(be, rows), dqkv(be, 3 * n);
+      fused->forward(qkv.get(), s, scale, c.causal, o.get(), lse.get(), nullptr);
+      fused->backward(qkv.get(), o.get(), lse.get(), d_o.get(), s, scale, c.causal,
+                      rowdot.get(), dqkv.get(), nullptr, nullptr);
+      return std::vector<Floats>{download(be, o), download(be, lse), download(be, dqkv)};
+    };
+    const auto got = run(*tf32), want = run(*fp32);
+    EXPECT_EQ(run(*fp32), want) << "fp32 not deterministic";
+    const char* names[] = {"o", "lse", "dqkv"};
+    for (int i = 0; i < 3; ++i) {
+      const double scale_i = largest(want[i]), error = worst_error(got[i], want[i]);
+      EXPECT_LE(error, bound_of(Precision::kTf32) * scale_i) << names[i] << ", T " << c.tokens;
+      EXPECT_GT(error, 1e-5 * scale_i) << names[i] << " as fp32 gives it, T " << c.tokens;
+    }
+  }
+}
 
 // Under bf16 the attn layer keeps qkv in bf16 alone: the kernels given its
 // rounding give the bits they give from the fp32 qkv (o, lse, dqkv and the

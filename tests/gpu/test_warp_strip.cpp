@@ -1,9 +1,10 @@
 // Implements: WarpStrip (src/backends/cuda/warp_strip.hpp) on the device,
 // against exact sums: its products, its scaling by row and a second
-// product into the same accumulator, in bf16 (wmma on the tensor cores)
-// and fp32, with the right operand row- and column-major. The operands
-// are multiples of 1/8 and 1/4 whose products and sums of 32 are exact in
-// fp32 in any order, so every result must be the exact one bit for bit.
+// product into the same accumulator, in bf16 and TF32 (wmma on the tensor
+// cores) and fp32, with the right operand row- and column-major. The
+// operands are multiples of 1/8 and 1/4 (exact in bf16 and TF32) whose
+// products and sums of 32 are exact in fp32 in any order, so every result
+// must be the exact one bit for bit.
 // Which lane holds which element of a wmma fragment is not specified;
 // scale_rows finds each element's row through the row map, which only a
 // GPU can check: on the host emulation every lane holds the whole tile.
@@ -12,6 +13,7 @@
 #include <cstddef>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_env.hpp"
@@ -60,12 +62,15 @@ TEST(WarpStrip, ProductsRowScalingAndAccumulationAreExact) {
       scaled[at] = sum * factor[i];
       twice[at] = sum * factor[i] + sum;
     }
-  for (const bool bf16 : {true, false})
+  using gpu_test::StripElement;
+  const std::pair<StripElement, const char*> elements[] = {
+      {StripElement::kBf16, "bf16 (wmma)"}, {StripElement::kTf32, "tf32 (wmma)"},
+      {StripElement::kFp32, "fp32"}};
+  for (const auto& [element, name] : elements)
     for (const bool col : {false, true}) {
       const auto got =
-          gpu_test::warp_strip_products(gpu_test::env().device, bf16, col, a, b, factor);
-      const std::string how =
-          std::string(bf16 ? "bf16 (wmma)" : "fp32") + ", b " + (col ? "column" : "row") + "-major: ";
+          gpu_test::warp_strip_products(gpu_test::env().device, element, col, a, b, factor);
+      const std::string how = std::string(name) + ", b " + (col ? "column" : "row") + "-major: ";
       EXPECT_EQ(first_difference(got.plain, plain), "") << how << "the product";
       EXPECT_EQ(first_difference(got.scaled, scaled), "") << how << "the product scaled by row";
       EXPECT_EQ(first_difference(got.twice, twice), "") << how << "scaled, then the product added";

@@ -20,19 +20,16 @@ using dptrain::cuda::kTileElements;
 using dptrain::cuda::kWarpLanes;
 using dptrain::cuda::WarpStrip;
 
-template <typename E>
-__device__ E to_element(float x) {
-  if constexpr (std::is_same_v<E, float>) return x;
-  else return __float2bfloat16_rn(x);
-}
+using dptrain::cuda::to_elem;
 
 // One warp. The operands are staged in shared memory as the attention
-// kernels stage them: rows padded (8 bf16 keep wmma's pointers and
-// strides legal), b's rows or its columns (BCol) contiguous.
+// kernels stage them: rows padded (16 bytes of bf16 or Tf32 keep wmma's
+// pointers and strides legal), b's rows or its columns (BCol) contiguous.
 template <typename E, bool BCol>
 __global__ void strip_products_kernel(const float* a, const float* b, const float* factor, float* plain,
                                       float* scaled, float* twice) {
-  constexpr int kPad = sizeof(E) == 2 ? 8 : 1, kLda = kStripDepth + kPad;
+  constexpr int kPad = std::is_same_v<E, float> ? 1 : 16 / static_cast<int>(sizeof(E));
+  constexpr int kLda = kStripDepth + kPad;
   constexpr int kLdb = (BCol ? kStripDepth : kStripWidth) + kPad;
   constexpr int kBRows = BCol ? kStripWidth : kStripDepth;
   alignas(32) __shared__ E sa[kStripRows * kLda];
@@ -41,10 +38,10 @@ __global__ void strip_products_kernel(const float* a, const float* b, const floa
   __shared__ float row_factor[kStripRows];
   const int lane = static_cast<int>(threadIdx.x);
   for (int i = lane; i < kStripRows * kStripDepth; i += kWarpLanes)
-    sa[i / kStripDepth * kLda + i % kStripDepth] = to_element<E>(a[i]);
+    sa[i / kStripDepth * kLda + i % kStripDepth] = to_elem<E>(a[i]);
   for (int i = lane; i < kStripDepth * kStripWidth; i += kWarpLanes) {
     const int k = i / kStripWidth, j = i % kStripWidth;
-    sb[BCol ? j * kLdb + k : k * kLdb + j] = to_element<E>(b[i]);
+    sb[BCol ? j * kLdb + k : k * kLdb + j] = to_elem<E>(b[i]);
   }
   for (int i = lane; i < kTileElements; i += kWarpLanes) row_numbers[i] = static_cast<float>(i / 16);
   if (lane < kStripRows) row_factor[lane] = factor[lane];
@@ -89,8 +86,9 @@ void launch(const DeviceFloats& a, const DeviceFloats& b, const DeviceFloats& fa
 
 }  // namespace
 
-StripProducts warp_strip_products(int device, bool bf16, bool b_col_major, const std::vector<float>& a,
-                                  const std::vector<float>& b, const std::vector<float>& factor) {
+StripProducts warp_strip_products(int device, StripElement element, bool b_col_major,
+                                  const std::vector<float>& a, const std::vector<float>& b,
+                                  const std::vector<float>& factor) {
   const std::size_t out = std::size_t(kStripRows) * kStripWidth;
   if (a.size() != std::size_t(kStripRows) * kStripDepth ||
       b.size() != std::size_t(kStripDepth) * kStripWidth || factor.size() != std::size_t(kStripRows))
@@ -100,11 +98,14 @@ StripProducts warp_strip_products(int device, bool bf16, bool b_col_major, const
   da.put(a);
   db.put(b);
   df.put(factor);
-  using bf16_t = __nv_bfloat16;
-  if (bf16 && b_col_major) launch<bf16_t, true>(da, db, df, plain, scaled, twice);
-  else if (bf16) launch<bf16_t, false>(da, db, df, plain, scaled, twice);
-  else if (b_col_major) launch<float, true>(da, db, df, plain, scaled, twice);
-  else launch<float, false>(da, db, df, plain, scaled, twice);
+  const auto run = [&](auto e) {
+    using E = decltype(e);
+    if (b_col_major) launch<E, true>(da, db, df, plain, scaled, twice);
+    else launch<E, false>(da, db, df, plain, scaled, twice);
+  };
+  if (element == StripElement::kBf16) run(__nv_bfloat16{});
+  else if (element == StripElement::kTf32) run(dptrain::cuda::Tf32{});
+  else run(float{});
   check(cudaGetLastError(), "the probe's launch");
   check(cudaDeviceSynchronize(), "the probe's kernel");
   return {plain.get(), scaled.get(), twice.get()};

@@ -19,10 +19,13 @@ struct StripProducts {
 // stored (scaled); c += a · b, stored (twice). a is kStripRows ×
 // kStripDepth and b kStripDepth × kStripWidth, both row-major here; b
 // reaches the strip row-major, or column-major (as Kᵀ does) where
-// b_col_major. bf16: WarpStrip<__nv_bfloat16> on the tensor cores (a and
-// b must then be bf16 values), else WarpStrip<float>. Throws
-// std::runtime_error naming the CUDA call that failed.
-StripProducts warp_strip_products(int device, bool bf16, bool b_col_major, const std::vector<float>& a,
-                                  const std::vector<float>& b, const std::vector<float>& factor);
+// b_col_major. The element type: WarpStrip<float> (fp32 fused
+// multiply-adds), or on the tensor cores WarpStrip<Tf32> or
+// WarpStrip<__nv_bfloat16> (a and b must then be TF32 or bf16 values).
+// Throws std::runtime_error naming the CUDA call that failed.
+enum class StripElement { kFp32, kTf32, kBf16 };
+StripProducts warp_strip_products(int device, StripElement element, bool b_col_major,
+                                  const std::vector<float>& a, const std::vector<float>& b,
+                                  const std::vector<float>& factor);
 
 }  // namespace gpu_test

@@ -15,10 +15,11 @@
 //  - Tiles are staged 16 bytes a load where the rows are aligned. Under a
 //    causal mask the query tiles with the most keys are handed out first.
 //  - Products: 16 × 16 tiles from operands in shared memory (warp_strip.hpp).
-//    Under --precision bf16 the operands are rounded to bf16 as they are
-//    staged and multiplied on the tensor cores (wmma, fp32 accumulation);
-//    under fp32 and tf32 each lane sums its outputs with fp32 fused
-//    multiply-adds in a fixed order. The output's sum over the key tiles
+//    Under --precision bf16 and tf32 the operands (the probabilities too)
+//    are rounded to bf16 or TF32 as they are staged or written and
+//    multiplied on the tensor cores (wmma, fp32 accumulation); under fp32
+//    each lane sums its outputs with fp32 fused multiply-adds in a fixed
+//    order. The output's sum over the key tiles
 //    stays in the warp's registers. Every sum runs in a fixed order: the
 //    same bits every run.
 // The head dimension is padded with zeros to 16, 32, 64 or 128 in shared
@@ -154,22 +155,27 @@ void forward_as(const Launch& l, const Q* qkv, const HeadShape& s, float scale, 
 
 }  // namespace
 
-int fused_attention_max_head_dim(bool bf16_operands) {
-  return bf16_operands ? kBf16HeadDim : kFloatHeadDim;
+int fused_attention_max_head_dim(AttentionOperands operands) {
+  return operands == AttentionOperands::kBf16 ? kBf16HeadDim : kFloatHeadDim;
 }
 
-void fused_attention_forward(const Launch& l, bool bf16_operands, const float* qkv,
+void fused_attention_forward(const Launch& l, AttentionOperands operands, const float* qkv,
                              const std::uint16_t* qkv16, const HeadShape& s, float scale,
                              bool causal, float* o, float* lse, std::uint16_t* o16) {
   if (s.batch * s.heads == 0 || s.tokens == 0) return;
   auto* copy = reinterpret_cast<bf16*>(o16);
   const auto* q16 = reinterpret_cast<const bf16*>(qkv16);
+  const bool bf16_operands = operands == AttentionOperands::kBf16;
   with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
     if (bf16_operands && q16) forward_as<bf16, HDP>(l, q16, s, scale, causal, o, lse, copy);
     else if (bf16_operands) forward_as<bf16, HDP>(l, qkv, s, scale, causal, o, lse, copy);
-    else if constexpr (HDP <= kFloatHeadDim)
-      forward_as<float, HDP>(l, qkv, s, scale, causal, o, lse, copy);
+    else if constexpr (HDP <= kFloatHeadDim) {
+      if (operands == AttentionOperands::kTf32)
+        forward_as<Tf32, HDP>(l, qkv, s, scale, causal, o, lse, copy);
+      else
+        forward_as<float, HDP>(l, qkv, s, scale, causal, o, lse, copy);
+    }
   });
 }
 

@@ -12,22 +12,27 @@
 
 namespace dptrain::cuda {
 
-// The largest head dimension the kernels take with bf16 operands (tensor
-// cores) or fp32 ones: what fits their tiles in 48 KiB of shared memory
-// (fused_attention_tiles.hpp).
-int fused_attention_max_head_dim(bool bf16_operands);
+// How the kernels multiply: fp32 operands with fp32 fused multiply-adds
+// (--precision fp32), or on the tensor cores with fp32 accumulation, the
+// operands rounded to TF32 (--precision tf32) or to bf16 (--precision
+// bf16) as they are staged.
+enum class AttentionOperands { kFp32, kTf32, kBf16 };
+
+// The largest head dimension the kernels take with these operands: what
+// fits their tiles in 48 KiB of shared memory (fused_attention_tiles.hpp).
+int fused_attention_max_head_dim(AttentionOperands operands);
 
 // o16 / dqkv16 (may be null): the output's / dqkv's bf16 copy, written with
 // it; o / dqkv may be null where the copy is given (written alone then).
-// qkv16, where not null (bf16_operands only), is read in place of qkv,
+// qkv16, where not null (bf16 operands only), is read in place of qkv,
 // which may then be null.
-void fused_attention_forward(const Launch& l, bool bf16_operands, const float* qkv,
+void fused_attention_forward(const Launch& l, AttentionOperands operands, const float* qkv,
                              const std::uint16_t* qkv16, const HeadShape& s, float scale,
                              bool causal, float* o, float* lse, std::uint16_t* o16);
 // rowdot: scratch of N·H·T floats, Σ do ∘ o per row, from o where it is
 // not null, else from its bf16 rounding o16. d_o16, where not null
-// (bf16_operands only), is read in place of d_o, which may then be null.
-void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
+// (bf16 operands only), is read in place of d_o, which may then be null.
+void fused_attention_backward(const Launch& l, AttentionOperands operands, const float* qkv,
                               const std::uint16_t* qkv16, const float* o,
                               const std::uint16_t* o16, const float* lse, const float* d_o,
                               const std::uint16_t* d_o16, const HeadShape& s, float scale,

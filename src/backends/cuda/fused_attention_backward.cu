@@ -225,13 +225,14 @@ void backward_as(const Launch& l, const Q* qkv, const float* lse, const D* d_o,
 
 }  // namespace
 
-void fused_attention_backward(const Launch& l, bool bf16_operands, const float* qkv,
+void fused_attention_backward(const Launch& l, AttentionOperands operands, const float* qkv,
                               const std::uint16_t* qkv16, const float* o,
                               const std::uint16_t* o16, const float* lse, const float* d_o,
                               const std::uint16_t* d_o16, const HeadShape& s, float scale,
                               bool causal, float* rowdot, float* dqkv, std::uint16_t* dqkv16) {
   const size_t rows = size_t(s.batch) * s.heads * s.tokens;
   if (!rows) return;
+  const bool bf16_operands = operands == AttentionOperands::kBf16;
   const auto* q16 = reinterpret_cast<const bf16*>(qkv16);
   const auto* do16 = bf16_operands ? reinterpret_cast<const bf16*>(d_o16) : nullptr;
   const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
@@ -257,8 +258,12 @@ void fused_attention_backward(const Launch& l, bool bf16_operands, const float* 
     else if (bf16_operands && q16) run(q16, d_o);
     else if (bf16_operands && do16) run(qkv, do16);
     else if (bf16_operands) run(qkv, d_o);
-    else if constexpr (HDP <= kFloatHeadDim)
-      backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
+    else if constexpr (HDP <= kFloatHeadDim) {
+      if (operands == AttentionOperands::kTf32)
+        backward_as<Tf32, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
+      else
+        backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
+    }
   });
 }
 

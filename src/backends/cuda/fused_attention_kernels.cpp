@@ -1,8 +1,9 @@
 // Implements: the CUDA fused attention table (FusedAttentionKernels) over the
 // launchers of fused_attention.cu and fused_attention_backward.cu, on the
-// compute stream: bf16 operands on the tensor cores under --precision bf16,
-// fp32 ones otherwise (tf32 runs them in fp32, which is at least as exact). The
-// backend makes it only where --attention allows it (cuda_backend.cpp).
+// compute stream: on the tensor cores with bf16 operands under --precision
+// bf16 and TF32 ones under tf32 (as cuBLAS runs the projections' GEMMs), fp32
+// fused multiply-adds under fp32. The backend makes it only where --attention
+// allows it (cuda_backend.cpp).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,10 +19,15 @@ namespace {
 class CudaFusedAttention final : public FusedAttentionKernels {
  public:
   CudaFusedAttention(const Launch& l, Precision p, bool requested)
-      : launch_(l), bf16_(p == Precision::kBf16), requested_(requested) {}
+      : launch_(l),
+        operands_(p == Precision::kBf16   ? AttentionOperands::kBf16
+                  : p == Precision::kTf32 ? AttentionOperands::kTf32
+                                          : AttentionOperands::kFp32),
+        bf16_(p == Precision::kBf16),
+        requested_(requested) {}
 
   std::string unsupported(int head_dim) const override {
-    const int most = fused_attention_max_head_dim(bf16_);
+    const int most = fused_attention_max_head_dim(operands_);
     if (head_dim >= 1 && head_dim <= most) return "";
     return "fused attention takes head dimensions up to " + std::to_string(most) +
            (bf16_ ? "" : " in fp32 and tf32 (128 with --precision bf16)") + ", not " +
@@ -34,7 +40,7 @@ class CudaFusedAttention final : public FusedAttentionKernels {
   void forward(GemmOperand qkv, const HeadShape& s, float scale, bool causal, float* o,
                float* lse, std::uint16_t* o_bf16) override {
     require_output(o, o_bf16, "o");
-    fused_attention_forward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, s, scale,
+    fused_attention_forward(launch_, operands_, qkv.data, bf16_ ? qkv.bf16 : nullptr, s, scale,
                             causal, o, lse, o_bf16);
   }
   // Σ do ∘ o is summed from the fp32 o where there is one, else from o_bf16;
@@ -45,7 +51,7 @@ class CudaFusedAttention final : public FusedAttentionKernels {
     require_output(o, o_bf16, "o");
     require_output(d_o.data, d_o.bf16, "do");
     require_output(dqkv, dqkv_bf16, "dqkv");
-    fused_attention_backward(launch_, bf16_, qkv.data, bf16_ ? qkv.bf16 : nullptr, o, o_bf16,
+    fused_attention_backward(launch_, operands_, qkv.data, bf16_ ? qkv.bf16 : nullptr, o, o_bf16,
                              lse, d_o.data, bf16_ ? d_o.bf16 : nullptr, s, scale, causal, rowdot,
                              dqkv, dqkv_bf16);
   }
@@ -59,6 +65,7 @@ class CudaFusedAttention final : public FusedAttentionKernels {
   }
 
   Launch launch_;
+  AttentionOperands operands_;
   bool bf16_, requested_;
 };
 

@@ -28,14 +28,16 @@ using bf16 = __nv_bfloat16;
 constexpr size_t kSharedBytes = 48 * 1024;
 constexpr int kStripRows = 16;  // a warp's rows: one wmma tile high
 constexpr int kStep = 32;       // the other side's rows staged a step
-// The largest padded head dimensions whose tiles fit in shared memory.
+// The largest padded head dimensions whose tiles fit in shared memory:
+// bf16, and fp32 or Tf32.
 constexpr int kBf16HeadDim = 128, kFloatHeadDim = 64;
 
 // The row stride of a staged tile or strip of E: its width plus a pad that
-// moves consecutive rows to other shared-memory banks (8 bf16 = 16 bytes
-// keeps wmma's pointers and strides legal).
+// moves consecutive rows to other shared-memory banks. wmma's operands
+// (bf16, Tf32) take 16 bytes, which keeps its pointers and strides legal:
+// 8 bf16 or 4 Tf32; fp32 one float.
 template <typename E>
-constexpr int pad() { return sizeof(E) == 2 ? 8 : 1; }
+constexpr int pad() { return std::is_same_v<E, float> ? 1 : 16 / static_cast<int>(sizeof(E)); }
 constexpr size_t round32(size_t bytes) { return (bytes + 31) / 32 * 32; }
 
 // Region sizes in bytes, each rounded to 32 so that every region starts

@@ -12,20 +12,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/tile_elements.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 
 namespace dptrain::cuda {
-
-template <typename E>
-__device__ inline E to_elem(float x) {
-  if constexpr (std::is_same_v<E, __nv_bfloat16>) return __float2bfloat16_rn(x);
-  else return x;
-}
-template <typename E>
-__device__ inline float to_float(E x) {
-  if constexpr (std::is_same_v<E, __nv_bfloat16>) return __bfloat162float(x);
-  else return x;
-}
 
 // One head's rows in a strided tensor of T (float, or __nv_bfloat16: a bf16
 // qkv): row t of the head starts at base + t · ld, and its first `width`

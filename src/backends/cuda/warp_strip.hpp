@@ -4,13 +4,13 @@
 // N / 16 tiles of 16 × 16 in the warp's registers across calls: zeroed,
 // accumulated from operands in shared memory (c += a · b, a 16 × K and
 // row-major, b K × N row- or column-major), scaled by row, stored.
-//  - E = __nv_bfloat16: wmma fragments on the tensor cores (sm_80 and
-//    later), fp32 accumulation; each step of 16 along K loads a's fragment
-//    once for all the tiles. Which lane holds which element is not
-//    specified, so the rows of the elements are learnt once per warp by
-//    loading a tile of row numbers into a fragment of the same type
-//    (load_row_map), which puts each row number where that row's elements
-//    go.
+//  - E = __nv_bfloat16 or Tf32 (tile_elements.hpp): wmma fragments on the
+//    tensor cores (sm_80 and later; 16 × 16 × 16 in bf16, 16 × 16 × 8 in
+//    tf32), fp32 accumulation; each step along K loads a's fragment once
+//    for all the tiles. Which lane holds which element is not specified,
+//    so the rows of the elements are learnt once per warp by loading a
+//    tile of row numbers into a fragment of the same type (load_row_map),
+//    which puts each row number where that row's elements go.
 //  - E = float: each lane holds elements lane, lane + 32, ... of each tile
 //    (row = element / 16) and sums its products with fused multiply-adds
 //    in increasing k.
@@ -21,6 +21,8 @@
 #include <mma.h>
 
 #include <type_traits>
+
+#include "backends/cuda/tile_elements.hpp"
 
 namespace dptrain::cuda {
 
@@ -81,11 +83,32 @@ class WarpStrip<float, N> {
   float v_[kTiles][kPerLane];
 };
 
-template <int N>
-class WarpStrip<__nv_bfloat16, N> {
+// How a tensor-core element type E meets wmma: the type its fragments are
+// declared with, the type they load from memory, and the depth of one
+// mma_sync (16 × 16 × kDepth).
+template <typename E>
+struct TensorCoreOperand;
+template <>
+struct TensorCoreOperand<__nv_bfloat16> {
+  using Fragment = __nv_bfloat16;
+  using Stored = __nv_bfloat16;
+  static constexpr int kDepth = 16;
+};
+template <>
+struct TensorCoreOperand<Tf32> {
+  using Fragment = nvcuda::wmma::precision::tf32;
+  using Stored = float;  // values rounded to TF32 already (tile_elements.hpp)
+  static constexpr int kDepth = 8;
+};
+
+// The product on the tensor cores, for E = __nv_bfloat16 or Tf32.
+template <typename E, int N>
+class TensorCoreStrip {
   static_assert(N % 16 == 0, "tiles of 16 x 16");
   static constexpr int kTiles = N / 16;
-  using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+  using Op = TensorCoreOperand<E>;
+  static constexpr int kDepth = Op::kDepth;
+  using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, kDepth, float>;
 
  public:
   __device__ void zero() {
@@ -97,15 +120,19 @@ class WarpStrip<__nv_bfloat16, N> {
     nvcuda::wmma::load_matrix_sync(rows_, row_numbers, 16, nvcuda::wmma::mem_row_major);
   }
   template <bool BCol, int K>
-  __device__ void mma(const __nv_bfloat16* a, int lda, const __nv_bfloat16* b, int ldb) {
+  __device__ void mma(const E* a, int lda, const E* b, int ldb) {
     namespace wmma = nvcuda::wmma;
+    static_assert(K % kDepth == 0, "whole steps of the product's depth");
     using LayoutB = std::conditional_t<BCol, wmma::col_major, wmma::row_major>;
-    for (int k0 = 0; k0 < K; k0 += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-      wmma::load_matrix_sync(fa, a + k0, lda);
+    using F = typename Op::Fragment;
+    const auto* as = reinterpret_cast<const typename Op::Stored*>(a);
+    const auto* bs = reinterpret_cast<const typename Op::Stored*>(b);
+    for (int k0 = 0; k0 < K; k0 += kDepth) {
+      wmma::fragment<wmma::matrix_a, 16, 16, kDepth, F, wmma::row_major> fa;
+      wmma::load_matrix_sync(fa, as + k0, lda);
       for (int t = 0; t < kTiles; ++t) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> fb;
-        wmma::load_matrix_sync(fb, BCol ? b + t * 16 * ldb + k0 : b + k0 * ldb + t * 16, ldb);
+        wmma::fragment<wmma::matrix_b, 16, 16, kDepth, F, LayoutB> fb;
+        wmma::load_matrix_sync(fb, BCol ? bs + t * 16 * ldb + k0 : bs + k0 * ldb + t * 16, ldb);
         wmma::mma_sync(f_[t], fa, fb, f_[t]);
       }
     }
@@ -124,5 +151,10 @@ class WarpStrip<__nv_bfloat16, N> {
   Accumulator f_[kTiles];
   Accumulator rows_;
 };
+
+template <int N>
+class WarpStrip<__nv_bfloat16, N> : public TensorCoreStrip<__nv_bfloat16, N> {};
+template <int N>
+class WarpStrip<Tf32, N> : public TensorCoreStrip<Tf32, N> {};
 
 }  // namespace dptrain::cuda

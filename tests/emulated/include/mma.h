@@ -1,20 +1,24 @@
 // Implements: the warp matrix functions of CUDA's mma.h (nvcuda::wmma) for the
-// host emulation, for the 16 × 16 × 16 shapes with bf16 operands and fp32
-// accumulators that src/backends/cuda/ uses. On a GPU a fragment's elements are
+// host emulation, for the shapes src/backends/cuda/ uses: 16 × 16 × 16 with
+// bf16 operands and 16 × 16 × 8 with tf32 ones (precision::tf32, loaded
+// from floats), fp32 accumulators; and __float_to_tf32. On a GPU a fragment's elements are
 // spread over the warp's lanes in an unspecified way; here every lane holds the
 // whole tile, and each call does the whole operation for the lane that makes
 // it, with the same result as the warp's (a store is made by the lane the
 // scheduler resumes last, below). Each load and store is warp-collective,
 // as on the GPU: it waits until all 32 lanes of the warp have reached it (a
 // lane that ended or waits elsewhere is a launch error), so no lane stores a
-// tile before every lane has loaded what it overwrites. The products are exact (bf16 × bf16 fits in fp32)
-// and summed in fp32 in increasing k. As CUDA requires, a pointer must be
+// tile before every lane has loaded what it overwrites. The products are exact (bf16 × bf16 and tf32 ×
+// tf32 fit in fp32) and summed in fp32 in increasing k. A tf32 operand's
+// low 13 bits are ignored, as the tensor cores ignore them: a kernel that
+// forgot to round its operands gets them truncated, as on a GPU. As CUDA requires, a pointer must be
 // 256-bit aligned and the leading dimension a multiple of 16 bytes; a call that
 // breaks either is a launch error.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -22,6 +26,21 @@
 #include "device_emulator.hpp"
 
 namespace nvcuda::wmma {
+
+namespace precision {
+struct tf32 {};
+}  // namespace precision
+
+// Rounds to TF32 as cvt.rna.tf32.f32 does: to nearest, ties away from zero,
+// at mantissa bit 10 (the low 13 bits zero).
+inline float __float_to_tf32(float in) {
+  std::uint32_t u;
+  std::memcpy(&u, &in, sizeof u);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;  // not Inf, NaN
+  float out;
+  std::memcpy(&out, &u, sizeof out);
+  return out;
+}
 
 struct matrix_a {};
 struct matrix_b {};
@@ -39,6 +58,27 @@ struct fragment {
 };
 
 namespace detail {
+// The type a fragment of element type T loads from: float for tf32.
+template <typename T>
+struct stored {
+  using type = T;
+};
+template <>
+struct stored<precision::tf32> {
+  using type = float;
+};
+template <typename T>
+using stored_t = typename stored<T>::type;
+
+// What the tensor cores read of a tf32 operand: its high 19 bits.
+inline float tf32_bits(float v) {
+  std::uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  u &= ~0x1fffu;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+
 inline float value(float v) { return v; }
 inline float value(__nv_bfloat16 v) { return __bfloat162float(v); }
 
@@ -68,7 +108,8 @@ void load(F& f, const T* p, unsigned ldm, bool col_major) {
 }  // namespace detail
 
 template <typename Use, int M, int N, int K, typename T, typename Layout>
-void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned ldm) {
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const detail::stored_t<T>* p,
+                      unsigned ldm) {
   static_assert(!std::is_same_v<Use, accumulator>, "an accumulator load names its layout");
   if (detail::usable(p, ldm, "wmma::load_matrix_sync"))
     detail::load(f, p, ldm, std::is_same_v<Layout, col_major>);
@@ -106,12 +147,15 @@ template <int M, int N, int K, typename T, typename LA, typename LB>
 void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
               const fragment<matrix_b, M, N, K, T, LB>& b,
               const fragment<accumulator, M, N, K, float>& c) {
-  static_assert(std::is_same_v<T, __nv_bfloat16>, "the emulation has bf16 operands only");
+  constexpr bool kTf32 = std::is_same_v<T, precision::tf32>;
+  static_assert(std::is_same_v<T, __nv_bfloat16> ? K == 16 : kTf32 && K == 8,
+                "the emulation has 16 x 16 x 16 bf16 and 16 x 16 x 8 tf32 products only");
+  const auto operand = [](float v) { return kTf32 ? detail::tf32_bits(v) : v; };
   float out[M * N];
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       float sum = c.x[i * N + j];
-      for (int k = 0; k < K; ++k) sum += a.x[i * K + k] * b.x[k * N + j];
+      for (int k = 0; k < K; ++k) sum += operand(a.x[i * K + k]) * operand(b.x[k * N + j]);
       out[i * N + j] = sum;
     }
   for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
