@@ -277,7 +277,7 @@ for tool in memcheck racecheck synccheck; do
   has "| sanitizer | $tool (SANITIZE_FILTER CudaGemm.Fp32MatchesCpu) | clean | 0 errors in 1 tests |"
 done
 [[ $(grep '^| [a-z]' "$table" | tail -1 | cut -d'|' -f2) == " sanitizer " ]] || fail "the sanitizer's rows are not last"
-defaults=$(bash -c '. "$1/tools/gpu-check-tests.sh" && echo "$kernel_tests:$library_tests:$shared_memory_tests"' \
+defaults=$(bash -c '. "$1/tools/gpu-check-tests.sh" && echo "$kernel_tests:$library_tests:$shared_memory_tests:$sanitizer_leave_out"' \
   _ "$DPTRAIN_SOURCE_DIR")
 IFS=: read -ra patterns <<<"$defaults"
 ((${#patterns[@]} >= 10)) || fail "the sanitizer's default suites: $defaults"
