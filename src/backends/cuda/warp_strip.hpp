@@ -12,8 +12,8 @@
 //    tile of row numbers into a fragment of the same type (load_row_map),
 //    which puts each row number where that row's elements go.
 //  - E = float: each lane holds elements lane, lane + 32, ... of each tile
-//    (row = element / 16) and sums its products with fused multiply-adds
-//    in increasing k.
+//    (row = element / 16), in registers, and sums its products with fused
+//    multiply-adds in increasing k.
 // Every sum runs in a fixed order: the same operands give the same bits.
 #pragma once
 
@@ -51,33 +51,50 @@ class WarpStrip<float, N> {
 
  public:
   __device__ void zero() {
+#pragma unroll
     for (auto& tile : v_)
+#pragma unroll
       for (float& x : tile) x = 0.0f;
   }
   __device__ void load_row_map(const float*) {}  // rows follow from the lane
-  // c += a[16 × K] · b[K × N], a row-major, b row- or column-major.
+  // c += a[16 × K] · b[K × N], a row-major, b row- or column-major. Each
+  // step of k takes the lane's kPerLane values of a's column k (its rows
+  // lane / 16 + 2e) and kTiles of b's row k (columns t · 16 + lane % 16)
+  // and makes their kPerLane × kTiles products: every element's sum runs
+  // over k in increasing order, all in registers.
   template <bool BCol, int K>
   __device__ void mma(const float* a, int lda, const float* b, int ldb) {
-    for (int t = 0; t < kTiles; ++t)
+    const int lane = lane_index();
+    const float* a_rows = a + (lane / 16) * lda;
+#pragma unroll 2
+    for (int k = 0; k < K; ++k) {
+      float bk[kTiles];
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) bk[t] = element_at<BCol>(b, ldb, k, t * 16 + lane % 16);
+#pragma unroll
       for (int e = 0; e < kPerLane; ++e) {
-        const int i = row_of(e), j = t * 16 + col_of(e);
-        float sum = v_[t][e];
-#pragma unroll 8
-        for (int k = 0; k < K; ++k) sum = fmaf(a[i * lda + k], element_at<BCol>(b, ldb, k, j), sum);
-        v_[t][e] = sum;
+        const float ak = a_rows[2 * e * lda + k];
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) v_[t][e] = fmaf(ak, bk[t], v_[t][e]);
       }
+    }
   }
   // Row i of the product times factor[i].
   __device__ void scale_rows(const float* factor) {
+#pragma unroll
     for (auto& tile : v_)
+#pragma unroll
       for (int e = 0; e < kPerLane; ++e) tile[e] *= factor[row_of(e)];
   }
   __device__ void store(float* c, int ldc) const {
+#pragma unroll
     for (int t = 0; t < kTiles; ++t)
+#pragma unroll
       for (int e = 0; e < kPerLane; ++e) c[row_of(e) * ldc + t * 16 + col_of(e)] = v_[t][e];
   }
 
  private:
+  // Element e of a tile: lane + 32 e in row-major order.
   __device__ static int row_of(int e) { return (lane_index() + kWarpLanes * e) / 16; }
   __device__ static int col_of(int e) { return (lane_index() + kWarpLanes * e) % 16; }
   float v_[kTiles][kPerLane];
