@@ -26,7 +26,7 @@ kernel_tests="WarpStrip.*:FusedAttention.*:CudaNorm.*:CudaLossOptim.*:CudaSequen
 kernel_tests+=":CudaConvert.*:Bf16*:ParamsBf16.*:CudaRoundedOperands.*"
 library_tests="CudaGemmEpilogue.*:CudaGeluEpilogue.*:CudnnAttention.*"
 shared_memory_tests="WarpStrip.*:FusedAttention.*:CudaNorm.*:CudaLossOptim.*:CudaSequence.*:CudaKernels.*"
-# Left out of those runs: the tf32 layer against the CPU (eleven cases,
+# Left out of those runs: the tf32 layer against the CPU (ten cases,
 # the kernels of bf16's with another element type), whose kernels
 # FusedAttention.Tf32MultipliesInTf32 takes through the tools in two.
 sanitizer_leave_out="FusedAttention.Tf32MatchesTheCpu"
