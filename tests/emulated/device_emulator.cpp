@@ -59,6 +59,20 @@ struct Block {
   bool failed = false;
   std::uint64_t generation = 0;  // counts the blocks of the grid run so far
   std::unordered_map<const void*, std::uint64_t> fresh;  // shared variable -> block that filled it
+  unsigned char* dynamic = nullptr;  // the launch's dynamic shared memory
+  std::size_t dynamic_bytes = 0;
+};
+
+// Heap memory of exactly bytes (so AddressSanitizer stops a kernel that
+// reads or writes past it), 128-byte aligned.
+struct DynamicShared {
+  static constexpr std::align_val_t kAlign{128};
+  explicit DynamicShared(std::size_t bytes)
+      : p(static_cast<unsigned char*>(::operator new[](bytes ? bytes : 1, kAlign))) {}
+  ~DynamicShared() { ::operator delete[](p, kAlign); }
+  DynamicShared(const DynamicShared&) = delete;
+  DynamicShared& operator=(const DynamicShared&) = delete;
+  unsigned char* p;
 };
 
 thread_local Block* t_block = nullptr;
@@ -238,10 +252,14 @@ bool run_block(Block& b, dim3 block) {
 
 }  // namespace
 
-void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body) {
+void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body,
+              std::size_t dynamic_shared) {
   if (!configuration_is_valid(grid, block, kernel)) return;
+  const DynamicShared shared(dynamic_shared);
   Block b;
   b.body = &body;
+  b.dynamic = shared.p;
+  b.dynamic_bytes = dynamic_shared;
   b.fibers.resize(static_cast<std::size_t>(block.x) * block.y * block.z);
   Block* outer = std::exchange(t_block, &b);
   gridDim = grid;
@@ -299,6 +317,12 @@ void fresh_shared(void* p, std::size_t bytes) {
   if (!first && at->second == t_block->generation) return;  // filled in this block
   at->second = t_block->generation;
   std::memset(p, 0xFF, bytes);
+}
+
+void* dynamic_shared() {
+  if (!t_block) return nullptr;
+  fresh_shared(t_block->dynamic, t_block->dynamic_bytes);
+  return t_block->dynamic;
 }
 
 void within_launch_bounds(unsigned max_threads) {

@@ -106,7 +106,20 @@ Order set_order(Order o);
 
 // Runs body for every thread of the grid (or records why it cannot) and
 // returns when all have finished; kernel names a launch in error messages.
-void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body);
+// Each block gets dynamic_shared bytes of dynamic shared memory
+// (dynamic_shared()).
+void run_grid(dim3 grid, dim3 block, const char* kernel, const ThreadBody& body,
+              std::size_t dynamic_shared = 0);
+// Shared memory a block may take, as on an H100 or H200: 48 KiB, or up to
+// 227 KiB of dynamic shared memory for a kernel whose
+// cudaFuncAttributeMaxDynamicSharedMemorySize allows it.
+constexpr std::size_t kDefaultSharedBytes = 48 * 1024, kOptInSharedBytes = 227 * 1024;
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+// bytes): cudaErrorInvalidValue beyond kOptInSharedBytes.
+cudaError_t set_max_dynamic_shared(const void* kernel, int bytes);
+// Whether a launch of kernel (named name) may take bytes of dynamic shared
+// memory; if not, records cudaErrorInvalidValue naming the kernel.
+bool dynamic_shared_allowed(const void* kernel, std::size_t bytes, const char* name);
 // Records err with its detail as the launch error cudaGetLastError returns.
 void set_error(cudaError_t err, const std::string& detail);
 cudaError_t take_error();
@@ -160,6 +173,11 @@ std::uint64_t or_in_warp(std::uint64_t v);
 // running has done so already (translate_launches.py puts a call after
 // each __shared__ declaration).
 void fresh_shared(void* p, std::size_t bytes);
+// The dynamic shared memory of the block now running (translate_launches.py
+// turns `extern __shared__ T name[];` into a pointer to it): the launch's
+// bytes exactly, 128-byte aligned, filled with all-ones bytes when the
+// first thread of the block asks for it.
+void* dynamic_shared();
 // Fails the launch with cudaErrorLaunchOutOfResources, as a GPU refuses
 // it, when its blocks have more threads than max_threads, the kernel's
 // __launch_bounds__ (translate_launches.py puts the call first in each
@@ -195,18 +213,19 @@ class Launcher {
   void operator()(void (*kernel)(P...), A&&... args) const {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
     std::tuple<std::decay_t<P>...> params(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
-    if (shared_bytes_ != 0) {
-      set_error(cudaErrorInvalidValue,
-                std::string(name_) + ": dynamic shared memory is not emulated");
+    if (!dynamic_shared_allowed(reinterpret_cast<const void*>(kernel), shared_bytes_, name_))
       return;
-    }
     if (!pointers_are_device(params, std::index_sequence_for<P...>{})) return;
     // The grid runs when its stream gets to it, on the arguments as launched.
-    enqueue(stream_, [grid = grid_, block = block_, name = name_, params, kernel] {
-      run_grid(grid, block, name, [&params, kernel] {
-        std::tuple<std::decay_t<P>...> own = params;  // each thread's copy
-        std::apply(kernel, own);
-      });
+    enqueue(stream_, [grid = grid_, block = block_, name = name_, shared = shared_bytes_, params,
+                      kernel] {
+      run_grid(
+          grid, block, name,
+          [&params, kernel] {
+            std::tuple<std::decay_t<P>...> own = params;  // each thread's copy
+            std::apply(kernel, own);
+          },
+          shared);
     });
   }
 

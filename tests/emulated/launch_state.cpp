@@ -22,6 +22,8 @@ std::string g_detail = "no error";
 std::size_t g_launches = 0;
 std::map<std::string, std::size_t> g_by_kernel;  // the name as launched, template arguments cut
 std::atomic<std::size_t> g_calls[static_cast<int>(RuntimeCall::kCount)];
+// cudaFuncAttributeMaxDynamicSharedMemorySize by kernel, where it was set.
+std::map<const void*, std::size_t> g_max_dynamic_shared;
 
 Order order_from_environment() {
   const char* v = std::getenv("DPTRAIN_EMULATED_ORDER");
@@ -51,6 +53,30 @@ bool configuration_is_valid(dim3 grid, dim3 block, const char* kernel) {
   set_error(cudaErrorInvalidConfiguration, std::string(kernel) + ": grid " + dims(grid) +
                                                " of blocks " + dims(block) +
                                                " is not a valid launch configuration");
+  return false;
+}
+
+cudaError_t set_max_dynamic_shared(const void* kernel, int bytes) {
+  if (bytes < 0 || static_cast<std::size_t>(bytes) > kOptInSharedBytes) return cudaErrorInvalidValue;
+  const std::lock_guard lock(g_mutex);
+  g_max_dynamic_shared[kernel] = static_cast<std::size_t>(bytes);
+  return cudaSuccess;
+}
+
+bool dynamic_shared_allowed(const void* kernel, std::size_t bytes, const char* name) {
+  std::size_t most = kDefaultSharedBytes;
+  {
+    const std::lock_guard lock(g_mutex);
+    const auto at = g_max_dynamic_shared.find(kernel);
+    if (at != g_max_dynamic_shared.end()) most = at->second;
+  }
+  if (bytes <= most) return true;
+  set_error(cudaErrorInvalidValue,
+            std::string(name) + ": " + std::to_string(bytes) +
+                " bytes of dynamic shared memory, over the kernel's " + std::to_string(most) +
+                (most == kDefaultSharedBytes
+                     ? " (more needs cudaFuncAttributeMaxDynamicSharedMemorySize)"
+                     : " (its cudaFuncAttributeMaxDynamicSharedMemorySize)"));
   return false;
 }
 

@@ -2,11 +2,13 @@
 // so that what the emulated kernel tests pass on means something: every
 // thread of a 3-D grid runs once with its own indices; a block barrier
 // holds everyone until all arrive, and kernels without one come out wrong
-// in one of the scheduler's two orders; shared memory is shared by a block,
-// and what a block did not write of it reads as NaN; shuffles exchange the
-// lanes' values; and the faults a GPU would hang on, fault on or refuse — a
-// barrier or shuffle in divergent code, a bad launch configuration, a host
-// pointer as argument — are launch errors that name what happened.
+// in one of the scheduler's two orders; shared memory, static and dynamic,
+// is shared by a block, and what a block did not write of it reads as NaN
+// (dynamic shared memory over 48 KiB only where the kernel opted in);
+// shuffles exchange the lanes' values; and the faults a GPU would hang on,
+// fault on or refuse — a barrier or shuffle in divergent code, a bad launch
+// configuration, a host pointer as argument — are launch errors that name
+// what happened.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -151,6 +153,17 @@ __global__ void early_exit_then_barrier(const int* x, int* out, int n) {
   out[t] = s[n - 1 - t];
 }
 
+// Block 0 alone writes its dynamic shared memory (n floats); every block
+// reads it back, and thread 0 the memory's alignment.
+__global__ void dynamic_shared_rows(float* out, unsigned* misalignment, int n) {
+  extern __shared__ __align__(32) float dyn[];
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dyn[i] = static_cast<float>(i);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[blockIdx.x * n + i] = dyn[i];
+  if (threadIdx.x == 0) misalignment[blockIdx.x] = reinterpret_cast<std::uintptr_t>(dyn) % 128;
+}
+
 __global__ void touch(float* x) { x[threadIdx.x] = 1.0f; }
 
 __global__ void __launch_bounds__(64) touch_bounded(float* x) { x[threadIdx.x] = 1.0f; }
@@ -222,6 +235,56 @@ TEST(DeviceEmulator, SharedMemoryThatABlockDidNotWriteReadsAsNaN) {
       EXPECT_EQ(kept.p[kBlock + t], static_cast<float>(1 + t));
     }
   }
+}
+
+// Dynamic shared memory is the block's, of the launch's size, NaN where the
+// block did not write it; over 48 KiB a launch needs the kernel's opt-in,
+// and the opt-in itself stops at 227 KiB, as on an H100.
+TEST(DeviceEmulator, DynamicSharedMemoryIsTheBlocksAndOver48KiBNeedsTheOptIn) {
+  const auto launch = [](int n, float* out, unsigned* misalignment) {
+    Launcher("dynamic_shared_rows", 2, kBlock, n * sizeof(float))(dynamic_shared_rows, out,
+                                                                  misalignment, n);
+  };
+  const auto expect_block_0s = [](const DeviceArray<float>& out, int n) {
+    for (int i = 0; i < n; i += 97) {
+      EXPECT_EQ(out.p[i], static_cast<float>(i));
+      EXPECT_TRUE(std::isnan(out.p[n + i])) << "element " << i << " of block 1";
+    }
+  };
+  constexpr int kSmall = 1000, kLarge = 15 * 1024;  // 4,000 bytes; 60 KiB
+  DeviceArray<float> small(2 * kSmall), large(2 * kLarge);
+  DeviceArray<unsigned> misalignment(2);
+  launch(kSmall, small.p, misalignment.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  expect_block_0s(small, kSmall);
+  EXPECT_EQ(misalignment.p[0], 0u);
+  EXPECT_EQ(misalignment.p[1], 0u);
+
+  launch(kLarge, large.p, misalignment.p);
+  std::string e = take_detail();
+  EXPECT_NE(e.find("cudaErrorInvalidValue: dynamic_shared_rows: 61440 bytes of dynamic shared "
+                   "memory, over the kernel's 49152 (more needs "
+                   "cudaFuncAttributeMaxDynamicSharedMemorySize)"),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(std::isnan(large.p[0])) << "a refused launch ran";
+  EXPECT_EQ(cudaFuncSetAttribute(dynamic_shared_rows, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 228 * 1024),
+            cudaErrorInvalidValue);
+  int most = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  EXPECT_EQ(most, 227 * 1024);
+  ASSERT_EQ(cudaFuncSetAttribute(dynamic_shared_rows, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 kLarge * sizeof(float)),
+            cudaSuccess);
+  launch(kLarge, large.p, misalignment.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  expect_block_0s(large, kLarge);
+  launch(kLarge + 1, large.p, misalignment.p);  // over the kernel's attribute
+  e = take_detail();
+  EXPECT_NE(e.find("over the kernel's 61440 (its cudaFuncAttributeMaxDynamicSharedMemorySize)"),
+            std::string::npos)
+      << e;
 }
 
 TEST(DeviceEmulator, ShufflesExchangeTheLanesValues) {

@@ -3,8 +3,10 @@
 src/backends/cuda/ into C++ for the host emulation: a launch becomes a call
 of the emulator, each __shared__ declaration is followed by the fill of its
 variables, a kernel with __launch_bounds__ starts with their check, no
-line moves, and what it cannot handle (a launch it cannot parse, dynamic
-shared memory) stops the build rather than passing silently.
+line moves, dynamic shared memory becomes a pointer to the block's, and
+what it cannot handle (a launch it cannot parse, a __shared__ that is not a
+declaration at the start of its line) stops the build rather than passing
+silently.
 
 usage: test_translate.py   (exit 0 when every test passes)
 """
@@ -25,17 +27,24 @@ __global__ void __launch_bounds__(4 * N, 2)
 scale(const float* x, float* y,
       int n) {
   __shared__ double sa[N], sb[N];
-  alignas(32) __shared__ unsigned char smem[N * 16];
+  alignas(32) __shared__ unsigned char smem[bytes_of(N * 16)];
   // __shared__ in a comment is left alone
   y[threadIdx.x] = x[threadIdx.x] * sa[0] + sb[0] + smem[0];
 }
 
 __global__ void plain(float* y) { y[0] = 1.0f; }
 
+__global__ void tiles(float* y) {
+  extern __shared__ __align__(32) unsigned char dynamic[];
+  extern __shared__ float plain_dynamic[];
+  y[0] = dynamic[0] + plain_dynamic[0];
+}
+
 void run(const float* x, float* y, cudaStream_t s) {
   scale<32><<<dim3(4, 2), 128, 0, s>>>(x, y,
                                        7);
   plain<<<1, 32>>>();
+  tiles<<<1, 32, 50000, s>>>(y);
 }
 """
 
@@ -48,13 +57,21 @@ class Translate(unittest.TestCase):
     def test_no_line_moves(self):
         self.assertEqual(len(self.lines), len(KERNELS.splitlines()))
         self.assertIn("y[threadIdx.x] = x[threadIdx.x]", self.lines[7])
-        self.assertIn("void run(", self.lines[12])
+        self.assertIn("void run(", self.lines[18])
 
     def test_launches_become_calls_of_the_emulator(self):
         self.assertNotIn("<<<", self.out)
         self.assertIn('::dptrain_emu::Launcher("scale<32>", dim3(4, 2), 128, 0, s)(scale<32>, x, y,',
-                      self.lines[13])
-        self.assertIn('::dptrain_emu::Launcher("plain", 1, 32)(plain)', self.lines[15])
+                      self.lines[19])
+        self.assertIn('::dptrain_emu::Launcher("plain", 1, 32)(plain)', self.lines[21])
+        self.assertIn('::dptrain_emu::Launcher("tiles", 1, 32, 50000, s)(tiles, y)', self.lines[22])
+
+    def test_dynamic_shared_memory_is_the_blocks(self):
+        self.assertEqual(self.lines[13], "  unsigned char* dynamic = "
+                         "static_cast<unsigned char*>(::dptrain_emu::dynamic_shared());")
+        self.assertEqual(self.lines[14], "  float* plain_dynamic = "
+                         "static_cast<float*>(::dptrain_emu::dynamic_shared());")
+        self.assertNotIn("extern", self.out)
 
     def test_every_shared_variable_is_filled(self):
         self.assertTrue(self.lines[4].endswith(
@@ -69,7 +86,8 @@ class Translate(unittest.TestCase):
         self.assertEqual(self.out.count("within_launch_bounds"), 1)
 
     def test_what_it_cannot_handle_stops_it(self):
-        for bad in ("extern __shared__ float dynamic[];",
+        for bad in ("void f() { extern __shared__ float dynamic[]; }",
+                    "extern __shared__ float sized[8];",
                     "void f() { __shared__ float s[4]; }",
                     "k<<<grid>>> (x);\nk<<<1"):
             with self.assertRaises(SystemExit, msg=bad):

@@ -18,7 +18,17 @@ is followed, on the same line, by
 
 which fills the variables with all-ones bytes when the first thread of a
 block reaches them, so that a block that reads shared memory it did not
-write reads NaN, not what the block before left there. A kernel declared
+write reads NaN, not what the block before left there. A declaration of
+dynamic shared memory at the start of a line
+
+    extern __shared__ __align__(A) TYPE name[];        (__align__ optional)
+
+becomes a pointer to the block's dynamic shared memory, which the emulator
+fills the same way when the block first asks for it:
+
+    TYPE* name = static_cast<TYPE*>(::dptrain_emu::dynamic_shared());
+
+A kernel declared
 with __launch_bounds__(N) gets ::dptrain_emu::within_launch_bounds(N); as
 the first statement of its body, so a launch of more threads a block than
 N fails as it does on a GPU. A #line directive keeps compiler messages
@@ -37,8 +47,14 @@ LAUNCH = re.compile(
     r"(?P<name>\b[A-Za-z_]\w*(?:<[^<>;{}()]*>)?)\s*<<<(?P<config>.*?)>>>\s*\((?P<empty>\s*\))?",
     re.DOTALL,
 )
-SHARED = re.compile(r"^[ \t]*(?:alignas\([^()\n]*\)\s*)?__shared__\s+(?P<decl>[^;{}()\n]*);",
+SHARED = re.compile(r"^[ \t]*(?:alignas\([^()\n]*\)\s*)?__shared__\s+"
+                    r"(?P<decl>(?:[^;{}()\n]|\([^;{}()\n]*\))*);",  # a size may call a function
                     re.MULTILINE)
+DYNAMIC = re.compile(
+    r"^(?P<indent>[ \t]*)extern\s+__shared__\s+(?:(?:__align__|alignas)\([^()\n]*\)\s*)?"
+    r"(?P<type>[A-Za-z_][\w:<>, ]*?)\s*\b(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;",
+    re.MULTILINE,
+)
 IDENT = re.compile(r"[A-Za-z_]\w*")
 BOUNDS = re.compile(r"__global__\s+void\s+__launch_bounds__\((?P<args>[^()]*(?:\([^()]*\)[^()]*)*)\)")
 
@@ -94,11 +110,16 @@ def translate(text):
                  for n in declared_names(m.group("decl")))
         return m.group(0) + " " + " ".join(calls)
 
+    def dynamic(m):
+        kind = m.group("type").strip()
+        return (f"{m.group('indent')}{kind}* {m.group('name')} = "
+                f"static_cast<{kind}*>(::dptrain_emu::dynamic_shared());")
+
     code = "\n".join(line.split("//", 1)[0] for line in text.splitlines())
-    if code.count("__shared__") != len(SHARED.findall(text)):
+    if code.count("__shared__") != len(SHARED.findall(text)) + len(DYNAMIC.findall(text)):
         raise SystemExit("translate_launches.py: a __shared__ that is not a declaration at the start "
-                         "of its line (extern, dynamic shared memory is not emulated)")
-    out = check_bounds(SHARED.sub(shared, LAUNCH.sub(launch, text)))
+                         "of its line")
+    out = check_bounds(SHARED.sub(shared, DYNAMIC.sub(dynamic, LAUNCH.sub(launch, text))))
     if "<<<" in out:
         line = out[: out.index("<<<")].count("\n") + 1
         raise SystemExit(f"translate_launches.py: an untranslated launch near line {line}")

@@ -23,7 +23,7 @@
 //    stays in the warp's registers. Every sum runs in a fixed order: the
 //    same bits every run.
 // The head dimension is padded with zeros to 16, 32, 64 or 128 in shared
-// memory.
+// memory (dynamic: fused_attention_tiles.hpp says how much).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -85,8 +85,9 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
   using B = Block<ForwardLayout<E, HDP>>;
   using Z = Sizes<E, HDP>;
   constexpr int W = B::W, R = B::R, LD = B::LD, PLD = B::PLD;
-  alignas(32) __shared__ unsigned char smem[B::kBytes];
-  Carve at(smem);
+  alignas(32) __shared__ unsigned char tiles[static_bytes(B::kBytes)];
+  extern __shared__ __align__(32) unsigned char dynamic_tiles[];
+  Carve at(B::kBytes <= kSharedBytes ? tiles : dynamic_tiles);
   E* q = at.take<E>(Z::rows(R));
   unsigned char* keys_region = at.take<unsigned char>(B::kStepped);
   float* row_alpha = at.take<float>(Z::floats(R));
@@ -147,16 +148,36 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
 template <typename E, int HDP, typename Q>
 void forward_as(const Launch& l, const Q* qkv, const HeadShape& s, float scale, bool causal,
                 float* o, float* lse, bf16* o16) {
-  constexpr int W = Block<ForwardLayout<E, HDP>>::W;
-  fused_forward_kernel<E, HDP, Q><<<strips_grid(s, W), W * kWarpLanes, 0, l.stream>>>(
-      qkv, s, scale, causal, o, lse, o16);
+  using B = Block<ForwardLayout<E, HDP>>;
+  allow_dynamic(fused_forward_kernel<E, HDP, Q>, B::kBytes);
+  fused_forward_kernel<E, HDP, Q>
+      <<<strips_grid(s, B::W), B::W * kWarpLanes, dynamic_bytes(B::kBytes), l.stream>>>(
+          qkv, s, scale, causal, o, lse, o16);
   DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename E>
+size_t shared_bytes_at(int head_dim) {
+  size_t bytes = 0;
+  with_padding(head_dim,
+               [&](auto hdp) { bytes = kernels_shared_bytes<E, decltype(hdp)::value>(); });
+  return bytes;
 }
 
 }  // namespace
 
 int fused_attention_max_head_dim(AttentionOperands operands) {
-  return operands == AttentionOperands::kBf16 ? kBf16HeadDim : kFloatHeadDim;
+  int device = 0, limit = 0;
+  DPT_CUDA_CHECK(cudaGetDevice(&device));
+  DPT_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int most = 0;
+  for (int hdp = 16; hdp <= kMaxHeadDim; hdp *= 2) {
+    const size_t bytes = operands == AttentionOperands::kBf16   ? shared_bytes_at<bf16>(hdp)
+                         : operands == AttentionOperands::kTf32 ? shared_bytes_at<Tf32>(hdp)
+                                                                : shared_bytes_at<float>(hdp);
+    if (bytes <= static_cast<size_t>(limit)) most = hdp;
+  }
+  return most;
 }
 
 void fused_attention_forward(const Launch& l, AttentionOperands operands, const float* qkv,
@@ -166,16 +187,14 @@ void fused_attention_forward(const Launch& l, AttentionOperands operands, const 
   auto* copy = reinterpret_cast<bf16*>(o16);
   const auto* q16 = reinterpret_cast<const bf16*>(qkv16);
   const bool bf16_operands = operands == AttentionOperands::kBf16;
-  with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
+  with_padding(s.head_dim, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
     if (bf16_operands && q16) forward_as<bf16, HDP>(l, q16, s, scale, causal, o, lse, copy);
     else if (bf16_operands) forward_as<bf16, HDP>(l, qkv, s, scale, causal, o, lse, copy);
-    else if constexpr (HDP <= kFloatHeadDim) {
-      if (operands == AttentionOperands::kTf32)
-        forward_as<Tf32, HDP>(l, qkv, s, scale, causal, o, lse, copy);
-      else
-        forward_as<float, HDP>(l, qkv, s, scale, causal, o, lse, copy);
-    }
+    else if (operands == AttentionOperands::kTf32)
+      forward_as<Tf32, HDP>(l, qkv, s, scale, causal, o, lse, copy);
+    else
+      forward_as<float, HDP>(l, qkv, s, scale, causal, o, lse, copy);
   });
 }
 

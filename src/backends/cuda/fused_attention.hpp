@@ -18,8 +18,9 @@ namespace dptrain::cuda {
 // bf16) as they are staged.
 enum class AttentionOperands { kFp32, kTf32, kBf16 };
 
-// The largest head dimension the kernels take with these operands: what
-// fits their tiles in 48 KiB of shared memory (fused_attention_tiles.hpp).
+// The largest head dimension the kernels take with these operands on the
+// current device: 128 where their tiles fit its shared memory
+// (fused_attention_tiles.hpp), as on every GPU since sm_80.
 int fused_attention_max_head_dim(AttentionOperands operands);
 
 // o16 / dqkv16 (may be null): the output's / dqkv's bf16 copy, written with

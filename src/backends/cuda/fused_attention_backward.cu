@@ -81,8 +81,9 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
   using B = Block<KeyGradLayout<E, HDP>>;
   using Z = Sizes<E, HDP>;
   constexpr int W = B::W, R = B::R, LD = B::LD, PLD = B::PLD;
-  alignas(32) __shared__ unsigned char smem[B::kBytes];
-  Carve at(smem);
+  alignas(32) __shared__ unsigned char tiles[static_bytes(B::kBytes)];
+  extern __shared__ __align__(32) unsigned char dynamic_tiles[];
+  Carve at(B::kBytes <= kSharedBytes ? tiles : dynamic_tiles);
   E* k = at.take<E>(Z::rows(R));
   E* v = at.take<E>(Z::rows(R));
   unsigned char* queries_region = at.take<unsigned char>(B::kStepped);
@@ -154,8 +155,9 @@ __global__ void __launch_bounds__(4 * kWarpLanes)
   using B = Block<QueryGradLayout<E, HDP>>;
   using Z = Sizes<E, HDP>;
   constexpr int W = B::W, R = B::R, LD = B::LD, PLD = B::PLD;
-  alignas(32) __shared__ unsigned char smem[B::kBytes];
-  Carve at(smem);
+  alignas(32) __shared__ unsigned char tiles[static_bytes(B::kBytes)];
+  extern __shared__ __align__(32) unsigned char dynamic_tiles[];
+  Carve at(B::kBytes <= kSharedBytes ? tiles : dynamic_tiles);
   E* q = at.take<E>(Z::rows(R));
   E* dout = at.take<E>(Z::rows(R));
   unsigned char* keys_region = at.take<unsigned char>(B::kStepped);
@@ -213,13 +215,17 @@ template <typename E, int HDP, typename Q, typename D>
 void backward_as(const Launch& l, const Q* qkv, const float* lse, const D* d_o,
                  const float* rowdot, const HeadShape& s, float scale, bool causal,
                  float* dqkv, bf16* dqkv16) {
-  constexpr int WK = Block<KeyGradLayout<E, HDP>>::W;
-  fused_key_grad_kernel<E, HDP, Q, D><<<strips_grid(s, WK), WK * kWarpLanes, 0, l.stream>>>(
-      qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
+  using BK = Block<KeyGradLayout<E, HDP>>;
+  allow_dynamic(fused_key_grad_kernel<E, HDP, Q, D>, BK::kBytes);
+  fused_key_grad_kernel<E, HDP, Q, D>
+      <<<strips_grid(s, BK::W), BK::W * kWarpLanes, dynamic_bytes(BK::kBytes), l.stream>>>(
+          qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
-  constexpr int WQ = Block<QueryGradLayout<E, HDP>>::W;
-  fused_query_grad_kernel<E, HDP, Q, D><<<strips_grid(s, WQ), WQ * kWarpLanes, 0, l.stream>>>(
-      qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
+  using BQ = Block<QueryGradLayout<E, HDP>>;
+  allow_dynamic(fused_query_grad_kernel<E, HDP, Q, D>, BQ::kBytes);
+  fused_query_grad_kernel<E, HDP, Q, D>
+      <<<strips_grid(s, BQ::W), BQ::W * kWarpLanes, dynamic_bytes(BQ::kBytes), l.stream>>>(
+          qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -248,7 +254,7 @@ void fused_attention_backward(const Launch& l, AttentionOperands operands, const
   };
   if (do16) row_dot(do16);
   else row_dot(d_o);
-  with_padding(s.head_dim, bf16_operands, [&](auto hdp) {
+  with_padding(s.head_dim, [&](auto hdp) {
     constexpr int HDP = decltype(hdp)::value;
     auto* copy = reinterpret_cast<bf16*>(dqkv16);
     const auto run = [&](const auto* in, const auto* dout) {
@@ -258,12 +264,10 @@ void fused_attention_backward(const Launch& l, AttentionOperands operands, const
     else if (bf16_operands && q16) run(q16, d_o);
     else if (bf16_operands && do16) run(qkv, do16);
     else if (bf16_operands) run(qkv, d_o);
-    else if constexpr (HDP <= kFloatHeadDim) {
-      if (operands == AttentionOperands::kTf32)
-        backward_as<Tf32, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
-      else
-        backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
-    }
+    else if (operands == AttentionOperands::kTf32)
+      backward_as<Tf32, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
+    else
+      backward_as<float, HDP>(l, qkv, lse, d_o, rowdot, s, scale, causal, dqkv, copy);
   });
 }
 

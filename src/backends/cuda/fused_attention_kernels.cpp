@@ -28,8 +28,7 @@ class CudaFusedAttention final : public FusedAttentionKernels {
   std::string unsupported(int head_dim) const override {
     const int most = fused_attention_max_head_dim(operands_);
     if (head_dim >= 1 && head_dim <= most) return "";
-    return "fused attention takes head dimensions up to " + std::to_string(most) +
-           (bf16() ? "" : " in fp32 and tf32 (128 with --precision bf16)") + ", not " +
+    return "fused attention takes head dimensions up to " + std::to_string(most) + ", not " +
            std::to_string(head_dim);
   }
   bool requested() const override { return requested_; }

@@ -3,8 +3,11 @@
 // is organized and how its shared memory is laid out (device code and
 // constexpr layouts: included by those .cu files only).
 //
-// A block is W warps (4, 2 or 1: the most whose tiles fit 48 KiB of static
-// shared memory). It owns 16·W rows (query rows in the forward and dQ
+// A block is W warps (4, 2 or 1: the most whose tiles fit 48 KiB of shared
+// memory, or one where even one warp's take more: fp32 and TF32 at head
+// dimension 128, whose gradient kernels take about 56 KiB, which a kernel
+// must opt in to, as dynamic shared memory; every GPU since sm_80 allows
+// at least 99 KiB). It owns 16·W rows (query rows in the forward and dQ
 // kernels, key rows in the dK/dV kernel), and warp w owns rows 16w .. 16w +
 // 15 of them, in the manner of FlashAttention-2: the rows of a score tile,
 // its softmax and the sums over the tiles that a warp owns are its own, so
@@ -14,9 +17,13 @@
 
 #include <cuda_bf16.h>
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 
+#include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/head_rows.hpp"
 #include "backends/cuda/warp_strip.hpp"
 
@@ -25,12 +32,10 @@ namespace dptrain::cuda::attention {
 using std::size_t;
 using bf16 = __nv_bfloat16;
 
-constexpr size_t kSharedBytes = 48 * 1024;
-constexpr int kStripRows = 16;  // a warp's rows: one wmma tile high
-constexpr int kStep = 32;       // the other side's rows staged a step
-// The largest padded head dimensions whose tiles fit in shared memory:
-// bf16, and fp32 or Tf32.
-constexpr int kBf16HeadDim = 128, kFloatHeadDim = 64;
+constexpr size_t kSharedBytes = 48 * 1024;  // what a kernel takes without opting in
+constexpr int kStripRows = 16;               // a warp's rows: one wmma tile high
+constexpr int kStep = 32;                    // the other side's rows staged a step
+constexpr int kMaxHeadDim = 128;             // the largest padded head dimension
 
 // The row stride of a staged tile or strip of E: its width plus a pad that
 // moves consecutive rows to other shared-memory banks. wmma's operands
@@ -105,7 +110,7 @@ struct QueryGradLayout {
   }
 };
 
-// The most warps (4, 2, 1) whose layout fits the shared memory.
+// The most warps (4, 2, 1) whose layout fits 48 KiB; 1 where none does.
 template <typename Layout>
 constexpr int warps_for() {
   return Layout::bytes(4) <= kSharedBytes ? 4 : Layout::bytes(2) <= kSharedBytes ? 2 : 1;
@@ -119,8 +124,36 @@ struct Block {
   static constexpr int W = warps_for<Layout>(), R = W * kStripRows;
   static constexpr int LD = Layout::S::kLd, PLD = Layout::S::kStripLd;
   static constexpr size_t kBytes = Layout::bytes(W), kStepped = Layout::stepped(W);
-  static_assert(kBytes <= kSharedBytes, "tiles exceed shared memory");
 };
+
+// The most shared memory one of the three kernels takes with operands E
+// at padded head dimension HDP.
+template <typename E, int HDP>
+constexpr size_t kernels_shared_bytes() {
+  return std::max({Block<ForwardLayout<E, HDP>>::kBytes, Block<KeyGradLayout<E, HDP>>::kBytes,
+                   Block<QueryGradLayout<E, HDP>>::kBytes});
+}
+
+// A block's shared memory, of B::kBytes: a static array up to 48 KiB, else
+// the launch's dynamic shared memory. Each kernel declares both (in its
+// .cu file, which the host emulation translates) and takes one:
+//   alignas(32) __shared__ unsigned char tiles[static_bytes(B::kBytes)];
+//   extern __shared__ __align__(32) unsigned char dynamic_tiles[];
+// Static where it fits, because ptxas then knows the size: with dynamic
+// memory it gives the bf16 dQ kernel at head dim 64 the same 96 registers,
+// and spills.
+constexpr size_t static_bytes(size_t bytes) { return bytes <= kSharedBytes ? bytes : 1; }
+constexpr size_t dynamic_bytes(size_t bytes) { return bytes <= kSharedBytes ? 0 : bytes; }
+
+// Lets kernel's launches take bytes of shared memory: over 48 KiB the
+// kernel must opt in (set before each launch: one call of the driver, for
+// the kernels that need it, fp32's and TF32's at head dim 128).
+template <typename... P>
+void allow_dynamic(void (*kernel)(P...), size_t bytes) {
+  if (bytes <= kSharedBytes) return;
+  DPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes)));
+}
 
 // Hands out consecutive regions of a block's shared memory.
 class Carve {
@@ -170,15 +203,14 @@ inline dim3 strips_grid(const HeadShape& s, int warps) {
 
 // The padded head dimension for head_dim (0: none), and a call of body
 // with it as a compile-time constant.
-inline int padded_head_dim(int head_dim, bool bf16_operands) {
-  const int most = bf16_operands ? kBf16HeadDim : kFloatHeadDim;
-  for (int p : {16, 32, 64, 128})
-    if (head_dim <= p && p <= most) return p;
+inline int padded_head_dim(int head_dim) {
+  for (int p : {16, 32, 64, kMaxHeadDim})
+    if (head_dim <= p) return p;
   return 0;
 }
 template <typename Body>
-void with_padding(int head_dim, bool bf16_operands, Body body) {
-  switch (padded_head_dim(head_dim, bf16_operands)) {
+void with_padding(int head_dim, Body body) {
+  switch (padded_head_dim(head_dim)) {
     case 16: return body(std::integral_constant<int, 16>{});
     case 32: return body(std::integral_constant<int, 32>{});
     case 64: return body(std::integral_constant<int, 64>{});

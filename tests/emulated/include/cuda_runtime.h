@@ -178,7 +178,10 @@ struct cudaDeviceProp {
   std::size_t totalGlobalMem;
   int major, minor, multiProcessorCount;
 };
-typedef enum { cudaDevAttrMultiProcessorCount = 16 } cudaDeviceAttr;
+typedef enum {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+} cudaDeviceAttr;
 namespace dptrain_emu {
 int multiprocessors();
 }  // namespace dptrain_emu
@@ -186,12 +189,24 @@ inline cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
   return cudaSuccess;
 }
+inline cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
 inline cudaError_t cudaSetDevice(int device) {
   return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
 }
-inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int device) {
-  *v = dptrain_emu::multiprocessors();
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int device) {
+  *v = attr == cudaDevAttrMaxSharedMemoryPerBlockOptin
+           ? static_cast<int>(dptrain_emu::kOptInSharedBytes)
+           : dptrain_emu::multiprocessors();
   return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+// A kernel's attribute: the dynamic shared memory its launches may take.
+typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
+template <typename... P>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute, int value) {
+  return dptrain_emu::set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), value);
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (device != 0) return cudaErrorInvalidValue;
