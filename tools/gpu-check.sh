@@ -272,14 +272,15 @@ fi
 
 # --- speed rows ---------------------------------------------------------------------
 bench_rows() {  # bench_rows PROGRAM NAME LIMIT ARGS...: a bench tool's JSON rows -> table rows
-  local prog=$1 name=$2 limit=$3 rc line
+  local prog=$1 name=$2 limit=$3 rc line target
   shift 3
   run_for "$limit" "$work/$name.txt" "${mpirun[@]}" -n 1 "$prog" "$@"
   rc=$?
   if ((rc != 0)); then row speed "${prog##*/} $*" "$(outcome "$rc")" "$(tail -1 "$work/$name.txt")"; return; fi
   grep '^{"row"' "$work/$name.txt" | while read -r line; do
+    target=$(sed -n 's/.*"target":"\([^"]*\)".*/\1/p' <<<"$line")
     row speed "$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line") ($name)" "$(field ratio <<<"$line")" \
-      "ours $(field ours <<<"$line") ms, baseline $(field baseline <<<"$line") ms, target $(sed -n 's/.*"target":"\([^"]*\)".*/\1/p' <<<"$line")"
+      "ours $(field ours <<<"$line") ms, baseline $(field baseline <<<"$line") ms${target:+, target $target}"
   done
 }
 speed_section() {

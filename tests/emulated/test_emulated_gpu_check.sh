@@ -173,6 +173,8 @@ for p in fp32 tf32 bf16; do
     fail "no gemm row for $p"
   grep -qE "^\| speed \| CNN step vs its library passes \(1 GPU, $p\) \(cnn-$p\) \| $number \|" "$table" ||
     fail "no CNN row for $p"
+  grep -qE "^\| speed \| CNN forward\+backward: host queue time vs device time \(1 GPU, $p\) \(cnn-$p\) \| $number \|" \
+    "$table" || fail "no CNN queue row for $p"
 done
 for p in fp32 tf32 bf16; do
   grep -qE "^\| speed \| $p data wait share of the step \| $number \|" "$table" || fail "no $p data wait row"

@@ -5,6 +5,9 @@
 // weights and data, in fp32, agree with the CPU run in every loss, weight
 // and running statistic. Dropout masks are the same draws on both, so a
 // mask that differed would move the weights by far more than the tolerance.
+// And, on the host emulation, the demo CNN's warmed-up forward, loss and
+// backward queue their work without making the host wait or allocate.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -152,5 +155,54 @@ TEST(CudaCnnTraining, ImagesAdamMatchesCpu) {
 TEST(CudaCnnTraining, VolumesSgdMomentumMatchesCpu) {
   expect_same_training(kVolumes, sgd_momentum(), 0.05f, 0.0);
 }
+
+#if defined(DPTRAIN_EMULATED_DEVICE)
+// The demo CNN's layers (jobs/fashion_mnist_cnn.ini, on 12 x 12 images),
+// warmed up, in each precision: forward, the loss and backward only queue
+// work. No call of the emulated runtime that waits for the device or
+// allocates (dptrain_emu::RuntimeCall), so the host's time to queue them
+// is what dptrain_bench's row "host queue time vs device time" takes it
+// for, with no wait of its own in it.
+TEST(CudaCnnTraining, AWarmedUpForwardAndBackwardQueueWithoutWaiting) {
+  const Network demo{
+      "conv:32:3,bn,relu,maxpool:2,conv:64:3,bn,relu,maxpool:2,dense:128,relu,dropout:0.3,"
+      "dense:10",
+      Shape{1, 12, 12}};
+  constexpr int rows = 4;
+  const auto counts = [] {
+    std::vector<std::size_t> c;
+    for (int i = 0; i < static_cast<int>(dptrain_emu::RuntimeCall::kCount); ++i)
+      c.push_back(dptrain_emu::calls(static_cast<dptrain_emu::RuntimeCall>(i)));
+    return c;
+  };
+  for (const Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16}) {
+    auto be = gpu_test::make_gpu(p);
+    Model model(*be, parse_model_spec(demo.spec), demo.input, rows);
+    model.init(1);
+    StepInfo info;
+    info.seed = 3;
+    model.set_step(info);
+    auto x = gpu_test::upload(*be, random_vector(rows * demo.input.size(), 5));
+    auto y = gpu_test::upload(*be, random_labels(rows, kClasses, 6));
+    DeviceBuffer<float> stats(*be, 2);
+    const auto pass = [&] {
+      const float* logits = model.forward(x.get(), rows);
+      be->kernels<LossKernels>().softmax_xent(logits, y.get(), rows, model.output_dim(),
+                                               1.0f / rows, model.output_grad(), stats.get());
+      model.backward(x.get(), model.output_grad(), rows);
+    };
+    pass();
+    pass();
+    be->synchronize();
+    const std::vector<std::size_t> before = counts();
+    pass();
+    const std::vector<std::size_t> after = counts();
+    be->synchronize();
+    for (std::size_t i = 0; i < before.size(); ++i)
+      EXPECT_EQ(after[i], before[i]) << "runtime call " << i << " (dptrain_emu::RuntimeCall) in "
+                                     << "precision " << static_cast<int>(p);
+  }
+}
+#endif
 
 }  // namespace

@@ -225,11 +225,11 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
 }
 
 // --- cnn: the demo CNN's step against its library passes (cnn_step_row.cpp) ---
-Row bench_cnn(const MpiSession& mpi, const Args& args) {
-  Row r;
+std::vector<Row> bench_cnn(const MpiSession& mpi, const Args& args) {
+  std::vector<Row> r;
   if (mpi.rank() == 0) {
     auto be = make_backend(args.device, backend_options(args));
-    r = cnn_step_row(*be, args.run, placement(args), args.device == "cuda");
+    r = cnn_step_rows(*be, args.run, placement(args), args.device == "cuda");
   }
   idle_barrier(mpi.world());
   return r;
@@ -298,7 +298,8 @@ int run(const MpiSession& mpi, const Args& args) {
     if (mpi.rank() == 0) print_row(r);
   };
   if (args.what == "gemm" || args.what == "all") emit(bench_gemm(mpi, args));
-  if (args.what == "cnn") emit(bench_cnn(mpi, args));  // not in all: the GPU check runs it
+  if (args.what == "cnn")  // not in all: the GPU check runs it
+    for (const Row& r : bench_cnn(mpi, args)) emit(r);
   if (args.what == "exchange" || args.what == "all")
     for (int layers : {2, 10, 50}) emit(bench_exchange(mpi, args, layers));
   if (args.what == "input" || args.what == "all") {

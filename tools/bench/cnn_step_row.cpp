@@ -7,7 +7,9 @@
 // GEMM), back to back on buffers of the same shapes: what the step would
 // cost with nothing of ours around the libraries (bn, activations,
 // dropout, bias, loss, the optimizer and every launch between). ratio = baseline / step, the share
-// of the step spent in the libraries.
+// of the step spent in the libraries. On a GPU a second row says whether
+// what is left is launches or kernels: the host's time to queue the step's
+// forward and backward against the device's time to run them.
 #include "cnn_step_row.hpp"
 
 #include <functional>
@@ -22,6 +24,7 @@
 #include "dptrain/data/shard_transfer.hpp"
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"
+#include "dptrain/telemetry/metrics.hpp"
 #include "train/train_step.hpp"
 
 namespace dptrain::bench {
@@ -158,9 +161,42 @@ class LibraryPasses {
   std::size_t passes_ = 0;
 };
 
+// Forward and backward of `step` (given a timer): the host's time to queue
+// them (the timer's host laps) against the device's time from the first
+// marker to the end of backward (its markers), medians over `repeats`
+// steps, each from an idle device. The device runs each launch as it comes:
+// where it is faster than the host queues, it waits for every launch and
+// its time is about the host's (ratio near 1: launches bound the step,
+// which fewer kernels or a CUDA graph would cut); where it is slower, the
+// host is done first (ratio well under 1: the kernels' own time does).
+Row queue_row(Backend& be, const std::function<void(PhaseTimer*)>& step, int repeats,
+              const std::string& where) {
+  PhaseTimer timer;
+  timer.attach_device(&be);
+  Samples s;
+  const auto both = [&] { return timer.ms(Phase::kForward) + timer.ms(Phase::kBackward); };
+  for (s.repeats = 0; s.repeats < repeats; ++s.repeats) {
+    be.synchronize();
+    timer.reset();
+    timer.start();
+    step(&timer);
+    s.base.push_back(both());  // host laps until end_step puts the device's in their place
+    be.synchronize();
+    timer.end_step();
+    s.ours.push_back(both());
+  }
+  return make_row("CNN forward+backward: host queue time vs device time (" + where + ")", s,
+                  base_over_ours, "",
+                  "ours = the device's time for the step's forward and backward (markers), "
+                  "baseline = the host's time to queue them, each step from an idle device; "
+                  "ratio = baseline / ours: near 1, the device waits for launches; well under "
+                  "1, for its kernels");
+}
+
 }  // namespace
 
-Row cnn_step_row(Backend& be, const RowRun& run, const std::string& where, bool gpu) {
+std::vector<Row> cnn_step_rows(Backend& be, const RowRun& run, const std::string& where,
+                               bool gpu) {
   const int rows = run.rows;
   auto comm = make_mpi_communicator(MPI_COMM_SELF);
   const Shape input{1, 28, 28};
@@ -200,14 +236,19 @@ Row cnn_step_row(Backend& be, const RowRun& run, const std::string& where, bool 
                   }};
   const Samples s = alternate(MPI_COMM_SELF, run.repeats,
                               with_warmup({10, 3.0, 10, 2000}, run.warmup), ours, base);
-  return make_row("CNN step vs its library passes (" + where + ")", s, base_over_ours,
-                  gpu ? ">= 0.85" : "",
-                  "ours = train_step (forward, xent, backward, Adam) of " + std::string(kSpec) +
-                      " on " + std::to_string(rows) + " rows of 1x28x28; baseline = its " +
-                      std::to_string(library.count()) + " conv, pooling and GEMM passes" +
-                      " through the backend's plans and GEMM (" + be.gemm_library() +
-                      "), same shapes, back to back; ratio = baseline / ours: the share of "
-                      "the step in the libraries");
+  std::vector<Row> out{make_row(
+      "CNN step vs its library passes (" + where + ")", s, base_over_ours, gpu ? ">= 0.85" : "",
+      "ours = train_step (forward, xent, backward, Adam) of " + std::string(kSpec) + " on " +
+          std::to_string(rows) + " rows of 1x28x28; baseline = its " +
+          std::to_string(library.count()) + " conv, pooling and GEMM passes" +
+          " through the backend's plans and GEMM (" + be.gemm_library() +
+          "), same shapes, back to back; ratio = baseline / ours: the share of "
+          "the step in the libraries")};
+  const auto step = [&](PhaseTimer* timer) {
+    train_step(be, *comm, model, opt, LossKind::kXent, dev, rows, 1e-3f, stats.get(), timer);
+  };
+  if (gpu) out.push_back(queue_row(be, step, s.repeats, where));
+  return out;
 }
 
 }  // namespace dptrain::bench

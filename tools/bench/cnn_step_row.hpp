@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "bench_rows.hpp"
 #include "dptrain/backends/backend.hpp"
@@ -12,7 +13,10 @@
 namespace dptrain::bench {
 
 // On be, the calling rank alone, as run says; where names the placement
-// in the row's name; gpu: the row carries docs/gpu.md's target (>= 0.85).
-Row cnn_step_row(Backend& be, const RowRun& run, const std::string& where, bool gpu);
+// in the rows' names. gpu: the step row carries docs/gpu.md's target (>=
+// 0.85), and a second row follows: the host's time to queue the step's
+// forward and backward against the device's time to run them.
+std::vector<Row> cnn_step_rows(Backend& be, const RowRun& run, const std::string& where,
+                               bool gpu);
 
 }  // namespace dptrain::bench
