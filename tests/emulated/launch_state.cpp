@@ -57,7 +57,8 @@ bool configuration_is_valid(dim3 grid, dim3 block, const char* kernel) {
 }
 
 cudaError_t set_max_dynamic_shared(const void* kernel, int bytes) {
-  if (bytes < 0 || static_cast<std::size_t>(bytes) > kOptInSharedBytes) return cudaErrorInvalidValue;
+  if (bytes < 0 || static_cast<std::size_t>(bytes) > kOptInSharedBytes)
+    return cudaErrorInvalidValue;
   const std::lock_guard lock(g_mutex);
   g_max_dynamic_shared[kernel] = static_cast<std::size_t>(bytes);
   return cudaSuccess;

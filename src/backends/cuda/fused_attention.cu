@@ -23,7 +23,8 @@
 //    stays in the warp's registers. Every sum runs in a fixed order: the
 //    same bits every run.
 // The head dimension is padded with zeros to 16, 32, 64 or 128 in shared
-// memory (dynamic: fused_attention_tiles.hpp says how much).
+// memory (a static array up to 48 KiB, dynamic shared memory beyond:
+// fused_attention_tiles.hpp).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

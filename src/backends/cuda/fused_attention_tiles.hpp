@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cuda_bf16.h>
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
