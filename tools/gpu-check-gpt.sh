@@ -23,6 +23,8 @@
 #   between them; default 8,12,1024,64/4,16,2048,64: dptrain_gpt_bench
 #   attention), beside PyTorch's scaled_dot_product_attention on the same
 #   shapes with its cuDNN and flash backends (gpu-check-torch.py attention);
+#   and in tf32 math and fused at the first shape and at ATTENTION_WIDE_SHAPE
+#   (default 8,6,1024,128);
 # - the tokens/s row with --recompute blocks: its step time and device
 #   buffers against the default row's (issue: at most 1.4x the time, 0.3x
 #   the activations);
@@ -162,9 +164,11 @@ gpt_throughput_rows() {
 
 # The attention rows in bf16: dptrain's core with math, with fused and
 # with cudnn (cuDNN's SDPA; the row names fused-fallback where cuDNN
-# refused the shape); in tf32 on the first shape, math (cuBLAS's TF32
-# GEMMs) and fused (the kernels' TF32 wmma); then PyTorch SDPA's in bf16
-# on the same shapes.
+# refused the shape); in tf32 on the first shape and at head dim 128
+# (ATTENTION_WIDE_SHAPE, default 8,6,1024,128: the same width, where
+# fused takes dynamic shared memory, one warp a block), math (cuBLAS's
+# TF32 GEMMs) and fused (the kernels' TF32 wmma); then PyTorch SDPA's in
+# bf16 on the bf16 rows' shapes.
 gpt_attention_rows() {
   local impl rc shapes=${ATTENTION_SHAPES:-8,12,1024,64/4,16,2048,64} out=$work/attention-torch.tsv
   for impl in math fused cudnn; do
@@ -173,7 +177,8 @@ gpt_attention_rows() {
   done
   for impl in math fused; do
     bench_rows "$gpt_bench" "attention-$impl-tf32" 60 attention --device cuda --precision tf32 \
-      --attention "$impl" --attention-shape "${shapes%%/*}" --repeats "${SPEED_REPEATS:-20}" --warmup 2
+      --attention "$impl" --attention-shape "${shapes%%/*}/${ATTENTION_WIDE_SHAPE:-8,6,1024,128}" \
+      --repeats "${SPEED_REPEATS:-20}" --warmup 2
   done
   if [[ -z $py ]]; then
     row speed "attention core fwd+bwd (PyTorch SDPA)" skipped "no Python"

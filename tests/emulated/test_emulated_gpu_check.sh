@@ -102,11 +102,12 @@ table=$WORK/check.txt
 set +e
 # The GPT job: one block of width 32 on batches of 8 x 16 tokens, 8 steps;
 # the GPT-2 shape: 2 layers, 2 heads, width 32, T 16, vocab 64, batch 2;
-# the attention rows at (N 1, H 2, T 20, hd 16) and (1, 1, 16, 32).
+# the attention rows at (N 1, H 2, T 20, hd 16) and (1, 1, 16, 32), the
+# tf32 ones also at (1, 1, 16, 128).
 gpt_steps=8
 PATH=$WORK/driver:$PATH DPTRAIN_TORCH_DEVICE=cpu BUNDLE=$tree GTEST_FILTER=$tests STEPS=20 BUDGET_S=900 SPEED_REPEATS=2 \
   SPEED_ROWS=4 ALLREDUCE_MIB=1 GPT_STEPS=$gpt_steps GPT_BATCH=8 GPT2_SHAPE=2,2,32,16,64 GPT2_BATCH=2 PEAK_TFLOPS=1 \
-  ATTENTION_SHAPES=1,2,20,16/1,1,16,32 SANITIZE_FILTER=CudaGemm.Fp32MatchesCpu \
+  ATTENTION_SHAPES=1,2,20,16/1,1,16,32 ATTENTION_WIDE_SHAPE=1,1,16,128 SANITIZE_FILTER=CudaGemm.Fp32MatchesCpu \
   GPT_MODEL="embed:32,pos,res(ln,attn:2:causal),res(ln,dense:64,gelu:tanh,dense:32),ln,dense:256" \
   timeout -k 5 1000 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" --out "$WORK/out" >"$table" 2>"$WORK/check.err"
 rc=$?
@@ -207,10 +208,13 @@ for impl in math fused cudnn; do
       fail "no attention row for $impl at $s"
   done
 done
-# In tf32, math and fused on the first shape alone.
+# In tf32, math and fused on the first shape and at head dim 128, not on
+# the second shape.
 for impl in math fused; do
-  grep -qE "^\| speed \| attention core fwd\+bwd, one causal layer \(N 1, H 2, T 20, hd 16; attention $impl, 1 GPU, tf32\) \(attention-$impl-tf32\) \| $number \| ours $number ms" "$table" ||
-    fail "no tf32 attention row for $impl"
+  for s in "N 1, H 2, T 20, hd 16" "N 1, H 1, T 16, hd 128"; do
+    grep -qE "^\| speed \| attention core fwd\+bwd, one causal layer \($s; attention $impl, 1 GPU, tf32\) \(attention-$impl-tf32\) \| $number \| ours $number ms" "$table" ||
+      fail "no tf32 attention row for $impl at $s"
+  done
   ! grep -qE "hd 32; attention $impl, 1 GPU, tf32" "$table" || fail "a tf32 attention row for $impl on the second shape"
 done
 # PyTorch's: a number, or skipped and why (torch before 2.0 has no SDPA).
@@ -295,7 +299,7 @@ if ((GPUS == 1)); then
   only_table=$WORK/only.txt
   set +e
   PATH=$WORK/driver:$PATH BUNDLE=$tree BUDGET_S=300 SPEED_REPEATS=2 GPT2_SHAPE=2,2,32,16,64 GPT2_BATCH=2 \
-    PEAK_TFLOPS=1 ATTENTION_SHAPES=1,2,20,16 \
+    PEAK_TFLOPS=1 ATTENTION_SHAPES=1,2,20,16 ATTENTION_WIDE_SHAPE=1,1,16,128 \
     timeout -k 5 400 bash "$DPTRAIN_SOURCE_DIR/tools/gpu-check.sh" --only attention >"$only_table" 2>"$WORK/only.err"
   rc=$?
   set -e
