@@ -150,7 +150,7 @@ template <typename E, int HDP, typename Q>
 void forward_as(const Launch& l, const Q* qkv, const HeadShape& s, float scale, bool causal,
                 float* o, float* lse, bf16* o16) {
   using B = Block<ForwardLayout<E, HDP>>;
-  allow_dynamic(fused_forward_kernel<E, HDP, Q>, B::kBytes);
+  allow_dynamic<fused_forward_kernel<E, HDP, Q>, B::kBytes>();
   fused_forward_kernel<E, HDP, Q>
       <<<strips_grid(s, B::W), B::W * kWarpLanes, dynamic_bytes(B::kBytes), l.stream>>>(
           qkv, s, scale, causal, o, lse, o16);

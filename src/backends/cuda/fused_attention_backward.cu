@@ -216,13 +216,13 @@ void backward_as(const Launch& l, const Q* qkv, const float* lse, const D* d_o,
                  const float* rowdot, const HeadShape& s, float scale, bool causal,
                  float* dqkv, bf16* dqkv16) {
   using BK = Block<KeyGradLayout<E, HDP>>;
-  allow_dynamic(fused_key_grad_kernel<E, HDP, Q, D>, BK::kBytes);
+  allow_dynamic<fused_key_grad_kernel<E, HDP, Q, D>, BK::kBytes>();
   fused_key_grad_kernel<E, HDP, Q, D>
       <<<strips_grid(s, BK::W), BK::W * kWarpLanes, dynamic_bytes(BK::kBytes), l.stream>>>(
           qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);
   DPT_CUDA_CHECK(cudaGetLastError());
   using BQ = Block<QueryGradLayout<E, HDP>>;
-  allow_dynamic(fused_query_grad_kernel<E, HDP, Q, D>, BQ::kBytes);
+  allow_dynamic<fused_query_grad_kernel<E, HDP, Q, D>, BQ::kBytes>();
   fused_query_grad_kernel<E, HDP, Q, D>
       <<<strips_grid(s, BQ::W), BQ::W * kWarpLanes, dynamic_bytes(BQ::kBytes), l.stream>>>(
           qkv, d_o, lse, rowdot, s, scale, causal, dqkv, dqkv16);

@@ -144,14 +144,19 @@ constexpr size_t kernels_shared_bytes() {
 constexpr size_t static_bytes(size_t bytes) { return bytes <= kSharedBytes ? bytes : 1; }
 constexpr size_t dynamic_bytes(size_t bytes) { return bytes <= kSharedBytes ? 0 : bytes; }
 
-// Lets kernel's launches take bytes of shared memory: over 48 KiB the
-// kernel must opt in (set before each launch: one call of the driver, for
-// the kernels that need it, fp32's and TF32's at head dim 128).
-template <typename... P>
-void allow_dynamic(void (*kernel)(P...), size_t bytes) {
-  if (bytes <= kSharedBytes) return;
-  DPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
+// Lets Kernel's launches take Bytes of shared memory: over 48 KiB a kernel
+// must opt in, which is done at its first launch, once a process (one
+// device a process; the fp32 and TF32 kernels at head dim 128 need it).
+template <auto Kernel, size_t Bytes>
+void allow_dynamic() {
+  if constexpr (Bytes > kSharedBytes) {
+    static const bool allowed = [] {
+      DPT_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(Bytes)));
+      return true;
+    }();
+    (void)allowed;
+  }
 }
 
 // Hands out consecutive regions of a block's shared memory.
