@@ -85,6 +85,7 @@ po::options_description device_group(Options& o) {
       ("device", po::value(&o.device)->default_value(o.device), "auto (cuda when every rank sees a GPU) | cpu | cuda")
       ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | tf32 | bf16 (tf32: cuda; bf16: cuda, and cpu with bf16 instructions)")
       ("attention", po::value(&o.attention)->default_value(o.attention), "auto (cuda: cudnn under --precision bf16 where the build has cuDNN, else fused; cpu: math) | math (T x T weights materialized: the reference) | fused (tiles with an online softmax, nothing T x T stored; cuda) | cudnn (cuDNN's fused attention, bf16 only; says once and runs fused where cuDNN cannot run a shape or its first run of it disagrees with fused, or under fp32/tf32)")
+      ("cuda-graphs", po::value(&o.cuda_graphs)->default_value(o.cuda_graphs), "off | on: on one GPU (one rank), each training step's forward, loss and backward are recorded as a CUDA graph at their second step and replayed as one launch from then on (per shard buffer and batch size); the same results bit for bit, less host time a step. The forward phase's time then holds the backward's. Says once and runs as usual where the step cannot be recorded, with more ranks, --accumulate or --shard-params; cuda")
       ("threads", po::value(&o.threads)->default_value(o.threads), "CPU compute threads per rank (0: the CPUs this rank may run on, its affinity mask, shared with the ranks of the node bound to the same CPUs)")
       ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout), "seconds a collective or data wait may take before the job aborts (exit 6)")
       ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "gradient all-reduce bucket size in MiB; buckets start while earlier layers still run backward (0: one all-reduce after backward)");
@@ -240,6 +241,10 @@ void check_common(const Options& o) {
     usage_error("--attention " + o.attention + " needs --device cuda; the cpu backend computes "
                 "attention as math");
   parse_attention(o.attention);
+  require_one_of(o.cuda_graphs, "cuda-graphs", {"off", "on"});
+  if (o.device == "cpu" && o.cuda_graphs == "on")
+    usage_error("--cuda-graphs on needs --device cuda; the cpu backend runs each call as it is "
+                "made");
   require_nonnegative(static_cast<double>(o.threads), "threads");
   if (!(o.comm_timeout > 0)) usage_error("--comm-timeout must be > 0");
   require_nonnegative(o.bucket_mb, "bucket-mb");

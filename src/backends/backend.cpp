@@ -86,6 +86,12 @@ void Backend::sum(const float* a, const float* b, float* y, std::size_t n, std::
   if (y16) kernels<ConvertKernels>().to_bf16(y, y16, n);
 }
 
+std::unique_ptr<Backend::RecordedWork> Backend::record(const std::function<void()>& /*work*/,
+                                                      std::string* why) {
+  if (why) *why = "the " + name() + " backend runs each call as it is made";
+  return nullptr;
+}
+
 Backend::GradientCheck Backend::check_gradients(const float* g, std::size_t n, bool norm) {
   return {count_nonfinite(g, n), norm ? kernels<OptimizerKernels>().sum_squares(g, n) : 0.0};
 }

@@ -244,6 +244,12 @@ void Model::round_params() {
   twin_current_ = true;
 }
 
+void Model::stage_step() {
+  require_storage("stage_step");
+  round_params();
+  for (const auto& l : layers_) l->stage_step(be_);
+}
+
 const float* Model::forward(const float* x, int rows, LayerListener* events, Mode mode) {
   require_storage("forward");
   DPT_REQUIRE(rows >= 0 && rows <= max_rows_, ExitCode::kOther,

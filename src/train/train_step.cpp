@@ -7,6 +7,7 @@
 #include "dptrain/telemetry/metrics.hpp"
 #include "parallel/replicated_sync.hpp"
 #include "train/replica_sum.hpp"
+#include "train/step_graphs.hpp"
 
 namespace dptrain {
 namespace {
@@ -52,6 +53,41 @@ void forward_backward(Backend& be, Model& model, LossKind loss, const Shard& sha
   if (reduce) o.sync->finish_backward();
 }
 
+// Forward, loss and backward as a graph (--cuda-graphs; step_graphs.hpp),
+// then the strategy's reduction; false, having done nothing, where the
+// caller runs the pass itself. One rank: the sum over replicas (bn) is the
+// shard's own, so the pass runs without it and without the layer events,
+// which would reduce during backward.
+bool graphed_forward_backward(Backend& be, Communicator& comm, Model& model, LossKind loss,
+                              const Shard& shard, float scale, float* stats,
+                              const StepOptions& o) {
+  if (!o.graphs || !o.graphs->active() || o.micro_batches > 1 || comm.size() != 1 ||
+      shard.rows == 0 || !o.sync->passes_without_events())
+    return false;
+  const StepInfo step = model.step();
+  StepInfo alone = step;
+  alone.replicas = nullptr;
+  model.set_step(alone);
+  model.stage_step();
+  const StepGraphKey key{shard.features, shard.labels, shard.targets, stats, shard.rows, scale};
+  const bool replayed = o.graphs->run(key, [&] {
+    const float* out = model.forward(shard.features, shard.rows);
+    apply_loss(be, loss, out, shard, model.output_shape(), scale, model.output_grad(), stats,
+               model.output_grad_bf16(), model.output_bf16());
+    model.backward(shard.features, model.output_grad(), shard.rows, nullptr,
+                   model.output_grad_bf16());
+  });
+  model.set_step(step);
+  if (!replayed) return false;
+  lap(o, Phase::kForward);
+  o.events->between_layers();  // the input pipeline moves on
+  o.sync->begin_backward(true, nullptr);
+  o.sync->grads_ready(0);
+  lap(o, Phase::kBackward);
+  o.sync->finish_backward();
+  return true;
+}
+
 // --accumulate K: micro-batches 0..K-2 summed into o.accumulated, the last
 // one's gradients reduced with that sum added (by the strategy, as each part
 // of the arena is final, or before its one reduction).
@@ -94,7 +130,7 @@ bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, L
   const float scale = 1.0f / static_cast<float>(global_rows * static_cast<std::uint64_t>(terms));
   if (o.micro_batches > 1)
     accumulate_and_reduce(be, comm, model, loss, shard, global_rows, scale, stats, o);
-  else
+  else if (!graphed_forward_backward(be, comm, model, loss, shard, scale, stats, o))
     forward_backward(be, model, loss, shard, scale, stats, o, true, nullptr);
   lap(o, Phase::kComm);
   return o.sync->update(opt, lr, o.timer);
@@ -103,7 +139,7 @@ bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, L
 bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, LossKind loss,
                 const Shard& shard, std::uint64_t global_rows, float lr, float* stats,
                 PhaseTimer* timer, GradientBuckets* buckets, CommReplicaSum* replicas,
-                LayerListener* also) {
+                LayerListener* also, StepGraphs* graphs) {
   ReplicatedSync sync(be, comm, model, buckets);
   LayerEvents events{&sync, also};
   StepOptions o;
@@ -111,6 +147,7 @@ bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, L
   o.events = &events;
   o.timer = timer;
   o.replicas = replicas;
+  o.graphs = graphs;
   return train_step(be, comm, model, opt, loss, shard, global_rows, lr, stats, o);
 }
 

@@ -19,6 +19,7 @@ namespace dptrain {
 class Optimizer;
 class PhaseTimer;
 class CommReplicaSum;
+class StepGraphs;
 
 // What a step is made of besides the model, its shard and the optimizer.
 struct StepOptions {
@@ -38,6 +39,11 @@ struct StepOptions {
   // ones included, so that bn's collectives match.
   int micro_batches = 1;
   float* accumulated = nullptr;
+  // --cuda-graphs: forward, loss and backward replayed as a graph of
+  // `graphs` where it applies (one rank, one micro-batch, a shard with
+  // rows); the strategy then reduces after the graph, and the forward
+  // phase's time holds the backward's. Null: each call queued as made.
+  StepGraphs* graphs = nullptr;
 };
 
 // One synchronized step on this rank's shard: forward, loss scaled by
@@ -57,6 +63,7 @@ bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, L
 bool train_step(Backend& be, Communicator& comm, Model& model, Optimizer& opt, LossKind loss,
                 const Shard& shard, std::uint64_t global_rows, float lr, float* stats,
                 PhaseTimer* timer, GradientBuckets* buckets = nullptr,
-                CommReplicaSum* replicas = nullptr, LayerListener* also = nullptr);
+                CommReplicaSum* replicas = nullptr, LayerListener* also = nullptr,
+                StepGraphs* graphs = nullptr);
 
 }  // namespace dptrain

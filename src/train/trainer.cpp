@@ -72,6 +72,14 @@ void TrainingRun::train_one(std::uint64_t step) {
                         progress_->stats(), step_options_);
   }
   timer_.end_step();  // the step read its non-finite count back: all done
+  if (graphs_) {
+    const std::string failure = graphs_->take_failure();
+    if (!failure.empty())  // one rank: graphs_ exists only then
+      std::fprintf(stderr,
+                   "dptrain: note: --cuda-graphs on: the step could not be recorded as a graph "
+                   "(%s); each step runs as usual\n",
+                   failure.c_str());
+  }
   if (timeline_.enabled())
     sync_->visit_collectives([&](const char* name, auto started, auto done) {
       timeline_.add(name, timeline_category::kComm, kTimelineCommThread, started, done,
@@ -170,6 +178,11 @@ void TrainingRun::finish(std::uint64_t end_step) {
     if (policy_->final_dir_checkpoint_due(end_step, first_step_)) saver_->to_dir(end_step);
   }
   write_timeline();
+  if (graphs_)  // one rank: graphs_ exists only then
+    std::fprintf(stderr, "dptrain: --cuda-graphs on: %zu graphs recorded, %llu of %llu steps "
+                 "replayed\n", graphs_->graphs(),
+                 static_cast<unsigned long long>(graphs_->replays()),
+                 static_cast<unsigned long long>(end_step - first_step_));
   progress_->summary(end_step - first_step_, rt_.backend->name(), memory_figures());
 }
 

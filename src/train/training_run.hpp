@@ -32,6 +32,7 @@
 #include "train/loop_policy.hpp"
 #include "train/progress.hpp"
 #include "train/replica_sum.hpp"
+#include "train/step_graphs.hpp"
 #include "train/train_step.hpp"
 
 namespace dptrain {
@@ -62,6 +63,10 @@ class TrainingRun {
   // dense peak is known (--peak-tflops, or its GPU's name); rank 0 says
   // which peak, or why there is none.
   void count_model_flops();
+  // --cuda-graphs on: the step's graphs where they apply (one rank, one
+  // micro-batch, a strategy whose passes run without their events); rank 0
+  // says once where they do not.
+  void make_step_graphs();
 
   // One step: the shard, the step itself, the bookkeeping of skipped steps.
   void train_one(std::uint64_t step);
@@ -108,6 +113,7 @@ class TrainingRun {
   DeviceBuffer<float> accumulated_;     // --accumulate K > 1: the earlier micro-batches' sum
   StepOptions step_options_;
   std::unique_ptr<CommReplicaSum> replica_sum_;  // bn's global statistics
+  std::unique_ptr<StepGraphs> graphs_;           // --cuda-graphs on, where they apply
   std::unique_ptr<Augmenter> augmenter_;         // --augment, when given
   std::unique_ptr<StateSaver> saver_;
   std::unique_ptr<Progress> progress_;

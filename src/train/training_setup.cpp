@@ -158,6 +158,7 @@ TrainingRun::TrainingRun(const Options& opts, MpiSession& mpi)
   step_options_.replicas = replica_sum_.get();
   step_options_.micro_batches = static_cast<int>(opts_.accumulate);
   step_options_.accumulated = accumulated_.get();
+  make_step_graphs();
   const AugmentSpec augment = parse_augment(opts_.augment);
   agree(mpi_.world(), [&] {
     DPT_REQUIRE(mpi_.rank() != 0 || !augment.any() || !train_.info.tokens(), ExitCode::kUsage,
@@ -313,6 +314,25 @@ void TrainingRun::print_summary() const {
     std::printf("dptrain: %s\n", impl.c_str());
   if (!binding.empty()) std::printf("dptrain: WARNING: %s\n", binding.c_str());
   std::fflush(stdout);
+}
+
+void TrainingRun::make_step_graphs() {
+  if (opts_.cuda_graphs != "on") return;
+  std::string why;
+  if (mpi_.size() > 1)
+    why = "a graph holds one rank's step, and this job has " + std::to_string(mpi_.size()) +
+          " ranks";
+  else if (opts_.accumulate > 1)
+    why = "--accumulate runs a step as micro-batches";
+  else if (!sync_->passes_without_events())
+    why = "the " + sync_->name() + " strategy works between the layers of a pass";
+  if (why.empty()) {
+    graphs_ = std::make_unique<StepGraphs>(*rt_.backend);
+    step_options_.graphs = graphs_.get();
+  } else if (mpi_.rank() == 0) {
+    std::fprintf(stderr, "dptrain: note: --cuda-graphs on: %s; each step runs as usual\n",
+                 why.c_str());
+  }
 }
 
 void TrainingRun::count_model_flops() {

@@ -83,6 +83,8 @@ typedef enum {
   cudaErrorNotReady = 600,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
 } cudaError_t;
 typedef enum {
   cudaMemcpyHostToHost = 0,
@@ -137,9 +139,13 @@ void device_free(void* p);
 // Kernel launches that ran since the start (tests of the emulator itself),
 // and by kernel: the name as launched, up to its template arguments
 // ("fused_forward_kernel"); a test takes the difference over the work it
-// checks (tests/gpu/test_step_kernels.cpp: the kernels of a GPT step).
+// checks (tests/gpu/test_step_kernels.cpp: the kernels of a GPT step). A
+// launch recorded in a stream capture (graphs.hpp) counts each time a graph
+// launch of it runs, not when it is recorded.
 std::size_t launches();
 std::map<std::string, std::size_t> launches_by_kernel();
+// cudaGraphLaunch calls since the start (graphs.hpp), counted when called.
+std::size_t graph_launches();
 
 // Calls of the emulated runtime (include/cuda_runtime.h) that allocate, or
 // that make the host wait for the device, counted on every thread since the

@@ -4,10 +4,12 @@
 // needs it (the lazy schedule), or at once unless work queued before it is
 // still waiting (the eager one). One recursive lock covers all of it: the
 // host may queue from any thread, and running work may queue or run other
-// streams' work.
+// streams' work. A capturing stream's work is recorded in graphs.cpp's
+// capture instead, under the same lock.
 #include "streams.hpp"
 
 #include "address_ranges.hpp"
+#include "graphs.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -33,6 +35,7 @@ struct EventState {
   std::uint64_t completed = 0;  // records run
   cudaStream_t stream = nullptr;  // of the last record
   Clock::time_point at;           // when the last record ran
+  std::uint64_t capture = 0;      // the capture the last record went to (graphs.hpp), or 0
 };
 
 struct Operation {
@@ -57,7 +60,7 @@ namespace dptrain_emu {
 namespace {
 
 std::recursive_mutex g_lock;
-std::set<cudaStream_t> g_streams;
+std::set<cudaStream_t> g_streams;  // the streams made, not the legacy one
 AddressRanges g_pinned;  // zero-byte blocks hold one byte
 
 [[noreturn]] void fatal(const char* what) {
@@ -118,6 +121,8 @@ void push(cudaStream_t s, Operation op, bool late = false) {
 
 }  // namespace
 
+std::recursive_mutex& streams_lock() { return g_lock; }
+
 bool eager_schedule() {
   static const bool eager = [] {
     const char* v = std::getenv("DPTRAIN_EMULATED_STREAMS");
@@ -136,6 +141,7 @@ cudaStream_t create_stream() {
 void destroy_stream(cudaStream_t s) {
   if (!s) return;
   const std::lock_guard lock(g_lock);
+  forget_capture(s);
   run_stream(s);
   g_streams.erase(s);
   delete s;
@@ -143,16 +149,19 @@ void destroy_stream(cudaStream_t s) {
 
 void enqueue(cudaStream_t s, StreamWork work) {
   const std::lock_guard lock(g_lock);
+  if (recorded_in_capture(s, work)) return;
   push(s, Operation{Operation::kWork, std::move(work), nullptr, 0, nullptr});
 }
 
 void enqueue_late(cudaStream_t s, StreamWork work) {
   const std::lock_guard lock(g_lock);
+  if (invalidate_capture_of(s, "work queued late (a collective's result)")) return;
   push(s, Operation{Operation::kWork, std::move(work), nullptr, 0, nullptr}, true);
 }
 
 void enqueue_and_run(cudaStream_t s, StreamWork work) {
   const std::lock_guard lock(g_lock);
+  if (invalidate_capture_of(s, "work the host waits for (a collective, a blocking copy)")) return;
   bool ran = false;
   enqueue(s, [&ran, w = std::move(work)] {
     w();
@@ -184,25 +193,40 @@ cudaEvent_t create_event(bool timed) {
 
 void destroy_event(cudaEvent_t e) { delete e; }  // queued records keep its state
 
-void record_event(cudaEvent_t e, cudaStream_t s) {
+bool record_event(cudaEvent_t e, cudaStream_t s) {
   const std::lock_guard lock(g_lock);
   EventState& st = *e->state;
+  if (const std::uint64_t capture = capture_of(s)) {
+    invalidate_capture(capture, "cudaEventRecord on a capturing stream");
+    st.capture = capture;
+    return false;
+  }
+  st.capture = 0;
   st.stream = s;
   push(s, Operation{Operation::kRecord, {}, e->state, ++st.recorded, nullptr});
+  return true;
 }
 
-void wait_event(cudaStream_t s, cudaEvent_t e) {
+bool wait_event(cudaStream_t s, cudaEvent_t e) {
   const std::lock_guard lock(g_lock);
   const EventState& st = *e->state;
-  if (st.recorded == 0) return;  // CUDA: a never-recorded event is complete
+  const bool by_capturing = invalidate_capture_of(s, "cudaStreamWaitEvent by a capturing stream");
+  if (invalidate_capture(st.capture, "cudaStreamWaitEvent for an event recorded in a capture") ||
+      by_capturing)
+    return false;
+  if (st.recorded == 0) return true;  // CUDA: a never-recorded event is complete
   push(s, Operation{Operation::kWait, {}, e->state, st.recorded, st.stream});
+  return true;
 }
 
-void run_to_event(cudaEvent_t e) {
+bool run_to_event(cudaEvent_t e) {
   const std::lock_guard lock(g_lock);
   EventState& st = *e->state;
+  if (invalidate_capture(st.capture, "cudaEventSynchronize of an event recorded in a capture"))
+    return false;
   const std::uint64_t want = st.recorded;
   run_until(st.stream, [&st, want] { return st.completed >= want; });
+  return true;
 }
 
 bool elapsed_ms(cudaEvent_t from, cudaEvent_t to, float* ms) {

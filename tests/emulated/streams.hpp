@@ -23,6 +23,11 @@
 // queued, without waiting for other streams: src/backends/cuda/ makes only
 // non-blocking streams, which never synchronize with it. The emulator's own
 // tests launch there.
+//
+// A stream that captures (graphs.hpp) records the work given to it instead
+// of queueing it, and a call CUDA forbids during a capture invalidates it:
+// enqueue_late and enqueue_and_run on the capturing stream, an event's
+// record on it or its wait for an event, a run to an event recorded in it.
 #pragma once
 
 #include <cstddef>
@@ -41,7 +46,8 @@ bool eager_schedule();
 cudaStream_t create_stream();
 // Runs what is left on s, then frees it (CUDA lets queued work finish).
 void destroy_stream(cudaStream_t s);
-// Queues work on s (on the legacy stream: runs it now).
+// Queues work on s (on the legacy stream: runs it now; on a capturing
+// stream: records it).
 void enqueue(cudaStream_t s, StreamWork work);
 // Queues work on s that runs only when s is run, under either schedule.
 void enqueue_late(cudaStream_t s, StreamWork work);
@@ -56,11 +62,16 @@ void run_device();
 
 cudaEvent_t create_event(bool timed);
 void destroy_event(cudaEvent_t e);
-void record_event(cudaEvent_t e, cudaStream_t s);
-// Later work on s waits for e's last record (nothing if it was never recorded).
-void wait_event(cudaStream_t s, cudaEvent_t e);
-// Runs e's stream up to e's last record.
-void run_to_event(cudaEvent_t e);
+// Each false, having done nothing, where it invalidated a capture (graphs.hpp):
+// a record on a capturing stream (it marks e as recorded in that capture);
+bool record_event(cudaEvent_t e, cudaStream_t s);
+// a wait by a capturing stream, or for an event recorded in a capture;
+// otherwise later work on s waits for e's last record (nothing if it was
+// never recorded).
+bool wait_event(cudaStream_t s, cudaEvent_t e);
+// a run to an event recorded in a capture still open; otherwise runs e's
+// stream up to e's last record.
+bool run_to_event(cudaEvent_t e);
 // Milliseconds of host time between the runs of the two records; false when
 // either is untimed or has not run.
 bool elapsed_ms(cudaEvent_t from, cudaEvent_t to, float* ms);

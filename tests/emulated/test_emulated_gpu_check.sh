@@ -176,6 +176,11 @@ for p in fp32 tf32 bf16; do
     fail "no CNN row for $p"
   grep -qE "^\| speed \| CNN forward\+backward: host queue time vs device time \(1 GPU, $p\) \(cnn-$p\) \| $number \|" \
     "$table" || fail "no CNN queue row for $p"
+  # --cuda-graphs on: the same steps, replayed (a recording that failed says NOT recorded).
+  grep -qE "^\| speed \| step vs bare GEMMs, --cuda-graphs on \(1 GPU, $p\) \(gemm-$p\) \| $number \|.*replayed as a CUDA graph" \
+    "$table" || fail "no replayed gemm row for $p"
+  grep -qE "^\| speed \| CNN step vs its library passes, --cuda-graphs on \(1 GPU, $p\) \(cnn-$p\) \| $number \|.*replayed as a CUDA graph" \
+    "$table" || fail "no replayed CNN row for $p"
 done
 for p in fp32 tf32 bf16; do
   grep -qE "^\| speed \| $p data wait share of the step \| $number \|" "$table" || fail "no $p data wait row"

@@ -44,8 +44,10 @@ DropoutRun run(Backend& be, const std::vector<float>& x, const std::vector<float
   auto dx_in = upload(be, x), ddy = upload(be, dy);
   DeviceBuffer<float> y(be, n), dx(be, n);
   DeviceBuffer<std::uint8_t> keep(be, n);
-  be.kernels<DropoutKernels>().forward(dx_in.get(), y.get(), keep.get(), s.rows, s.width, key,
-                                       first_row, dropout_draw::threshold(p), scale);
+  DeviceBuffer<std::uint64_t> draw(be, 2);
+  be.kernels<DropoutKernels>().set_draw(draw.get(), key, first_row);
+  be.kernels<DropoutKernels>().forward(dx_in.get(), y.get(), keep.get(), s.rows, s.width,
+                                       draw.get(), dropout_draw::threshold(p), scale);
   be.kernels<DropoutKernels>().backward(ddy.get(), keep.get(), dx.get(), n, scale);
   return {download(be, y), download(be, dx), download(be, keep)};
 }

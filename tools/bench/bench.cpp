@@ -35,6 +35,7 @@
 #include "dptrain/run/options.hpp"
 #include "input_epoch_row.hpp"
 #include "parallel/gradient_buckets.hpp"
+#include "train/step_graphs.hpp"
 #include "train/train_step.hpp"
 
 namespace dptrain::bench {
@@ -161,12 +162,12 @@ struct MlpGemms {
   std::vector<DeviceBuffer<float>> buffers;
 };
 
-Row bench_gemm(const MpiSession& mpi, const Args& args) {
+std::vector<Row> bench_gemm(const MpiSession& mpi, const Args& args) {
   const bool cuda = args.device == "cuda";
   const std::string name = "step vs bare GEMMs (" + placement(args) + ")";
   if (mpi.rank() != 0) {
     idle_barrier(mpi.world());
-    return {};
+    return {Row{}};
   }
   constexpr int kInput = 784;
   const int kBatch = args.run.rows;
@@ -213,15 +214,36 @@ Row bench_gemm(const MpiSession& mpi, const Args& args) {
                   }};
   const Samples s = alternate(MPI_COMM_SELF, args.run.repeats,
                               with_warmup({20, 3.0, 20, 5000}, args.run.warmup), ours, base);
+  std::vector<Row> rows;
+  if (cuda) {  // the same step with --cuda-graphs: forward, loss and backward one launch
+    StepGraphs graphs(*be);
+    const Side graphed{nullptr, [&] {
+                         const auto t0 = Clock::now();
+                         train_step(*be, *comm, model, opt, LossKind::kXent, dev, kBatch, 1e-3f,
+                                    stats.get(), nullptr, nullptr, nullptr, nullptr, &graphs);
+                         be->synchronize();
+                         return ms_since(t0);
+                       }};
+    const Samples g = alternate(MPI_COMM_SELF, args.run.repeats,
+                                with_warmup({20, 3.0, 20, 5000}, args.run.warmup), graphed, base);
+    rows.push_back(make_row(
+        "step vs bare GEMMs, --cuda-graphs on (" + placement(args) + ")", g, ours_over_base,
+        "<= 1.2",
+        "ours = the train_step of the row above with its forward, xent and backward " +
+            (graphs.replays() ? std::string("replayed as a CUDA graph")
+                              : "NOT recorded (" + graphs.take_failure() + "): as usual") +
+            "; baseline and ratio as there"));
+  }
   idle_barrier(mpi.world());
-  return make_row(name, s, ours_over_base, "<= 1.2",
+  rows.insert(rows.begin(), make_row(name, s, ours_over_base, "<= 1.2",
                   "ours = train_step (forward, xent, backward, Adam over " +
                       std::to_string(model.num_params()) + " params) of MLP 784-256-256-10 on " +
                       std::to_string(kBatch) + " rows; baseline = its " +
                       plural(static_cast<long>(gemms.size()), "GEMM") +
                       (cuda ? " (cublasGemmEx through the backend, same shapes and precision)"
                             : " (" + cpu_gemm::describe() + ", same shapes)") +
-                      " back to back; ratio = ours / baseline");
+                      " back to back; ratio = ours / baseline"));
+  return rows;
 }
 
 // --- cnn: the demo CNN's step against its library passes (cnn_step_row.cpp) ---
@@ -297,7 +319,8 @@ int run(const MpiSession& mpi, const Args& args) {
   auto emit = [&](const Row& r) {
     if (mpi.rank() == 0) print_row(r);
   };
-  if (args.what == "gemm" || args.what == "all") emit(bench_gemm(mpi, args));
+  if (args.what == "gemm" || args.what == "all")
+    for (const Row& r : bench_gemm(mpi, args)) emit(r);
   if (args.what == "cnn")  // not in all: the GPU check runs it
     for (const Row& r : bench_cnn(mpi, args)) emit(r);
   if (args.what == "exchange" || args.what == "all")

@@ -25,6 +25,7 @@
 #include "dptrain/model/model.hpp"
 #include "dptrain/model/optimizer.hpp"
 #include "dptrain/telemetry/metrics.hpp"
+#include "train/step_graphs.hpp"
 #include "train/train_step.hpp"
 
 namespace dptrain::bench {
@@ -247,7 +248,26 @@ std::vector<Row> cnn_step_rows(Backend& be, const RowRun& run, const std::string
   const auto step = [&](PhaseTimer* timer) {
     train_step(be, *comm, model, opt, LossKind::kXent, dev, rows, 1e-3f, stats.get(), timer);
   };
-  if (gpu) out.push_back(queue_row(be, step, s.repeats, where));
+  if (!gpu) return out;
+  out.push_back(queue_row(be, step, s.repeats, where));
+  // The same step with --cuda-graphs: forward, loss and backward one launch.
+  StepGraphs graphs(be);
+  const Side graphed{nullptr, [&] {
+                       const auto t0 = Clock::now();
+                       train_step(be, *comm, model, opt, LossKind::kXent, dev, rows, 1e-3f,
+                                  stats.get(), nullptr, nullptr, nullptr, nullptr, &graphs);
+                       be.synchronize();
+                       return ms_since(t0);
+                     }};
+  const Samples g = alternate(MPI_COMM_SELF, run.repeats,
+                              with_warmup({10, 3.0, 10, 2000}, run.warmup), graphed, base);
+  std::string how = graphs.replays() ? "replayed as a CUDA graph"
+                                     : "NOT recorded (" + graphs.take_failure() + "): as usual";
+  out.push_back(make_row(
+      "CNN step vs its library passes, --cuda-graphs on (" + where + ")", g, base_over_ours,
+      ">= 0.85",
+      "ours = the train_step above with its forward, xent and backward " + how +
+          "; baseline and ratio as above"));
   return out;
 }
 

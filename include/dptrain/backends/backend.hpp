@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
@@ -130,6 +131,23 @@ class Backend {
   static constexpr int kMarkers = 8;
   virtual void mark(int /*i*/) {}
   virtual double marker_ms(int /*from*/, int /*to*/) { return -1.0; }
+
+  // --- recorded work (CUDA graphs; --cuda-graphs) ---
+  // Work recorded once and replayed as one launch: every kernel and library
+  // call it queued, with the pointers and values it was queued with. What
+  // a call reads from device memory it reads at replay.
+  class RecordedWork {
+   public:
+    virtual ~RecordedWork() = default;
+    // Queues all of it again, after the work queued so far.
+    virtual void replay() = 0;
+  };
+  // Records what `work` queues, running none of it. Null where the backend
+  // cannot record (the CPU runs each call as it is made) or the recording
+  // failed (inside `work`, a call that waits for the device, allocates or
+  // throws): `why` then says why, and nothing of `work` ran or stays queued.
+  virtual std::unique_ptr<RecordedWork> record(const std::function<void()>& work,
+                                               std::string* why);
 
   // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, row-major, with
   // op(X) = X or X^T; lda/ldb/ldc are row strides of the stored matrices.

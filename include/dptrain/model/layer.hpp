@@ -294,6 +294,13 @@ class Layer {
   // entry a layer. A block adds its parts'.
   virtual void implementations(std::vector<std::string>& /*out*/) const {}
 
+  // Queues, after the work queued so far, what the next training forward
+  // reads of step() from device memory (dropout's draw), where that
+  // changed. Called before a pass is recorded or replayed (Model::
+  // stage_step), so that the recorded pass reads each step's values; a
+  // layer's forward stages itself too. A layer holding others stages them.
+  virtual void stage_step(Backend& /*be*/) {}
+
   // Points this layer at the model's arenas and step information (once,
   // after they exist). A layer holding others (res) binds them too.
   // step == nullptr: a shard that is the whole batch, seed and epoch 0.

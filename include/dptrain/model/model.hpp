@@ -157,6 +157,11 @@ class Model {
   // Rounds the parameters into the twin where it is out of date, as
   // forward does first (for a caller that runs the layers itself).
   void round_params();
+  // Before a pass that is recorded or replayed (Backend::record): queues
+  // what its forward would queue first on the host's say, the rounding
+  // above and each layer's step values in device memory (Layer::
+  // stage_step), so that the recorded pass holds none of it.
+  void stage_step();
   // Its device bytes (0 where the model keeps none).
   std::size_t params_bf16_bytes() const { return twin_ ? num_params() * sizeof(std::uint16_t) : 0; }
   float* grads() { return grads_.get(); }

@@ -54,6 +54,12 @@ class SyncStrategy : public LayerListener {
   // After the reducing backward: completes every reduction it started
   // (only the part its overlap with backward did not hide).
   virtual void finish_backward() = 0;
+  // Whether forward and backward may run without this strategy hearing
+  // their layer events, its reduction then started after backward (begin_
+  // backward, grads_ready(0), finish_backward): a step recorded as a graph
+  // (--cuda-graphs). Not where the passes need the events (parameters
+  // gathered before each layer).
+  virtual bool passes_without_events() const { return false; }
   // After finish_backward: checks the reduced gradients for NaN/Inf and,
   // unless there are any, updates the parameters with `opt` at lr, so that
   // every rank holds the same parameters afterwards. Returns false (and

@@ -46,6 +46,7 @@ struct Options {
   std::uint64_t seed = 0;
   // device
   std::string device = "auto", precision = "fp32", attention = "auto";
+  std::string cuda_graphs = "off";  // off | on: train steps replayed as CUDA graphs (one rank)
   std::int64_t threads = 0;  // 0: this rank's CPUs, shared with ranks bound to the same ones
   // checkpoints
   std::string init_from, checkpoint_dir, resume = "auto", save;

@@ -23,9 +23,14 @@ void masked_scale(const float* __restrict dy, const std::uint8_t* __restrict kee
 
 class CpuDropoutKernels final : public DropoutKernels {
  public:
+  void set_draw(std::uint64_t* draw, std::uint64_t step_key, std::uint64_t first_row) override {
+    draw[0] = step_key;
+    draw[1] = first_row;
+  }
+
   void forward(const float* x, float* y, std::uint8_t* keep, int rows, int width,
-               std::uint64_t step_key, std::uint64_t first_row, std::uint64_t threshold,
-               float scale) override {
+               const std::uint64_t* draw, std::uint64_t threshold, float scale) override {
+    const std::uint64_t step_key = draw[0], first_row = draw[1];
     const std::size_t w = static_cast<std::size_t>(width);
 #pragma omp parallel for schedule(static) if (static_cast<std::size_t>(rows) * w > kParallelValues)
     for (int r = 0; r < rows; ++r) {

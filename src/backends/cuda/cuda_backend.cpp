@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_gemm.hpp"
+#include "backends/cuda/cuda_graph.hpp"
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/error_cuda.hpp"
 #include "backends/cuda/kernel_factory.hpp"
@@ -252,6 +253,11 @@ class CudaBackend final : public Backend {
   void fill(float* x, float value, std::size_t n) override { cuda::fill(launch_, x, value, n); }
 
   void synchronize() override { DPT_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+
+  std::unique_ptr<RecordedWork> record(const std::function<void()>& work,
+                                       std::string* why) override {
+    return cuda::record_graph(stream_.get(), work, why);
+  }
 
   // The GEMMs are cuda_gemm.cpp's; the epilogues fall back to the
   // Backend's defaults (a GEMM and the kernels) where cuBLASLt has no

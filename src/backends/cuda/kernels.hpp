@@ -108,9 +108,10 @@ void norm_input_grad(const Launch& l, const float* x, const float* dy, const Nor
                      const float* sums, double count, float* dx);
 
 // --- dropout.cu --- the draw of dropout_kernels.hpp, element by element.
+void dropout_set_draw(const Launch& l, std::uint64_t* draw, std::uint64_t step_key,
+                      std::uint64_t first_row);
 void dropout_forward(const Launch& l, const float* x, float* y, std::uint8_t* keep, int rows,
-                     int width, std::uint64_t step_key, std::uint64_t first_row,
-                     std::uint64_t threshold, float scale);
+                     int width, const std::uint64_t* draw, std::uint64_t threshold, float scale);
 void dropout_backward(const Launch& l, const float* dy, const std::uint8_t* keep, float* dx,
                       std::size_t n, float scale);
 

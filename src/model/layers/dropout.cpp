@@ -4,7 +4,9 @@
 // based draw of kernels/dropout_kernels.hpp, a function of (seed, epoch,
 // global row, element) and of this layer's index among the dropout layers,
 // so P ranks draw what one rank draws. It is kept from forward (one byte a
-// value, allocated once for max_rows) for backward.
+// value, allocated once for max_rows) for backward. The key and first row
+// reach the kernel through device memory (stage_step), so a recorded step
+// (--cuda-graphs) draws a new mask at each replay.
 #include <charconv>
 #include <cmath>
 #include <system_error>
@@ -51,6 +53,19 @@ class Dropout final : public Layer {
     kernels_ = &be.kernels<DropoutKernels>();  // a backend without these kernels says so here, at
                                                // build time
     keep_ = reserve<std::uint8_t>(be, max_rows, input_shape().size(), Lifetime::kSaved);
+    draw_ = DeviceBuffer<std::uint64_t>(be, 2);
+    staged_ = false;
+  }
+
+  // The step's draw into device memory, where it changed since the last.
+  void stage_step(Backend& /*be*/) override {
+    const std::uint64_t key = dropout_draw::step_key(step().seed, index_, step().epoch);
+    const std::uint64_t first_row = step().first_row;
+    if (staged_ && key == staged_key_ && first_row == staged_row_) return;
+    kernels_->set_draw(draw_.get(), key, first_row);
+    staged_ = true;
+    staged_key_ = key;
+    staged_row_ = first_row;
   }
 
   void forward(Backend& be, ConstTensorView x, TensorView y, Mode mode) override {
@@ -58,9 +73,9 @@ class Dropout final : public Layer {
       be.copy_device(y.data, x.data, x.count() * sizeof(float));
       return;
     }
-    const std::uint64_t key = dropout_draw::step_key(step().seed, index_, step().epoch);
-    kernels_->forward(x.data, y.data, keep_.get(), x.rows, x.row_width(), key, step().first_row,
-                      threshold_, scale_);
+    stage_step(be);
+    kernels_->forward(x.data, y.data, keep_.get(), x.rows, x.row_width(), draw_.get(), threshold_,
+                      scale_);
   }
 
   void backward_input(Backend&, ConstTensorView, ConstTensorView, ConstTensorView dy,
@@ -75,6 +90,11 @@ class Dropout final : public Layer {
   float scale_;
   DropoutKernels* kernels_ = nullptr;
   ArenaBuffer<std::uint8_t> keep_;  // [max_rows, sample]: the last training forward's mask
+  // {step_key, first_row} of the forward (DropoutKernels::set_draw), as
+  // last staged, and whether anything was.
+  DeviceBuffer<std::uint64_t> draw_;
+  bool staged_ = false;
+  std::uint64_t staged_key_ = 0, staged_row_ = 0;
 };
 
 LayerSpec parse_dropout(const std::string& token) {

@@ -68,6 +68,11 @@ class Residual final : public Layer {
       for (const auto& p : *parts) p->implementations(out);
   }
 
+  void stage_step(Backend& be) override {
+    for (auto* parts : {&body_, &shortcut_})
+      for (const auto& p : *parts) p->stage_step(be);
+  }
+
   void bind(const ArenaPointers& arenas, const StepInfo* step = nullptr) override {
     Layer::bind(arenas, step);
     for (auto* parts : {&body_, &shortcut_})

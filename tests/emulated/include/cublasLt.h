@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "cublas_v2.h"
 #include "cuda_bf16.h"
@@ -316,14 +317,15 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
   if (d_bf16 && *static_cast<const float*>(beta) != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;
   const bool tb = d->transb == CUBLAS_OP_T;
   // A bf16 D: the product in fp32 into a buffer of its own (ld m), stored
-  // rounded after the epilogue.
+  // rounded after the epilogue; each run makes its own (a graph replays the
+  // work, graphs.hpp).
   auto* d16 = d_bf16 ? static_cast<__nv_bfloat16*>(D) : nullptr;
-  float* wide = d_bf16 ? new float[std::size_t(m) * std::size_t(n)] : static_cast<float*>(D);
-  const dptrain_emu::GemmOperands g{d->transa == CUBLAS_OP_T, tb, d->compute == CUBLAS_COMPUTE_32F_FAST_TF32,
-                                    m, n, k, static_cast<int>(a->ld), static_cast<int>(b->ld),
-                                    d_bf16 ? m : static_cast<int>(dl->ld), A, B, a->type, b->type,
-                                    *static_cast<const float*>(alpha),
-                                    *static_cast<const float*>(beta), wide};
+  float* wide = d_bf16 ? nullptr : static_cast<float*>(D);
+  const dptrain_emu::GemmOperands operands{
+      d->transa == CUBLAS_OP_T, tb, d->compute == CUBLAS_COMPUTE_32F_FAST_TF32,
+      m, n, k, static_cast<int>(a->ld), static_cast<int>(b->ld),
+      d_bf16 ? m : static_cast<int>(dl->ld), A, B, a->type, b->type,
+      *static_cast<const float*>(alpha), *static_cast<const float*>(beta), wide};
   const std::uint32_t epilogue = d->epilogue;
   void* vector_any = d->bias;
   float* vector = static_cast<float*>(d->bias);
@@ -332,8 +334,11 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
   ++dptrain_emu::lt_calls();
   ++dptrain_emu::lt_epilogue_calls(epilogue);
   const float* c_in = c_apart ? static_cast<const float*>(C) : nullptr;
-  dptrain_emu::enqueue(stream, [g, epilogue, vector, vector_any, aux_any, aux_ld, tb, d16, d_ld,
-                                c_in] {
+  dptrain_emu::enqueue(stream, [operands, epilogue, vector, vector_any, aux_any, aux_ld, tb, d16,
+                                d_ld, c_in] {
+    dptrain_emu::GemmOperands g = operands;
+    std::vector<float> wide_d(d16 ? std::size_t(g.m) * std::size_t(g.n) : 0);
+    if (d16) g.C = wide_d.data();
     for (int j = 0; c_in && j < g.n; ++j)  // D's layout, D's leading dimension
       for (int i = 0; i < g.m; ++i)
         g.C[std::size_t(i) + std::size_t(j) * g.ldc] =
@@ -371,7 +376,6 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
           if (epilogue == CUBLASLT_EPILOGUE_BIAS) v += __bfloat162float(bias16[i]);
           d16[std::size_t(i) + std::size_t(j) * d_ld] = __float2bfloat16_rn(v);
         }
-      delete[] g.C;
       return;
     }
     if (epilogue == CUBLASLT_EPILOGUE_BIAS)

@@ -58,11 +58,15 @@ class DropoutKernels : public KernelFamily {
  public:
   static constexpr const char* kName = "dropout";
 
-  // Row r of the shard is global row first_row + r. keep = the draw above;
-  // y = keep ? x · scale : 0.
+  // Stores the draw of the forwards queued after it, {step_key, first_row},
+  // at `draw` (two words of device memory), in stream order. A forward
+  // reads them when it runs, not when it is queued, so that a recorded
+  // forward (Backend::record) draws the mask of the step set last.
+  virtual void set_draw(std::uint64_t* draw, std::uint64_t step_key, std::uint64_t first_row) = 0;
+  // Row r of the shard is global row first_row + r (draw[1]), of the
+  // forward whose key is draw[0]. keep = the draw above; y = keep ? x · scale : 0.
   virtual void forward(const float* x, float* y, std::uint8_t* keep, int rows, int width,
-                       std::uint64_t step_key, std::uint64_t first_row,
-                       std::uint64_t threshold, float scale) = 0;
+                       const std::uint64_t* draw, std::uint64_t threshold, float scale) = 0;
   // dx = keep ? dy · scale : 0, over n elements.
   virtual void backward(const float* dy, const std::uint8_t* keep, float* dx, std::size_t n,
                         float scale) = 0;
