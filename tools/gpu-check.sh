@@ -279,8 +279,11 @@ bench_rows() {  # bench_rows PROGRAM NAME LIMIT ARGS...: a bench tool's JSON row
   if ((rc != 0)); then row speed "${prog##*/} $*" "$(outcome "$rc")" "$(tail -1 "$work/$name.txt")"; return; fi
   grep '^{"row"' "$work/$name.txt" | while read -r line; do
     target=$(sed -n 's/.*"target":"\([^"]*\)".*/\1/p' <<<"$line")
+    # A --cuda-graphs row whose step could not be recorded says so here.
+    unrecorded=
+    grep -q "NOT recorded" <<<"$line" && unrecorded=", NOT recorded as a graph (logs/$name.txt says why)"
     row speed "$(sed -n 's/.*"row":"\([^"]*\)".*/\1/p' <<<"$line") ($name)" "$(field ratio <<<"$line")" \
-      "ours $(field ours <<<"$line") ms, baseline $(field baseline <<<"$line") ms${target:+, target $target}"
+      "ours $(field ours <<<"$line") ms, baseline $(field baseline <<<"$line") ms${target:+, target $target}$unrecorded"
   done
 }
 speed_section() {

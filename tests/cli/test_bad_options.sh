@@ -29,6 +29,9 @@ check 2 "--eval-batches must be >= 0" train --data "$WORK/d.h5" --eval-batches -
 check 2 "--attention 'flash'" train --data "$WORK/d.h5" --attention flash
 # The fused attentions run on CUDA only; asked for on the CPU: exit 2.
 check 2 "--attention fused needs --device cuda" train --data "$WORK/d.h5" --device cpu --attention fused
+# CUDA graphs: on or off, and on only where the device records (cuda).
+check 2 "--cuda-graphs 'maybe' is not one of: off, on" train --data "$WORK/d.h5" --cuda-graphs maybe
+check 2 "--cuda-graphs on needs --device cuda" train --data "$WORK/d.h5" --device cpu --cuda-graphs on
 check 2 "bucket-mb" train --data "$WORK/d.h5" --bucket-mb 1e30
 printf 'data = %s\nbogus-key = 3\n' "$WORK/d.h5" >"$WORK/bad.ini"
 check 2 "bogus-key" train --config "$WORK/bad.ini"

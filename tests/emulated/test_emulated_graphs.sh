@@ -5,10 +5,10 @@
 # without graphs ends, and say how many steps were replayed (each shape
 # and shard buffer recorded at its second step). Where graphs do not apply
 # (2 ranks, --accumulate 2) a note says so once and the run is bitwise the
-# run without the option; on the CPU the option is a usage error.
+# run without the option. (On the CPU the option is a usage error:
+# tests/cli/test_bad_options.sh.)
 source "$DPTRAIN_SOURCE_DIR/tests/cli/lib.sh"
 : "${EMULATED_DPTRAIN:?run through ctest}"
-CPU_DPTRAIN=$DPTRAIN
 
 # 384 rows in batches of 40: 9 of 40 and one of 24 an epoch.
 synthetic "$WORK/d.h5" --n 384 --val-n 64 --shape 8,8 --classes 4 --dtype uint8 --seed 3
@@ -57,10 +57,3 @@ grep -q "note: --cuda-graphs on: --accumulate runs a step as micro-batches" "$ER
   fail "--accumulate 2: no note"
 echo "ok: 2 ranks and --accumulate 2: said once, runs as usual"
 
-DPTRAIN=$CPU_DPTRAIN
-run 1 60 "${mlp[@]}" --steps 2 --device cpu --cuda-graphs on
-expect_rc 2 "--cuda-graphs on with --device cpu"
-grep -q -- "--cuda-graphs on needs --device cuda" "$OUT" "$ERR" || fail "no reason for the usage error"
-run 1 60 "${mlp[@]}" --steps 2 --device cpu --cuda-graphs maybe
-expect_rc 2 "--cuda-graphs maybe"
-echo "ok: --cuda-graphs on the cpu and a bad value: exit 2"
