@@ -1,8 +1,8 @@
 // Implements: what the Backend interface defines itself — the kernel
 // registry (family indices, registration, destruction order), the refusal
 // of a family a backend lacks, and the default gradient check over the
-// optimizer family's sum of squares, and the default GEMM epilogues over
-// the dense family's kernels.
+// optimizer family's sum of squares, the default GEMM epilogues over
+// the dense family's kernels, and the refusal to record work (the CPU's).
 #include "dptrain/backends/backend.hpp"
 
 #include <algorithm>
