@@ -36,6 +36,9 @@ class StepGraphs {
  public:
   // At most this many graphs (each shard buffer, full and last batch).
   static constexpr std::size_t kMaxGraphs = 8;
+  // At most this many keys remembered as seen once (a key that varies every
+  // step must not grow the set for ever).
+  static constexpr std::size_t kMaxSeen = 64;
 
   explicit StepGraphs(Backend& be) : be_(be) {}
 

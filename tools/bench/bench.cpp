@@ -3,6 +3,7 @@
 // it, both in this process and in alternation, and rank 0 prints one JSON
 // line per row:
 //   gemm      train_step on 1 rank        vs its GEMMs through the same library
+//             (on cuda also with --cuda-graphs on: the step replayed as a graph)
 //   exchange  GradientBuckets (default --bucket-mb) vs one MPI_Allreduce of the arena
 //   input     Dataset+InputQueue+Scatter  vs H5Dread of the whole set
 // Usage: mpiexec -n P dptrain_bench <gemm|exchange|input|all>

@@ -9,7 +9,9 @@
 // dropout, bias, loss, the optimizer and every launch between). ratio = baseline / step, the share
 // of the step spent in the libraries. On a GPU a second row says whether
 // what is left is launches or kernels: the host's time to queue the step's
-// forward and backward against the device's time to run them.
+// forward and backward against the device's time to run them, and a third
+// the step with --cuda-graphs on (its forward, loss and backward replayed as
+// a CUDA graph) against the same library passes.
 #include "cnn_step_row.hpp"
 
 #include <functional>
