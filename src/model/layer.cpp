@@ -95,7 +95,7 @@ void Layer::forward_adding(Backend& be, ConstTensorView x, ConstTensorView add, 
 }
 
 void Layer::throw_no_folding() const {
-  throw Error(ExitCode::kOther, name_ + " folds no activation into its epilogue");
+  throw Error(ExitCode::kOther, name_ + " folds no neighbouring layer into its own passes");
 }
 
 std::size_t Layer::add_param(std::string name, std::vector<std::size_t> shape) {

@@ -112,12 +112,19 @@ void Model::bind_layers(Logits logits) {
     if (last && logits == Logits::kBf16) output_bf16_ = l.write_output_bf16_only(be_);
     l.allocate(be_, max_rows_);
   }
+  // A layer runs the next in its passes (Layer::absorbs_next) where the
+  // next is not the last: the loss may write its gradient over the last
+  // layer's output, which the absorbing layer's backward reads.
+  absorbs_.assign(layers_.size(), false);
+  for (std::size_t li = 0; li + 2 < layers_.size(); ++li)
+    absorbs_[li] = !(li > 0 && absorbs_[li - 1]) && layers_[li]->absorbs_next(*layers_[li + 1]);
 }
 
 void Model::reserve_model_buffers(std::size_t max_input) {
   arena_.begin_model_scope();
   for (std::size_t li = 0; li < layers_.size(); ++li) {
-    const std::size_t per_row = layers_[li]->output_shape().size();
+    // An absorbing layer writes the next one's output, never its own.
+    const std::size_t per_row = absorbs_[li] ? 0 : layers_[li]->output_shape().size();
     if (li + 1 < layers_.size() || !output_bf16_) {
       acts_.push_back(model_buffer(per_row, Lifetime::kSaved));
       continue;
@@ -216,6 +223,10 @@ void Model::bind_layer(std::size_t li, float* params_base, float* grads_base) {
   layers_[li]->bind({params_base, grads_base, buffers_.get(), &arena_}, &step_);
 }
 
+TensorView Model::output_of(std::size_t li, int rows) const {
+  return {acts_[li].get(), rows, layers_[li]->output_shape()};
+}
+
 ConstTensorView Model::input_of(std::size_t li, const float* x, int rows) const {
   if (li == 0) return {x, rows, input_};
   return {acts_[li - 1].get(), rows, layers_[li - 1]->output_shape()};
@@ -265,8 +276,14 @@ const float* Model::forward(const float* x, int rows, LayerListener* events, Mod
   round_params();
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     if (events) events->before_forward(li);
-    const TensorView out{acts_[li].get(), rows, layers_[li]->output_shape()};
-    layers_[li]->forward(be_, input_of(li, x, rows), out, mode);
+    if (absorbs_[li]) {  // this layer and the next in one call
+      layers_[li]->forward_absorbing_next(be_, input_of(li, x, rows), output_of(li + 1, rows),
+                                          mode);
+      if (events) events->between_layers();
+      if (events) events->before_forward(++li);
+    } else {
+      layers_[li]->forward(be_, input_of(li, x, rows), output_of(li, rows), mode);
+    }
     if (events) events->between_layers();
   }
   return acts_.back().get();
@@ -301,11 +318,21 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
     Layer& l = *layers_[li];
     const ConstTensorView x_in = input_of(li, x, rows);
     if (events) events->before_backward(li);
+    if (li > 0 && absorbs_[li - 1]) {  // runs in the previous layer's passes, with dy
+      if (events) events->between_layers();
+      continue;
+    }
+    // dy is the gradient w.r.t. the next layer's output where this layer
+    // absorbs it (next_y), else w.r.t. its own.
+    const TensorView next_y = absorbs_[li] ? output_of(li + 1, rows) : TensorView{};
     // --recompute blocks: what the layer saved in forward, written again.
-    if (arena_.recomputes(li, recompute_))
-      l.forward(be_, x_in, {acts_[li].get(), rows, l.output_shape()}, Mode::kRecompute);
+    if (arena_.recomputes(li, recompute_)) {
+      if (absorbs_[li]) l.forward_absorbing_next(be_, x_in, next_y, Mode::kRecompute);
+      else l.forward(be_, x_in, output_of(li, rows), Mode::kRecompute);
+    }
     if (!l.params().empty()) {
-      l.backward_params(be_, x_in, dy);
+      if (absorbs_[li]) l.backward_params_absorbing_next(be_, x_in, next_y, dy);
+      else l.backward_params(be_, x_in, dy);
       // Arena order is layer order, so this layer and all later ones are done.
       if (events) events->grads_ready(l.params().front().offset);
       if (li == first_trained_) break;
@@ -317,7 +344,8 @@ void Model::backward(const float* x, const float* dout, int rows, LayerListener*
                           : in_a                      ? dbuf16_a_.get()
                                                       : dbuf16_b_.get();
     const TensorView dx{in_a ? dbuf_a_.get() : dbuf_b_.get(), rows, l.input_shape(), dx16};
-    l.backward_input(be_, x_in, {acts_[li].get(), rows, l.output_shape()}, dy, dx);
+    if (absorbs_[li]) l.backward_input_absorbing_next(be_, x_in, next_y, dy, dx);
+    else l.backward_input(be_, x_in, output_of(li, rows), dy, dx);
     if (events) events->between_layers();
     dy = dx;
   }

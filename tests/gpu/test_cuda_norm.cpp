@@ -1,19 +1,22 @@
 // Implements: the CUDA batch-norm kernels against the CPU backend on random
 // inputs, over shapes that hit one value per channel, flat [N, F], partial
 // blocks, many chunks per channel and the chunk cap, an empty shard, and a
-// mean far from zero. The chain of a training step (sums, statistics with
+// mean far from zero, each also with a relu in bn's passes. The chain of a training step (sums, statistics with
 // the running update, normalize, gradient sums, input gradient) agrees
 // within the rounding of float outputs of double sums; fed the CPU's
 // statistics, the per-channel and elementwise kernels give the CPU's bits;
-// and the GPU gives the same bits on every run.
+// and the GPU gives the same bits on every run. A relu in bn's passes gives
+// the bits of bn's passes and a relu layer's, on both backends.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/backends/kernels/activation_kernels.hpp"
 #include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "gpu_env.hpp"
 
@@ -65,7 +68,9 @@ struct BnOutputs {
 
 // One training step of a bn layer on be, as src/model/layers/norm.cpp calls the
 // kernels: the running mean is the shift of the sums and is updated in place.
-BnOutputs run_step(Backend& be, const BnInputs& in) {
+// With `relu`, the bn and a relu after it in one pass each way: y is the
+// relu's output and in.dy the gradient w.r.t. it.
+BnOutputs run_step(Backend& be, const BnInputs& in, bool relu = false) {
   const auto C = static_cast<std::size_t>(in.s.channels);
   NormKernels& k = be.kernels<NormKernels>();
   auto x = upload(be, in.x), dy = upload(be, in.dy);
@@ -78,10 +83,11 @@ BnOutputs run_step(Backend& be, const BnInputs& in) {
   out.sums = download(be, sums);
   k.batch_stats(sums.get(), running_mean.get(), in.s.channels, in.count(), kEps, kMomentum,
                 mean.get(), invstd.get(), running_mean.get(), running_var.get());
-  k.normalize(x.get(), in.s, mean.get(), invstd.get(), weight.get(), bias.get(), y.get());
-  k.grad_sums(x.get(), dy.get(), in.s, mean.get(), invstd.get(), grad_sums.get());
-  k.input_grad(x.get(), dy.get(), in.s, mean.get(), invstd.get(), weight.get(), grad_sums.get(),
-               in.count(), dx.get());
+  k.normalize(x.get(), in.s, mean.get(), invstd.get(), weight.get(), bias.get(), relu, y.get());
+  const float* gate = relu ? y.get() : nullptr;
+  k.grad_sums(x.get(), gate, dy.get(), in.s, mean.get(), invstd.get(), grad_sums.get());
+  k.input_grad(x.get(), gate, dy.get(), in.s, mean.get(), invstd.get(), weight.get(),
+               grad_sums.get(), in.count(), dx.get());
   out.mean = download(be, mean);
   out.invstd = download(be, invstd);
   out.running_mean = download(be, running_mean);
@@ -124,6 +130,59 @@ TEST_F(CudaNorm, TrainingStepMatchesCpu) {
   }
 }
 
+// The bn and relu of the same step as two layers: normalize, the relu
+// activation kernels forward and backward (from y), then the gradients.
+BnOutputs run_step_then_relu(Backend& be, const BnInputs& in) {
+  const auto C = static_cast<std::size_t>(in.s.channels);
+  NormKernels& k = be.kernels<NormKernels>();
+  ActivationKernels& a = be.kernels<ActivationKernels>();
+  auto x = upload(be, in.x), dz = upload(be, in.dy);
+  auto running_mean = upload(be, in.running_mean), running_var = upload(be, in.running_var);
+  auto weight = upload(be, in.weight), bias = upload(be, in.bias);
+  DeviceBuffer<float> sums(be, 2 * C), mean(be, C), invstd(be, C), grad_sums(be, 2 * C);
+  DeviceBuffer<float> y(be, in.values()), z(be, in.values()), dy(be, in.values());
+  DeviceBuffer<float> dx(be, in.values());
+  k.batch_sums(x.get(), in.s, running_mean.get(), sums.get());
+  k.batch_stats(sums.get(), running_mean.get(), in.s.channels, in.count(), kEps, kMomentum,
+                mean.get(), invstd.get(), running_mean.get(), running_var.get());
+  k.normalize(x.get(), in.s, mean.get(), invstd.get(), weight.get(), bias.get(), false, y.get());
+  a.forward(Activation::kRelu, y.get(), z.get(), in.values());
+  a.backward(Activation::kRelu, y.get(), z.get(), dz.get(), dy.get(), in.values());
+  k.grad_sums(x.get(), nullptr, dy.get(), in.s, mean.get(), invstd.get(), grad_sums.get());
+  k.input_grad(x.get(), nullptr, dy.get(), in.s, mean.get(), invstd.get(), weight.get(),
+               grad_sums.get(), in.count(), dx.get());
+  BnOutputs out;
+  out.y = download(be, z);
+  out.grad_sums = download(be, grad_sums);
+  out.dx = download(be, dx);
+  return out;
+}
+
+// bn with a relu in its passes (Layer::absorbs_next) against the two
+// layers: the same bits on each backend, about half of the outputs zero,
+// and the GPU's within TrainingStepMatchesCpu's bounds of the CPU's.
+TEST_F(CudaNorm, ReluInBnsPassesGivesTheBitsOfTheTwoLayers) {
+  std::uint32_t seed = 500;
+  for (const Case& c : {kCases[1], kCases[3], kCases[4], kCases[8], kCases[9]}) {
+    const BnInputs in = make_inputs(c, seed += 10);
+    for (Backend* be : {cpu_.get(), gpu_.get()}) {
+      const char* where = be == cpu_.get() ? "cpu" : "gpu";
+      const BnOutputs fused = run_step(*be, in, true), split = run_step_then_relu(*be, in);
+      EXPECT_EQ(bits(fused.y), bits(split.y)) << where << " " << name(c);
+      EXPECT_EQ(bits(fused.grad_sums), bits(split.grad_sums)) << where << " " << name(c);
+      EXPECT_EQ(bits(fused.dx), bits(split.dx)) << where << " " << name(c);
+      const auto zeros = std::count(fused.y.begin(), fused.y.end(), 0.0f);
+      EXPECT_GT(zeros, 0) << where << " " << name(c);
+      EXPECT_LT(zeros, static_cast<std::ptrdiff_t>(fused.y.size())) << where << " " << name(c);
+    }
+    const BnOutputs g = run_step(*gpu_, in, true), r = run_step(*cpu_, in, true);
+    const double n = in.count(), scale = 1.0 + std::fabs(c.offset);
+    EXPECT_TRUE(all_close(g.y, r.y, 1e-5, 1e-5 * scale)) << name(c);
+    EXPECT_TRUE(all_close(g.grad_sums, r.grad_sums, 1e-5, 1e-5 * std::sqrt(n) * scale)) << name(c);
+    EXPECT_TRUE(all_close(g.dx, r.dx, 1e-5, 1e-5 * scale)) << name(c);
+  }
+}
+
 // Fixed-order reductions and a chunk count fixed by the shape: bit for bit.
 TEST_F(CudaNorm, RepeatedRunsGiveTheSameBits) {
   for (const Case& c : {kCases[2], kCases[5], kCases[7], kCases[8]}) {
@@ -160,10 +219,11 @@ TEST_F(CudaNorm, PerChannelAndElementwiseKernelsGiveTheCpusBits) {
 
     auto cpu_mean = upload(*gpu_, r.mean), cpu_invstd = upload(*gpu_, r.invstd);
     auto cpu_grad_sums = upload(*gpu_, r.grad_sums);
-    k.normalize(x.get(), in.s, cpu_mean.get(), cpu_invstd.get(), weight.get(), bias.get(), y.get());
+    k.normalize(x.get(), in.s, cpu_mean.get(), cpu_invstd.get(), weight.get(), bias.get(), false,
+                y.get());
     EXPECT_EQ(bits(download(*gpu_, y)), bits(r.y)) << name(c);
-    k.input_grad(x.get(), dy.get(), in.s, cpu_mean.get(), cpu_invstd.get(), weight.get(),
-                 cpu_grad_sums.get(), in.count(), dx.get());
+    k.input_grad(x.get(), nullptr, dy.get(), in.s, cpu_mean.get(), cpu_invstd.get(),
+                 weight.get(), cpu_grad_sums.get(), in.count(), dx.get());
     EXPECT_EQ(bits(download(*gpu_, dx)), bits(r.dx)) << name(c);
 
     // Evaluation's 1 / sqrt(running_var + eps).
@@ -186,7 +246,8 @@ TEST_F(CudaNorm, EmptyShardGivesZeroSums) {
   gpu_->kernels<NormKernels>().batch_sums(nullptr, s, shift.get(), sums.get());
   EXPECT_EQ(download(*gpu_, sums), std::vector<float>(10, 0.0f));
   gpu_->fill(sums.get(), 7.0f, 10);
-  gpu_->kernels<NormKernels>().grad_sums(nullptr, nullptr, s, shift.get(), shift.get(), sums.get());
+  gpu_->kernels<NormKernels>().grad_sums(nullptr, nullptr, nullptr, s, shift.get(), shift.get(),
+                                         sums.get());
   EXPECT_EQ(download(*gpu_, sums), std::vector<float>(10, 0.0f));
 }
 

@@ -156,6 +156,25 @@ TEST(ModelPlan, ABlockKeepsOnlyTheOutputsABackwardReads) {
             (model_outputs + 2 * block_outputs) * rows * sizeof(float));
 }
 
+// A bn runs the relu after it in its passes (Layer::absorbs_next), so the
+// model reserves no output for that bn, where a bn before tanh keeps one.
+// 64 rows, as above.
+TEST(ModelPlan, ABnWithTheReluAfterItKeepsNoOutputOfItsOwn) {
+  auto be = make_cpu_backend(BackendOptions{});
+  const int rows = 64;
+  const auto kept = [&](const char* spec) {
+    return Model(*be, parse_model_spec(spec), Shape{5}, rows)
+        .activation_plan(rows, Recompute::kNone)
+        .kept;
+  };
+  const std::size_t bn_output = 8 * rows * sizeof(float);
+  EXPECT_EQ(kept("dense:8,bn,relu,dense:3") + bn_output, kept("dense:8,bn,tanh,dense:3"));
+  EXPECT_EQ(kept("dense:8,bn:local,relu,dense:3") + bn_output,
+            kept("dense:8,bn:local,tanh,dense:3"));
+  // A relu after any other layer runs as its own layer.
+  EXPECT_EQ(kept("dense:8,relu,dense:3"), kept("dense:8,tanh,dense:3"));
+}
+
 std::vector<float> download(Backend& be, const float* p, std::size_t n) {
   std::vector<float> out(n);
   be.copy_to_host(out.data(), p, n * sizeof(float));

@@ -281,6 +281,31 @@ class Layer {
     throw_no_folding();
   }
 
+  // Taking the next layer into this layer's own passes, in the model's
+  // chain of top-level layers (bn and the relu after it: Model::forward,
+  // Model::backward): absorbs_next(next) lets the model call
+  // forward_absorbing_next in place of this layer's forward and next's (it
+  // writes next's output next_y; this layer's own output is not written),
+  // and backward_params_absorbing_next and backward_input_absorbing_next in
+  // place of next's backward_input and this layer's two passes, from
+  // next_y and the gradient w.r.t. it, next_dy. The bits are those of the
+  // two layers' own passes. Asked after allocate().
+  virtual bool absorbs_next(const Layer& /*next*/) const { return false; }
+  virtual void forward_absorbing_next(Backend& /*be*/, ConstTensorView /*x*/,
+                                      TensorView /*next_y*/, Mode /*mode*/) {
+    throw_no_folding();
+  }
+  virtual void backward_params_absorbing_next(Backend& /*be*/, ConstTensorView /*x*/,
+                                              ConstTensorView /*next_y*/,
+                                              ConstTensorView /*next_dy*/) {
+    throw_no_folding();
+  }
+  virtual void backward_input_absorbing_next(Backend& /*be*/, ConstTensorView /*x*/,
+                                             ConstTensorView /*next_y*/,
+                                             ConstTensorView /*next_dy*/, TensorView /*dx*/) {
+    throw_no_folding();
+  }
+
   // True for a layer that takes part in collectives in training (bn over
   // the global batch): the model then runs it on empty shards too, through
   // forward_empty and backward_empty, so every replica makes the same calls.

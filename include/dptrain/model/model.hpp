@@ -217,6 +217,7 @@ class Model {
 
  private:
   ConstTensorView input_of(std::size_t li, const float* x, int rows) const;
+  TensorView output_of(std::size_t li, int rows) const;  // layer li's output buffer
   // A buffer of the model's own in the activation arena, per_row floats a row.
   ArenaBuffer<float> model_buffer(std::size_t per_row, Lifetime life);
   // Layer li's parameters as init makes them, into host (resized to the
@@ -247,6 +248,7 @@ class Model {
   ModelStorage storage_;
   bool output_bf16_ = false;  // Logits::kBf16 and the last layer writes them so
   float* param_slice_ = nullptr;
+  std::vector<bool> absorbs_;  // layer li runs layer li + 1 in its passes (bind_layers)
   std::vector<float*> bound_grads_;  // kShardedParams: each layer's gradient base (bind_layer)
   std::size_t activation_bytes_ = 0, largest_activation_bytes_ = 0, own_layer_bytes_ = 0;
   std::size_t first_trained_ = 0;  // first layer with parameters (layers_.size(): none)

@@ -50,18 +50,24 @@ void shifted_sums(const float* x, std::size_t len, double k, Lanes& a, Lanes& b)
   }
 }
 
+// dy from the gradient dz and the gate (NormKernels::grad_sums): relu's
+// backward where there is a gate.
+inline float gated(const float* gate, const float* dz, std::size_t i) {
+  return gate ? (gate[i] > 0.0f ? dz[i] : 0.0f) : dz[i];
+}
+
 // a += Σ dy · (x - m), b += Σ dy over one channel's span of one row.
-void grad_span_sums(const float* x, const float* dy, std::size_t len, double m, Lanes& a,
-                    Lanes& b) {
+void grad_span_sums(const float* x, const float* gate, const float* dz, std::size_t len,
+                    double m, Lanes& a, Lanes& b) {
   std::size_t i = 0;
   for (; i + 4 <= len; i += 4)
     for (int l = 0; l < 4; ++l) {
-      const double g = dy[i + l];
+      const double g = gated(gate, dz, i + l);
       a.v[l] += g * (static_cast<double>(x[i + l]) - m);
       b.v[l] += g;
     }
   for (; i < len; ++i) {
-    const double g = dy[i];
+    const double g = gated(gate, dz, i);
     a.v[0] += g * (static_cast<double>(x[i]) - m);
     b.v[0] += g;
   }
@@ -102,33 +108,41 @@ class CpuNormKernels final : public NormKernels {
   }
 
   void normalize(const float* x, const NormShape& s, const float* mean, const float* invstd,
-                 const float* weight, const float* bias, float* y) override {
+                 const float* weight, const float* bias, bool relu, float* y) override {
 #pragma omp parallel for schedule(static) if (values(s) > kParallelValues)
     for (int n = 0; n < s.rows; ++n)
       for (int c = 0; c < s.channels; ++c) {
         const float m = mean[c], k = invstd[c] * weight[c], b = bias[c];
         const float* xr = x + at(s, n, c);
         float* yr = y + at(s, n, c);
-        for (int i = 0; i < s.spatial; ++i) yr[i] = (xr[i] - m) * k + b;
+        if (relu) {
+          for (int i = 0; i < s.spatial; ++i) {
+            const float v = (xr[i] - m) * k + b;
+            yr[i] = v > 0.0f ? v : 0.0f;
+          }
+        } else {
+          for (int i = 0; i < s.spatial; ++i) yr[i] = (xr[i] - m) * k + b;
+        }
       }
   }
 
-  void grad_sums(const float* x, const float* dy, const NormShape& s, const float* mean,
-                 const float* invstd, float* sums) override {
+  void grad_sums(const float* x, const float* gate, const float* dz, const NormShape& s,
+                 const float* mean, const float* invstd, float* sums) override {
     const int C = s.channels;
 #pragma omp parallel for schedule(static) if (values(s) > kParallelValues)
     for (int c = 0; c < C; ++c) {
       Lanes a, b;
       for (int n = 0; n < s.rows; ++n)
-        grad_span_sums(x + at(s, n, c), dy + at(s, n, c), s.spatial, mean[c], a, b);
+        grad_span_sums(x + at(s, n, c), gate ? gate + at(s, n, c) : nullptr, dz + at(s, n, c),
+                       s.spatial, mean[c], a, b);
       sums[c] = static_cast<float>(a.total() * invstd[c]);
       sums[C + c] = static_cast<float>(b.total());
     }
   }
 
-  void input_grad(const float* x, const float* dy, const NormShape& s, const float* mean,
-                  const float* invstd, const float* weight, const float* sums, double count,
-                  float* dx) override {
+  void input_grad(const float* x, const float* gate, const float* dz, const NormShape& s,
+                  const float* mean, const float* invstd, const float* weight, const float* sums,
+                  double count, float* dx) override {
     const int C = s.channels;
 #pragma omp parallel for schedule(static) if (values(s) > kParallelValues)
     for (int n = 0; n < s.rows; ++n)
@@ -140,7 +154,7 @@ class CpuNormKernels final : public NormKernels {
         const std::size_t o = at(s, n, c);
         for (int i = 0; i < s.spatial; ++i) {
           const float xhat = (x[o + i] - m) * is;
-          dx[o + i] = k * (dy[o + i] - mean_dy - xhat * mean_dyxhat);
+          dx[o + i] = k * (gated(gate, dz, o + i) - mean_dy - xhat * mean_dyxhat);
         }
       }
   }

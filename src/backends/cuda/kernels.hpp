@@ -100,12 +100,14 @@ void norm_batch_stats(const Launch& l, const float* sums, const float* shift, in
                       float* running_mean, float* running_var);
 void norm_inverse_std(const Launch& l, const float* var, int channels, float eps, float* invstd);
 void norm_normalize(const Launch& l, const float* x, const NormShape& s, const float* mean,
-                    const float* invstd, const float* weight, const float* bias, float* y);
-void norm_grad_sums(const Launch& l, const float* x, const float* dy, const NormShape& s,
-                    const float* mean, const float* invstd, float* sums, double* partials);
-void norm_input_grad(const Launch& l, const float* x, const float* dy, const NormShape& s,
-                     const float* mean, const float* invstd, const float* weight,
-                     const float* sums, double count, float* dx);
+                    const float* invstd, const float* weight, const float* bias, bool relu,
+                    float* y);
+void norm_grad_sums(const Launch& l, const float* x, const float* gate, const float* dz,
+                    const NormShape& s, const float* mean, const float* invstd, float* sums,
+                    double* partials);
+void norm_input_grad(const Launch& l, const float* x, const float* gate, const float* dz,
+                     const NormShape& s, const float* mean, const float* invstd,
+                     const float* weight, const float* sums, double count, float* dx);
 
 // --- dropout.cu --- the draw of dropout_kernels.hpp, element by element.
 void dropout_set_draw(const Launch& l, std::uint64_t* draw, std::uint64_t step_key,

@@ -69,6 +69,12 @@ __device__ inline void for_chunk_values(const NormShape& s, int c, F f) {
   }
 }
 
+// dy at o from the gradient dz and the gate (NormKernels::grad_sums): relu's
+// backward where there is a gate.
+__device__ inline float gated(const float* gate, const float* dz, std::uint64_t o) {
+  return gate ? (gate[o] > 0.0f ? dz[o] : 0.0f) : dz[o];
+}
+
 // Every thread's (a, b) added in a fixed tree order; all threads of the
 // block must call it, and all get the block's totals.
 __device__ inline void block_sum(double& a, double& b) {
@@ -90,11 +96,11 @@ __device__ inline void block_sum(double& a, double& b) {
 
 // partials[2 (c · chunks + chunk) + {0, 1}] = this chunk's
 //   kShifted: Σ (x - center[c]), Σ (x - center[c])²
-//   kGrad:    Σ dy · (x - center[c]), Σ dy
+//   kGrad:    Σ dy · (x - center[c]), Σ dy, dy from gate and dz
 template <Sums K>
 __global__ void __launch_bounds__(kNormThreads)
-    chunk_sums_kernel(const float* x, const float* dy, NormShape s, const float* center,
-                      double* partials) {
+    chunk_sums_kernel(const float* x, const float* gate, const float* dz, NormShape s,
+                      const float* center, double* partials) {
   const int c = blockIdx.x;
   const double k = center[c];
   double a = 0.0, b = 0.0;
@@ -104,7 +110,7 @@ __global__ void __launch_bounds__(kNormThreads)
       a += d;
       b += d * d;
     } else {
-      const double g = dy[o];
+      const double g = gated(gate, dz, o);
       a += g * d;
       b += g;
     }
@@ -170,18 +176,19 @@ __global__ void inverse_std_kernel(const float* var, int channels, double eps, f
 
 __global__ void __launch_bounds__(kNormThreads)
     normalize_kernel(const float* x, NormShape s, const float* mean, const float* invstd,
-                     const float* weight, const float* bias, float* y) {
+                     const float* weight, const float* bias, bool relu, float* y) {
   const int c = blockIdx.x;
   const float m = mean[c], k = __fmul_rn(invstd[c], weight[c]), b = bias[c];
   for_chunk_values(s, c, [&](std::uint64_t o) {
-    y[o] = __fadd_rn(__fmul_rn(__fsub_rn(x[o], m), k), b);
+    const float v = __fadd_rn(__fmul_rn(__fsub_rn(x[o], m), k), b);
+    y[o] = !relu || v > 0.0f ? v : 0.0f;
   });
 }
 
 __global__ void __launch_bounds__(kNormThreads)
-    input_grad_kernel(const float* x, const float* dy, NormShape s, const float* mean,
-                      const float* invstd, const float* weight, const float* sums, double count,
-                      float* dx) {
+    input_grad_kernel(const float* x, const float* gate, const float* dz, NormShape s,
+                      const float* mean, const float* invstd, const float* weight,
+                      const float* sums, double count, float* dx) {
   const int c = blockIdx.x;
   const float m = mean[c], is = invstd[c], k = __fmul_rn(is, weight[c]);
   const auto mean_dyxhat = static_cast<float>(__ddiv_rn(static_cast<double>(sums[c]), count));
@@ -189,16 +196,18 @@ __global__ void __launch_bounds__(kNormThreads)
       static_cast<float>(__ddiv_rn(static_cast<double>(sums[s.channels + c]), count));
   for_chunk_values(s, c, [&](std::uint64_t o) {
     const float xhat = __fmul_rn(__fsub_rn(x[o], m), is);
-    dx[o] = __fmul_rn(k, __fsub_rn(__fsub_rn(dy[o], mean_dy), __fmul_rn(xhat, mean_dyxhat)));
+    dx[o] = __fmul_rn(
+        k, __fsub_rn(__fsub_rn(gated(gate, dz, o), mean_dy), __fmul_rn(xhat, mean_dyxhat)));
   });
 }
 
 template <Sums K>
-void channel_sums(const Launch& l, const float* x, const float* dy, const NormShape& s,
-                  const float* center, const float* invstd, float* sums, double* partials) {
+void channel_sums(const Launch& l, const float* x, const float* gate, const float* dz,
+                  const NormShape& s, const float* center, const float* invstd, float* sums,
+                  double* partials) {
   if (s.channels <= 0) return;
   const dim3 grid = channel_grid(s);
-  chunk_sums_kernel<K><<<grid, kNormThreads, 0, l.stream>>>(x, dy, s, center, partials);
+  chunk_sums_kernel<K><<<grid, kNormThreads, 0, l.stream>>>(x, gate, dz, s, center, partials);
   DPT_CUDA_CHECK(cudaGetLastError());
   finish_sums_kernel<K><<<grid.x, kNormThreads, 0, l.stream>>>(partials, grid.y, s.channels,
                                                                invstd, sums);
@@ -214,12 +223,13 @@ std::size_t norm_partials(const NormShape& s) {
 
 void norm_batch_sums(const Launch& l, const float* x, const NormShape& s, const float* shift,
                      float* sums, double* partials) {
-  channel_sums<Sums::kShifted>(l, x, nullptr, s, shift, nullptr, sums, partials);
+  channel_sums<Sums::kShifted>(l, x, nullptr, nullptr, s, shift, nullptr, sums, partials);
 }
 
-void norm_grad_sums(const Launch& l, const float* x, const float* dy, const NormShape& s,
-                    const float* mean, const float* invstd, float* sums, double* partials) {
-  channel_sums<Sums::kGrad>(l, x, dy, s, mean, invstd, sums, partials);
+void norm_grad_sums(const Launch& l, const float* x, const float* gate, const float* dz,
+                    const NormShape& s, const float* mean, const float* invstd, float* sums,
+                    double* partials) {
+  channel_sums<Sums::kGrad>(l, x, gate, dz, s, mean, invstd, sums, partials);
 }
 
 void norm_batch_stats(const Launch& l, const float* sums, const float* shift, int channels,
@@ -241,19 +251,20 @@ void norm_inverse_std(const Launch& l, const float* var, int channels, float eps
 }
 
 void norm_normalize(const Launch& l, const float* x, const NormShape& s, const float* mean,
-                    const float* invstd, const float* weight, const float* bias, float* y) {
+                    const float* invstd, const float* weight, const float* bias, bool relu,
+                    float* y) {
   if (s.channels <= 0 || channel_values(s) == 0) return;
   normalize_kernel<<<channel_grid(s), kNormThreads, 0, l.stream>>>(x, s, mean, invstd, weight,
-                                                                    bias, y);
+                                                                    bias, relu, y);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
-void norm_input_grad(const Launch& l, const float* x, const float* dy, const NormShape& s,
-                     const float* mean, const float* invstd, const float* weight,
-                     const float* sums, double count, float* dx) {
+void norm_input_grad(const Launch& l, const float* x, const float* gate, const float* dz,
+                     const NormShape& s, const float* mean, const float* invstd,
+                     const float* weight, const float* sums, double count, float* dx) {
   if (s.channels <= 0 || channel_values(s) == 0) return;
-  input_grad_kernel<<<channel_grid(s), kNormThreads, 0, l.stream>>>(x, dy, s, mean, invstd,
-                                                                     weight, sums, count, dx);
+  input_grad_kernel<<<channel_grid(s), kNormThreads, 0, l.stream>>>(
+      x, gate, dz, s, mean, invstd, weight, sums, count, dx);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -36,17 +36,17 @@ class CudaNormKernels final : public NormKernels {
     norm_inverse_std(launch_, var, channels, eps, invstd);
   }
   void normalize(const float* x, const NormShape& s, const float* mean, const float* invstd,
-                 const float* weight, const float* bias, float* y) override {
-    norm_normalize(launch_, x, s, mean, invstd, weight, bias, y);
+                 const float* weight, const float* bias, bool relu, float* y) override {
+    norm_normalize(launch_, x, s, mean, invstd, weight, bias, relu, y);
   }
-  void grad_sums(const float* x, const float* dy, const NormShape& s, const float* mean,
-                 const float* invstd, float* sums) override {
-    norm_grad_sums(launch_, x, dy, s, mean, invstd, sums, partials(s));
+  void grad_sums(const float* x, const float* gate, const float* dz, const NormShape& s,
+                 const float* mean, const float* invstd, float* sums) override {
+    norm_grad_sums(launch_, x, gate, dz, s, mean, invstd, sums, partials(s));
   }
-  void input_grad(const float* x, const float* dy, const NormShape& s, const float* mean,
-                  const float* invstd, const float* weight, const float* sums, double count,
-                  float* dx) override {
-    norm_input_grad(launch_, x, dy, s, mean, invstd, weight, sums, count, dx);
+  void input_grad(const float* x, const float* gate, const float* dz, const NormShape& s,
+                  const float* mean, const float* invstd, const float* weight, const float* sums,
+                  double count, float* dx) override {
+    norm_input_grad(launch_, x, gate, dz, s, mean, invstd, weight, sums, count, dx);
   }
 
  private:

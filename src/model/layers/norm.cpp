@@ -12,6 +12,9 @@
 // backward_empty) and updates its running statistics from the same global
 // sums, so every tower keeps identical buffers. `bn:local` uses the shard's
 // own statistics, with no collective (torch DDP without SyncBatchNorm).
+// A relu right after it in the model's chain runs in its passes
+// (Layer::absorbs_next): forward writes relu's output alone, and backward
+// takes relu's gradient from it, with the bits of the two layers' passes.
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "dptrain/common/error.hpp"
@@ -59,6 +62,44 @@ class BatchNorm final : public Layer {
   }
 
   void forward(Backend&, ConstTensorView x, TensorView y, Mode mode) override {
+    normalized(x, y, mode, false);
+  }
+  // A relu after this layer runs in its passes: normalize writes relu(y),
+  // and the gradients take relu's backward from that output (norm_kernels.hpp).
+  bool absorbs_next(const Layer& next) const override { return next.spec() == "relu"; }
+  void forward_absorbing_next(Backend&, ConstTensorView x, TensorView next_y,
+                              Mode mode) override {
+    normalized(x, next_y, mode, true);
+  }
+  void forward_empty(Backend&) override { batch_statistics(nullptr, 0); }
+
+  // The backward collective is in backward_params (gradient_sums).
+  void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
+    gradient_sums(be, x, nullptr, dy);
+  }
+  void backward_params_absorbing_next(Backend& be, ConstTensorView x, ConstTensorView next_y,
+                                      ConstTensorView next_dy) override {
+    gradient_sums(be, x, next_y.data, next_dy);
+  }
+  void backward_empty(Backend& be) override {
+    be.fill(sums_.get(), 0.0f, 2 * static_cast<std::size_t>(channels_));
+    sum_over_replicas();
+  }
+
+  void backward_input(Backend&, ConstTensorView x, ConstTensorView, ConstTensorView dy,
+                      TensorView dx) override {
+    input_gradient(x, nullptr, dy, dx);
+  }
+  void backward_input_absorbing_next(Backend&, ConstTensorView x, ConstTensorView next_y,
+                                     ConstTensorView next_dy, TensorView dx) override {
+    input_gradient(x, next_y.data, next_dy, dx);
+  }
+
+ private:
+  NormShape shape(int rows) const { return {rows, channels_, spatial_}; }
+
+  // y = the normalization of x (its relu with `relu`) in this mode.
+  void normalized(ConstTensorView x, TensorView y, Mode mode, bool relu) {
     const float* mean = mean_.get();
     const float* invstd = invstd_.get();
     if (mode == Mode::kEval) {
@@ -69,35 +110,28 @@ class BatchNorm final : public Layer {
       batch_statistics(x.data, x.rows);
     }  // kRecompute: the statistics the training forward kept in mean_, invstd_
     norm_->normalize(x.data, shape(x.rows), mean, invstd, arenas().params + weight_,
-                     arenas().params + bias_, y.data);
+                     arenas().params + bias_, relu, y.data);
   }
-  void forward_empty(Backend&) override { batch_statistics(nullptr, 0); }
 
   // The collective of the backward pass happens here, since the model calls
-  // this for every layer with parameters (and backward_input only for layers
-  // after the first one that has some); backward_input reads its result.
-  void backward_params(Backend& be, ConstTensorView x, ConstTensorView dy) override {
-    norm_->grad_sums(x.data, dy.data, shape(x.rows), mean_.get(), invstd_.get(), sums_.get());
+  // backward_params for every layer with parameters (and backward_input only
+  // for layers after the first one that has some); input_gradient reads its
+  // result. dy is gated by a relu's output where gate is not null.
+  void gradient_sums(Backend& be, ConstTensorView x, const float* gate, ConstTensorView dy) {
+    norm_->grad_sums(x.data, gate, dy.data, shape(x.rows), mean_.get(), invstd_.get(),
+                     sums_.get());
     // weight then bias, adjacent in the arena: the layout of sums_. The
     // arena gets this shard's sums; the replica sum works on sums_, which
-    // backward_input reads, since the gradient buckets may start reducing
+    // input_gradient reads, since the gradient buckets may start reducing
     // the arena in place as soon as this returns.
     be.copy_device(arenas().grads + weight_, sums_.get(), 2 * channels_ * sizeof(float));
     sum_over_replicas();
   }
-  void backward_empty(Backend& be) override {
-    be.fill(sums_.get(), 0.0f, 2 * static_cast<std::size_t>(channels_));
-    sum_over_replicas();
-  }
 
-  void backward_input(Backend&, ConstTensorView x, ConstTensorView, ConstTensorView dy,
-                      TensorView dx) override {
-    norm_->input_grad(x.data, dy.data, shape(x.rows), mean_.get(), invstd_.get(),
+  void input_gradient(ConstTensorView x, const float* gate, ConstTensorView dy, TensorView dx) {
+    norm_->input_grad(x.data, gate, dy.data, shape(x.rows), mean_.get(), invstd_.get(),
                       arenas().params + weight_, sums_.get(), batch_values(x.rows), dx.data);
   }
-
- private:
-  NormShape shape(int rows) const { return {rows, channels_, spatial_}; }
   bool over_replicas() const { return global_ && step().replicas; }
 
   // Values per channel in the batch the statistics cover: the global batch

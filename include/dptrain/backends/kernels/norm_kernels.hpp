@@ -46,21 +46,28 @@ class NormKernels : public KernelFamily {
                            float* running_mean, float* running_var) = 0;
   // invstd[c] = 1 / sqrt(var[c] + eps): evaluation with the running variance.
   virtual void inverse_std(const float* var, int channels, float eps, float* invstd) = 0;
-  // y = (x - mean[c]) · invstd[c] · weight[c] + bias[c].
+  // y = (x - mean[c]) · invstd[c] · weight[c] + bias[c]; with `relu`, its
+  // relu (v > 0 ? v : 0, as the relu layer computes it): a bn and the relu
+  // after it in one pass (Layer::absorbs_next).
   virtual void normalize(const float* x, const NormShape& s, const float* mean,
-                         const float* invstd, const float* weight, const float* bias,
+                         const float* invstd, const float* weight, const float* bias, bool relu,
                          float* y) = 0;
 
   // The two sums the input gradient needs, laid out like the gradients of
   // the layer's weight and bias (which they are, for this shard):
   //   sums[c] = Σ dy · x̂,  sums[C + c] = Σ dy,  x̂ = (x - mean[c]) · invstd[c].
-  virtual void grad_sums(const float* x, const float* dy, const NormShape& s, const float* mean,
-                         const float* invstd, float* sums) = 0;
+  // Where `gate` is not null it holds normalize's output with relu, and dz
+  // is the gradient w.r.t. it: dy = gate > 0 ? dz : 0 (relu's backward, as
+  // the relu layer computes it from its input, whose sign gate shares).
+  // Else dy = dz.
+  virtual void grad_sums(const float* x, const float* gate, const float* dz, const NormShape& s,
+                         const float* mean, const float* invstd, float* sums) = 0;
   // dx = weight · invstd · (dy - Σdy / count - x̂ · Σdy·x̂ / count), with the
-  // sums of grad_sums over the `count` values per channel of the batch.
-  virtual void input_grad(const float* x, const float* dy, const NormShape& s, const float* mean,
-                          const float* invstd, const float* weight, const float* sums,
-                          double count, float* dx) = 0;
+  // sums of grad_sums over the `count` values per channel of the batch, and
+  // dy from gate and dz as there.
+  virtual void input_grad(const float* x, const float* gate, const float* dz, const NormShape& s,
+                          const float* mean, const float* invstd, const float* weight,
+                          const float* sums, double count, float* dx) = 0;
 };
 
 }  // namespace dptrain
