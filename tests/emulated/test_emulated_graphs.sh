@@ -5,7 +5,8 @@
 # without graphs ends, and say how many steps were replayed (each shape
 # and shard buffer recorded at its second step). Where graphs do not apply
 # (2 ranks, --accumulate 2) a note says so once and the run is bitwise the
-# run without the option. (On the CPU the option is a usage error:
+# run without the option. Evaluation between steps, clipping, a schedule
+# and a resume from a checkpoint leave the bits as they are. (On the CPU the option is a usage error:
 # tests/cli/test_bad_options.sh.)
 source "$DPTRAIN_SOURCE_DIR/tests/cli/lib.sh"
 : "${EMULATED_DPTRAIN:?run through ctest}"
@@ -45,6 +46,27 @@ for model in cnn mlp; do
     echo "ok: $model $p, 1 rank: --cuda-graphs on = off, bitwise, 19 of 22 steps replayed"
   done
 done
+
+# With evaluation between steps, clipping and a schedule, and resumed from
+# a periodic checkpoint: graphs are recorded anew after the resume, and the
+# run ends bitwise where the run without graphs, resumed alike, ends.
+cnn_eval=("${cnn[@]:0:${#cnn[@]}-2}")  # without --val-set ""
+more=(--val-set test --eval-every 7 --clip-grad-norm 1 --lr-schedule cosine --warmup-steps 3
+      --steps 22 --precision bf16 --checkpoint-every 6 --keep-checkpoints 0)
+for g in off on; do
+  cuda 1 "cnn-ck-$g" "${cnn_eval[@]}" "${more[@]}" --cuda-graphs "$g" --checkpoint-dir "$WORK/ck-$g"
+  cuda 1 "cnn-resumed-$g" "${cnn_eval[@]}" "${more[@]}" --cuda-graphs "$g" --checkpoint-dir "$WORK/ck2-$g" \
+    --resume "$WORK/ck-$g/ckpt-000000012.h5"
+done
+grep -q "cuda-graphs on: 2 graphs recorded, 7 of 10 steps replayed" "$ERR" ||
+  fail "resumed: $(grep 'graphs recorded' "$ERR" || echo 'no graphs line')"
+for name in cnn-ck cnn-resumed; do
+  compare_models "$WORK/$name-on.h5" "$WORK/$name-off.h5" exact ||
+    fail "$name: --cuda-graphs on differs from off"
+done
+compare_models "$WORK/cnn-resumed-on.h5" "$WORK/cnn-ck-off.h5" exact ||
+  fail "resumed with graphs differs from the whole run"
+echo "ok: with evaluation, clipping, a schedule and a resume: on = off, bitwise"
 
 # Where graphs do not apply: said once, and the run is the usual one.
 cuda 2 mlp-2-off "${mlp[@]}" --steps 12

@@ -17,18 +17,28 @@
 //  - at most kMostPerBlock of our kernels for a block's forward and
 //    backward (the difference between the two depths, halved), a ratchet:
 //    a change that adds a pass to every block must say so here.
-// The census is printed. On a GPU, which counts no launches by name, the
-// test skips: there the check's step by kernel (ncu) is the census.
+// The census is printed. And the demo CNN's step runs no relu kernel for a
+// relu that follows a bn (Layer::absorbs_next). On a GPU, which counts no
+// launches by name, the tests skip: there the check's step by kernel
+// (ncu) is the census.
 #include <cuda_runtime_api.h>  // on the emulation, dptrain_emu::launches_by_kernel
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
 
+#include "dptrain/backends/backend_buffer.hpp"
+#include "dptrain/comm/communicator.hpp"
+#include "dptrain/model/model.hpp"
+#include "dptrain/model/optimizer.hpp"
+#include "dptrain/model/shard.hpp"
 #include "gpt_step_rig.hpp"
 #include "gpu_env.hpp"
+#include "train/train_step.hpp"
+#include "training_support.hpp"
 
 namespace {
 
@@ -114,6 +124,59 @@ TEST(CudaStepKernels, Bf16GptStepRunsNoPassTheEpiloguesAndFusedKernelsTakeIn) {
   EXPECT_EQ(four.count("from_bf16_kernel"), 0u) << "bf16 values widened to fp32 in the step";
   const long per_block = (total(four) - total(two)) / 2;
   EXPECT_LE(per_block, kMostPerBlock) << "our kernels per block, forward and backward";
+}
+
+// Our kernels launched per step by a CNN of the demo's kind (two conv, bn,
+// relu, pool stages, then dense, relu, dense) after a warm-up step.
+Census census_of_a_cnn_step() {
+  Census per_step;
+#if defined(DPTRAIN_EMULATED_DEVICE)
+  using namespace dptrain;
+  constexpr int kRows = 6, kSteps = 3;
+  auto be = gpu_test::make_gpu(Precision::kFp32);
+  auto comm = be->make_communicator(MpiCommHandle{MPI_COMM_SELF});
+  const Shape input{1, 12, 12};
+  Model model(*be,
+              parse_model_spec("conv:4:3,bn,relu,maxpool:2,conv:8:3,bn,relu,maxpool:2,dense:16,"
+                               "relu,dense:10"),
+              input, kRows);
+  model.init(3);
+  Optimizer opt(*be, OptimizerConfig{}, model.num_params());
+  DeviceBuffer<float> stats(*be, 2);
+  auto x = gpu_test::upload(*be, gpu_test::random_vector(std::size_t(kRows) * input.size(), 5));
+  const std::vector<std::int32_t> labels = gpu_test::random_labels(kRows, 10, 6);
+  DeviceBuffer<std::int32_t> y(*be, labels.size());
+  be->copy_to_device(y.get(), labels.data(), labels.size() * sizeof(std::int32_t));
+  Shard shard;
+  shard.rows = kRows;
+  shard.features = x.get();
+  shard.labels = y.get();
+  Census before;
+  for (int step = 0; step < kSteps; ++step) {
+    if (step == 1) {
+      be->synchronize();
+      before = launches_so_far();
+    }
+    EXPECT_TRUE(train_step(*be, *comm, model, opt, LossKind::kXent, shard, kRows, 1e-2f,
+                           stats.get(), nullptr));
+  }
+  be->synchronize();
+  for (const auto& [kernel, n] : launches_so_far())
+    if (n > before[kernel]) per_step[kernel] = (n - before[kernel]) / (kSteps - 1);
+#endif
+  return per_step;
+}
+
+TEST(CudaStepKernels, CnnStepRunsEachReluAfterABnInTheBnsPasses) {
+#if !defined(DPTRAIN_EMULATED_DEVICE)
+  GTEST_SKIP() << "launches are counted by kernel on the host emulation only";
+#endif
+  const Census c = census_of_a_cnn_step();
+  const auto count = [&](const char* kernel) { return c.count(kernel) ? c.at(kernel) : 0L; };
+  EXPECT_EQ(count("normalize_kernel"), 2) << "the two bn layers' forward";
+  EXPECT_EQ(count("input_grad_kernel"), 2) << "the two bn layers' input gradient";
+  EXPECT_EQ(count("activation_forward_kernel"), 1) << "only the relu after the dense layer";
+  EXPECT_EQ(count("activation_backward_kernel"), 1) << "only the relu after the dense layer";
 }
 
 }  // namespace
