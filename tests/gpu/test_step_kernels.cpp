@@ -172,6 +172,11 @@ TEST(CudaStepKernels, CnnStepRunsEachReluAfterABnInTheBnsPasses) {
   GTEST_SKIP() << "launches are counted by kernel on the host emulation only";
 #endif
   const Census c = census_of_a_cnn_step();
+  if (gpu_test::env().rank == 0) {
+    std::printf("our kernels a warmed-up fp32 step of the CNN:\n");
+    for (const auto& [kernel, n] : c) std::printf("  %-36s %3ld\n", kernel.c_str(), n);
+    std::printf("  %-36s %3ld\n", "all", total(c));
+  }
   const auto count = [&](const char* kernel) { return c.count(kernel) ? c.at(kernel) : 0L; };
   EXPECT_EQ(count("normalize_kernel"), 2) << "the two bn layers' forward";
   EXPECT_EQ(count("input_grad_kernel"), 2) << "the two bn layers' input gradient";
