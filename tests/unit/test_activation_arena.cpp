@@ -173,6 +173,14 @@ TEST(ModelPlan, ABnWithTheReluAfterItKeepsNoOutputOfItsOwn) {
             kept("dense:8,bn:local,tanh,dense:3"));
   // A relu after any other layer runs as its own layer.
   EXPECT_EQ(kept("dense:8,relu,dense:3"), kept("dense:8,tanh,dense:3"));
+  // Inside a block: the bn's output is not stored, and the relu's is kept
+  // (the bn's backward reads it), where before tanh the bn's is kept (tanh
+  // reads its output: the same bytes) and tanh's too (the dense's input).
+  EXPECT_EQ(kept("dense:8,res(dense:8,bn,relu,dense:8),dense:3") + bn_output,
+            kept("dense:8,res(dense:8,bn,tanh,dense:8),dense:3"));
+  // Last in the body: the relu's output is the block's f, kept for the bn.
+  EXPECT_EQ(kept("dense:8,res(dense:8,bn,relu),dense:3") + bn_output,
+            kept("dense:8,res(dense:8,bn,tanh),dense:3"));
 }
 
 std::vector<float> download(Backend& be, const float* p, std::size_t n) {

@@ -282,8 +282,8 @@ class Layer {
   }
 
   // Taking the next layer into this layer's own passes, in the model's
-  // chain of top-level layers (bn and the relu after it: Model::forward,
-  // Model::backward): absorbs_next(next) lets the model call
+  // chain of top-level layers and in a block's chains (bn and the relu
+  // after it): absorbs_next(next) lets the model (or the block) call
   // forward_absorbing_next in place of this layer's forward and next's (it
   // writes next's output next_y; this layer's own output is not written),
   // and backward_params_absorbing_next and backward_input_absorbing_next in

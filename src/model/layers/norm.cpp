@@ -12,9 +12,10 @@
 // backward_empty) and updates its running statistics from the same global
 // sums, so every tower keeps identical buffers. `bn:local` uses the shard's
 // own statistics, with no collective (torch DDP without SyncBatchNorm).
-// A relu right after it in the model's chain runs in its passes
-// (Layer::absorbs_next): forward writes relu's output alone, and backward
-// takes relu's gradient from it, with the bits of the two layers' passes.
+// A relu right after it in a chain of layers (the model's, a block's)
+// runs in its passes (Layer::absorbs_next): forward writes relu's output
+// alone, and backward takes relu's gradient from it, with the bits of the
+// two layers' passes.
 #include "dptrain/backends/backend_buffer.hpp"
 #include "dptrain/backends/kernels/norm_kernels.hpp"
 #include "dptrain/common/error.hpp"

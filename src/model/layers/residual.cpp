@@ -10,7 +10,9 @@
 // Where a part folds its neighbour into its GEMM
 // (Layer::folds_next / folds_previous: dense and a gelu:tanh, on a backend
 // that fuses epilogues), the chain makes the one call for both; the
-// neighbour's output buffer is written all the same. A part that can write
+// neighbour's output buffer is written all the same. A part that runs the
+// next in its own passes (Layer::absorbs_next: bn and a relu) does so here
+// as in the model's chain; its own output is then never stored. A part that can write
 // its output's bf16 rounding (ln) writes it into the next part's slot for
 // its input (dense, attn under bf16: Layer::input_bf16), which then rounds
 // nothing; where that copy is all the next part reads, the part writes
@@ -96,12 +98,13 @@ class Residual final : public Layer {
     // backward reads its own output (which then exists nowhere).
     const std::size_t last = body_.size() - 1;
     adds_in_last_ = shortcut_.empty() && body_[last]->forward_adds() &&
-                    !body_[last]->backward_reads_output() && !(last >= 1 && folds_next_[last - 1]);
+                    !body_[last]->backward_reads_output() &&
+                    !(last >= 1 && (folds_next_[last - 1] || absorbs_[last - 1]));
     for (std::size_t first : {std::size_t(0), body_.size()}) {
       const Parts& parts = first == 0 ? body_ : shortcut_;
       for (std::size_t i = 0; i < parts.size(); ++i) {
         const std::size_t size = parts[i]->output_shape().size();
-        if (first == 0 && i == last && adds_in_last_)  // f is never stored
+        if ((first == 0 && i == last && adds_in_last_) || absorbs_[first + i])  // never stored
           acts_.emplace_back();
         else
           acts_.push_back(reserve<float>(be, max_rows, size, output_lifetime(parts, first, i)));
@@ -112,8 +115,10 @@ class Residual final : public Layer {
       }
     }
     // The first part adds the shortcut's gradient, unless the part after it
-    // carries the gradient through it (a fold).
-    adds_in_first_ = shortcut_.empty() && !(body_.size() > 1 && folds_previous_[1]);
+    // carries the gradient through it (a fold) or it runs the part after it
+    // (then the chain's gradient is w.r.t. that part's output).
+    adds_in_first_ =
+        shortcut_.empty() && !(body_.size() > 1 && folds_previous_[1]) && !absorbs_[0];
     grad_a_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     grad_b_ = reserve<float>(be, max_rows, widest, Lifetime::kPass);
     if (!shortcut_.empty()) dx_ = reserve<float>(be, max_rows, input_shape().size(), Lifetime::kPass);
@@ -201,11 +206,14 @@ class Residual final : public Layer {
   // chain's last output (f) is read by no other: the sum's gradient is dy
   // itself. Else it lives for the pass, which the forward's next parts
   // read it in (dense and attn under bf16 keep their input's rounding).
-  // A bf16 MLP's first output is kept in bf16 (hidden16_) instead.
+  // A bf16 MLP's first output is kept in bf16 (hidden16_) instead. A part
+  // run by the part before (absorbs_) has its output read by that part's
+  // backward.
   Lifetime output_lifetime(const Parts& parts, std::size_t first, std::size_t i) const {
     const bool read = !mlp_bf16_[first + i] &&
                       (parts[i]->backward_reads_output() ||
-                       (i + 1 < parts.size() && parts[i + 1]->backward_reads_input()));
+                       (i + 1 < parts.size() && parts[i + 1]->backward_reads_input()) ||
+                       (i >= 1 && absorbs_[first + i - 1]));
     return read ? Lifetime::kSaved : Lifetime::kPass;
   }
 
@@ -219,11 +227,14 @@ class Residual final : public Layer {
   // gradient exist in bf16 only (Backend::gemm_epilogue_bf16).
   void note_folds(const Parts& parts, std::size_t first, bool rounds) {
     const std::size_t end = first + parts.size();
-    for (auto* v : {&folds_next_, &folds_previous_, &writes_bf16_, &mlp_bf16_}) v->resize(end, false);
+    for (auto* v : {&folds_next_, &folds_previous_, &writes_bf16_, &mlp_bf16_, &absorbs_})
+      v->resize(end, false);
     for (std::size_t i = 0; i < parts.size(); ++i) {
       writes_bf16_[first + i] = parts[i]->writes_output_bf16();
       folds_next_[first + i] = i + 1 < parts.size() && parts[i]->folds_next(*parts[i + 1]);
       folds_previous_[first + i] = i >= 1 && parts[i]->folds_previous(*parts[i - 1]);
+      absorbs_[first + i] = i + 1 < parts.size() && !(i >= 1 && absorbs_[first + i - 1]) &&
+                            parts[i]->absorbs_next(*parts[i + 1]);
     }
     for (std::size_t i = 0; i + 2 < parts.size(); ++i)
       mlp_bf16_[first + i] = rounds && folds_next_[first + i] &&
@@ -245,6 +256,13 @@ class Residual final : public Layer {
       if (adding && i + 1 == parts.size()) {
         parts[i]->forward_adding(be, in, x, *adding, mode);
         return *adding;
+      }
+      if (absorbs_[first + i]) {  // this part runs the next: its output is the next's
+        const TensorView next = output(first + i + 1, x.rows, *parts[i + 1]);
+        parts[i]->forward_absorbing_next(be, in, next, mode);
+        in = next;
+        ++i;
+        continue;
       }
       const TensorView out = output(first + i, x.rows, *parts[i]);
       if (folds_next_[first + i]) {  // this part and the next in one call
@@ -279,8 +297,16 @@ class Residual final : public Layer {
     };
     for (std::size_t i = parts.size(); i-- > 0;) {
       Layer& l = *parts[i];
+      if (i >= 1 && absorbs_[first + i - 1]) continue;  // run by part i - 1, with g
       const ConstTensorView in = input(i);
-      if (!l.params().empty()) l.backward_params(be, in, g);
+      // g is w.r.t. the next part's output where this part runs it.
+      const ConstTensorView next_y = absorbs_[first + i]
+                                         ? ConstTensorView(output(first + i + 1, x.rows, *parts[i + 1]))
+                                         : ConstTensorView{};
+      if (!l.params().empty()) {
+        if (absorbs_[first + i]) l.backward_params_absorbing_next(be, in, next_y, g);
+        else l.backward_params(be, in, g);
+      }
       if (i == 0 && stop_at_first) break;
       float* free = g.data == grad_a_.get() ? grad_b_.get() : grad_a_.get();
       if (folds_previous_[first + i]) {  // through part i - 1 (no parameters) too
@@ -296,7 +322,8 @@ class Residual final : public Layer {
         continue;
       }
       const TensorView dx{free, x.rows, l.input_shape()};
-      l.backward_input(be, in, output(first + i, x.rows, l), g, dx);
+      if (absorbs_[first + i]) l.backward_input_absorbing_next(be, in, next_y, g, dx);
+      else l.backward_input(be, in, output(first + i, x.rows, l), g, dx);
       g = dx;
     }
     return g;
@@ -305,6 +332,7 @@ class Residual final : public Layer {
   Parts body_, shortcut_;
   std::vector<ArenaBuffer<float>> acts_;  // each part's output: body's, then the shortcut's
   std::vector<bool> folds_next_, folds_previous_;  // by part, as acts_ (set by allocate)
+  std::vector<bool> absorbs_;      // the part runs the next in its passes (note_folds)
   std::vector<bool> writes_bf16_;  // the part writes its output's bf16 copy when asked
   std::vector<bool> mlp_bf16_;     // the part starts a bf16 MLP (note_folds)
   std::vector<ArenaBuffer<std::uint16_t>> hidden16_;  // a bf16 MLP's first output, in bf16
