@@ -1,13 +1,13 @@
 # Tests: `dptrain train --device cuda --cuda-graphs on` on the CUDA host
-# emulation (emulated_dptrain): on one rank, a CNN (convolution, bn over
-# the batch, pooling, dropout, augmentation) and an MLP, in fp32 and bf16,
-# over epochs whose last batch is shorter, end bitwise where the same run
-# without graphs ends, and say how many steps were replayed (each shape
-# and shard buffer recorded at its second step). Where graphs do not apply
-# (2 ranks, --accumulate 2) a note says so once and the run is bitwise the
-# run without the option. Evaluation between steps, clipping, a schedule
-# and a resume from a checkpoint leave the bits as they are. (On the CPU the option is a usage error:
-# tests/cli/test_bad_options.sh.)
+# emulation (emulated_dptrain): on one rank, a CNN (convolution, bn over the
+# batch, pooling, dropout, augmentation) and an MLP, in fp32 and bf16, over
+# epochs whose last batch is shorter, end bitwise where the same run without
+# graphs ends, and say how many steps were replayed (each shape and shard
+# buffer recorded at its second step). Where graphs do not apply (2 ranks,
+# --accumulate 2) a note says so once and the run is bitwise the run without
+# the option. Evaluation between steps, clipping, a schedule and a resume from
+# a checkpoint leave the bits as they are. (On the CPU the option is a usage
+# error: tests/cli/test_bad_options.sh.)
 source "$DPTRAIN_SOURCE_DIR/tests/cli/lib.sh"
 : "${EMULATED_DPTRAIN:?run through ctest}"
 

@@ -1,12 +1,12 @@
 // Implements: the CUDA batch-norm kernels against the CPU backend on random
 // inputs, over shapes that hit one value per channel, flat [N, F], partial
 // blocks, many chunks per channel and the chunk cap, an empty shard, and a
-// mean far from zero, each also with a relu in bn's passes. The chain of a training step (sums, statistics with
-// the running update, normalize, gradient sums, input gradient) agrees
-// within the rounding of float outputs of double sums; fed the CPU's
-// statistics, the per-channel and elementwise kernels give the CPU's bits;
-// and the GPU gives the same bits on every run. A relu in bn's passes gives
-// the bits of bn's passes and a relu layer's, on both backends.
+// mean far from zero, each also with a relu in bn's passes. The chain of a
+// training step (sums, statistics with the running update, normalize, gradient
+// sums, input gradient) agrees within the rounding of float outputs of double
+// sums; fed the CPU's statistics, the per-channel and elementwise kernels give
+// the CPU's bits; and the GPU gives the same bits on every run. A relu in bn's
+// passes gives the bits of bn's passes and a relu layer's, on both backends.
 #include <gtest/gtest.h>
 
 #include <algorithm>

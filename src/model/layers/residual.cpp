@@ -7,21 +7,21 @@
 // their activations and its gradient buffers (per pass) in the model's
 // activation arena: a part's output is saved for backward only where a
 // backward reads it (Layer::backward_reads_output, backward_reads_input).
-// Where a part folds its neighbour into its GEMM
-// (Layer::folds_next / folds_previous: dense and a gelu:tanh, on a backend
-// that fuses epilogues), the chain makes the one call for both; the
-// neighbour's output buffer is written all the same. A part that runs the
-// next in its own passes (Layer::absorbs_next: bn and a relu) does so here
-// as in the model's chain; its own output is then never stored. A part that can write
-// its output's bf16 rounding (ln) writes it into the next part's slot for
-// its input (dense, attn under bf16: Layer::input_bf16), which then rounds
-// nothing; where that copy is all the next part reads, the part writes
-// the copy alone (Layer::output_read_in_bf16_only). With the identity
-// shortcut, the block's output f + x is made by the body's last part as it
-// writes its own (Layer::forward_adding: dense's and attn's GEMM epilogue
-// adds x), and the block's input gradient df + dy by the body's first part
-// as it writes its own input gradient (Layer::backward_input_adding: ln's
-// kernel adds dy in its pass).
+// Where a part folds its neighbour into its GEMM (Layer::folds_next /
+// folds_previous: dense and a gelu:tanh, on a backend that fuses epilogues),
+// the chain makes the one call for both; the neighbour's output buffer is
+// written all the same. A part that runs the next in its own passes
+// (Layer::absorbs_next: bn and a relu) does so here as in the model's chain;
+// its own output is then never stored. A part that can write its output's bf16
+// rounding (ln) writes it into the next part's slot for its input (dense, attn
+// under bf16: Layer::input_bf16), which then rounds nothing; where that copy
+// is all the next part reads, the part writes the copy alone
+// (Layer::output_read_in_bf16_only). With the identity shortcut, the block's
+// output f + x is made by the body's last part as it writes its own
+// (Layer::forward_adding: dense's and attn's GEMM epilogue adds x), and the
+// block's input gradient df + dy by the body's first part as it writes its own
+// input gradient (Layer::backward_input_adding: ln's kernel adds dy in its
+// pass).
 #include <algorithm>
 #include <string>
 
@@ -300,9 +300,8 @@ class Residual final : public Layer {
       if (i >= 1 && absorbs_[first + i - 1]) continue;  // run by part i - 1, with g
       const ConstTensorView in = input(i);
       // g is w.r.t. the next part's output where this part runs it.
-      const ConstTensorView next_y = absorbs_[first + i]
-                                         ? ConstTensorView(output(first + i + 1, x.rows, *parts[i + 1]))
-                                         : ConstTensorView{};
+      ConstTensorView next_y;
+      if (absorbs_[first + i]) next_y = output(first + i + 1, x.rows, *parts[i + 1]);
       if (!l.params().empty()) {
         if (absorbs_[first + i]) l.backward_params_absorbing_next(be, in, next_y, g);
         else l.backward_params(be, in, g);
