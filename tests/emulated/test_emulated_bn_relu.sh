@@ -2,8 +2,9 @@
 # (Layer::absorbs_next), end to end through `dptrain train`: a model with
 # "bn,relu" ends bitwise where the same model with "bn,dropout:0,relu" ends
 # (dropout:0 is the identity forward and backward, and keeps the two
-# layers apart, so they run as layers of their own). Weights, bn's running
-# statistics and every metric line: on the CPU backend on 1 rank and on 3
+# layers apart, so they run as layers of their own). The whole checkpoint
+# (weights, bn's running statistics, optimizer state: same_state) and every
+# metric line: on the CPU backend on 1 rank and on 3
 # (bn over the global batch, uneven shards), with bn:local, and on the
 # emulated GPU in fp32 and bf16. Convolutional (bn per channel) and flat
 # (per feature) models, and residual blocks (the pair first in a block,
