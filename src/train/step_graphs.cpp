@@ -10,10 +10,12 @@ bool StepGraphs::run(const StepGraphKey& key, const std::function<void()>& pass)
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     if (graphs_.size() >= kMaxGraphs) return false;
-    // The first step of a key: as usual. Keys that never come back (at most
-    // kMaxSeen remembered) are never recorded.
-    if (seen_.size() < kMaxSeen && seen_.insert(key).second) return false;
-    if (!seen_.count(key)) return false;
+    // The first step of a key: as usual, remembered while fewer than
+    // kMaxSeen are (a key first seen after that is never recorded).
+    if (!seen_.count(key)) {
+      if (seen_.size() < kMaxSeen) seen_.insert(key);
+      return false;
+    }
     std::string why;
     std::unique_ptr<Backend::RecordedWork> graph = be_.record(pass, &why);
     if (!graph) {
