@@ -100,7 +100,8 @@ StepInfo TrainingRun::step_info(const BatchSlot& slot) const {
   info.batch_rows = slot.rows;
   // This rank's rows follow those of lower ranks (no allocation here).
   info.first_row = slot.position + rank_rows(slot.rows, mpi_.size(), mpi_.rank()).first;
-  info.replicas = replica_sum_.get();
+  // One rank: its shard is the whole batch, with nothing to sum it with.
+  info.replicas = mpi_.size() > 1 ? replica_sum_.get() : nullptr;
   return info;
 }
 

@@ -313,6 +313,9 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 }
 // 1 + the index of the lowest set bit, 0 for none.
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
+// The blocks of a grid run one after another, each to its end: every write
+// of an earlier block is visible to a later one without a fence.
+inline void __threadfence() {}
 // Fibers of one host thread never run at the same time: a plain add is atomic.
 template <typename T>
 T atomicAdd(T* address, T v) {

@@ -5,7 +5,8 @@
 // training step (sums, statistics with the running update, normalize, gradient
 // sums, input gradient) agrees within the rounding of float outputs of double
 // sums; fed the CPU's statistics, the per-channel and elementwise kernels give
-// the CPU's bits; and the GPU gives the same bits on every run. A relu in bn's
+// the CPU's bits; the GPU gives the same bits on every run; and the sums and
+// statistics in one call give the bits of the two calls. A relu in bn's
 // passes gives the bits of bn's passes and a relu layer's, on both backends.
 #include <gtest/gtest.h>
 
@@ -13,6 +14,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "dptrain/backends/backend_buffer.hpp"
@@ -193,6 +196,52 @@ TEST_F(CudaNorm, RepeatedRunsGiveTheSameBits) {
     EXPECT_EQ(bits(a.y), bits(b.y)) << name(c);
     EXPECT_EQ(bits(a.grad_sums), bits(b.grad_sums)) << name(c);
     EXPECT_EQ(bits(a.dx), bits(b.dx)) << name(c);
+  }
+}
+
+// batch_sums_and_stats (one launch on CUDA: the channel's last block adds
+// the chunks and computes the statistics) against batch_sums and then
+// batch_stats: the same bits, from one chunk a channel to the chunk cap,
+// for more channels than the arrival counts first hold (they grow), and
+// again after a call with another chunk count (each launch leaves them
+// zero). The CPU's is the two calls.
+TEST_F(CudaNorm, SumsAndStatisticsInOneCallGiveTheBitsOfTheTwoCalls) {
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({3, 5000, 2, 0.0f});
+  cases.push_back({64, 300, 1, 0.0f});
+  std::uint32_t seed = 700;
+  for (Backend* be : {gpu_.get(), cpu_.get()}) {
+    for (const Case& c : cases) {
+      const BnInputs in = make_inputs(c, seed += 10);
+      const auto C = static_cast<std::size_t>(c.channels);
+      NormKernels& k = be->kernels<NormKernels>();
+      auto x = upload(*be, in.x);
+      std::vector<BnOutputs> out(2);
+      for (int fused = 0; fused < 2; ++fused) {
+        auto running_mean = upload(*be, in.running_mean), running_var = upload(*be, in.running_var);
+        DeviceBuffer<float> sums(*be, 2 * C), mean(*be, C), invstd(*be, C);
+        if (fused) {
+          k.batch_sums_and_stats(x.get(), in.s, running_mean.get(), in.count(), kEps, kMomentum,
+                                 sums.get(), mean.get(), invstd.get(), running_mean.get(),
+                                 running_var.get());
+        } else {
+          k.batch_sums(x.get(), in.s, running_mean.get(), sums.get());
+          k.batch_stats(sums.get(), running_mean.get(), c.channels, in.count(), kEps, kMomentum,
+                        mean.get(), invstd.get(), running_mean.get(), running_var.get());
+        }
+        out[fused] = {download(*be, sums),         download(*be, mean),
+                      download(*be, invstd),       download(*be, running_mean),
+                      download(*be, running_var),  {}, {}, {}};
+      }
+      const std::string where = std::string(be == gpu_.get() ? "gpu " : "cpu ") + name(c);
+      EXPECT_EQ(bits(out[1].sums), bits(out[0].sums)) << where;
+      EXPECT_EQ(bits(out[1].mean), bits(out[0].mean)) << where;
+      EXPECT_EQ(bits(out[1].invstd), bits(out[0].invstd)) << where;
+      EXPECT_EQ(bits(out[1].running_mean), bits(out[0].running_mean)) << where;
+      EXPECT_EQ(bits(out[1].running_var), bits(out[0].running_var)) << where;
+      // Not a stale buffer: the running mean moved toward the batch's.
+      EXPECT_NE(bits(out[1].running_mean), bits(in.running_mean)) << where;
+    }
   }
 }
 

@@ -18,7 +18,9 @@
 //    backward (the difference between the two depths, halved), a ratchet:
 //    a change that adds a pass to every block must say so here.
 // The census is printed. And the demo CNN's step runs no relu kernel for a
-// relu that follows a bn (Layer::absorbs_next). On a GPU, which counts no
+// relu that follows a bn (Layer::absorbs_next), and two launches a bn each
+// way: its sums (with the statistics, forward) and normalize or the input
+// gradient. On a GPU, which counts no
 // launches by name, the tests skip: there the check's step by kernel
 // (ncu) is the census.
 #include <cuda_runtime_api.h>  // on the emulation, dptrain_emu::launches_by_kernel
@@ -182,6 +184,10 @@ TEST(CudaStepKernels, CnnStepRunsEachReluAfterABnInTheBnsPasses) {
   EXPECT_EQ(count("input_grad_kernel"), 2) << "the two bn layers' input gradient";
   EXPECT_EQ(count("activation_forward_kernel"), 1) << "only the relu after the dense layer";
   EXPECT_EQ(count("activation_backward_kernel"), 1) << "only the relu after the dense layer";
+  // bn's sums and its statistics (one rank: no sum over replicas between
+  // them) in one launch forward, its gradient sums in one backward.
+  EXPECT_EQ(count("channel_sums_kernel"), 4) << "each bn's sums, forward and backward";
+  EXPECT_EQ(count("batch_stats_kernel"), 0) << "the statistics in the sums' launch";
 }
 
 }  // namespace

@@ -91,10 +91,21 @@ void adam_step(const Launch& l, float* w, void* w16, const float* g, float* m, f
 
 // --- norm.cu --- batch norm over [rows, channels, spatial] (norm_kernels.hpp
 // says what each computes). The sums reduce each channel in a fixed order
-// into norm_partials(s) doubles of device scratch, then in a second launch.
+// into norm_partials(s) doubles of device scratch, which the channel's last
+// block adds up in the same launch; it counts the blocks in `arrivals`, one
+// counter a channel, zero before the first launch (each leaves them so).
+struct NormScratch {
+  double* partials = nullptr;
+  unsigned* arrivals = nullptr;
+};
 std::size_t norm_partials(const NormShape& s);
 void norm_batch_sums(const Launch& l, const float* x, const NormShape& s, const float* shift,
-                     float* sums, double* partials);
+                     float* sums, const NormScratch& scratch);
+// norm_batch_sums, then norm_batch_stats from those sums, in one launch.
+void norm_batch_sums_stats(const Launch& l, const float* x, const NormShape& s,
+                           const float* shift, double count, float eps, float momentum,
+                           float* sums, float* mean, float* invstd, float* running_mean,
+                           float* running_var, const NormScratch& scratch);
 void norm_batch_stats(const Launch& l, const float* sums, const float* shift, int channels,
                       double count, float eps, float momentum, float* mean, float* invstd,
                       float* running_mean, float* running_var);
@@ -104,7 +115,7 @@ void norm_normalize(const Launch& l, const float* x, const NormShape& s, const f
                     float* y);
 void norm_grad_sums(const Launch& l, const float* x, const float* gate, const float* dz,
                     const NormShape& s, const float* mean, const float* invstd, float* sums,
-                    double* partials);
+                    const NormScratch& scratch);
 void norm_input_grad(const Launch& l, const float* x, const float* gate, const float* dz,
                      const NormShape& s, const float* mean, const float* invstd,
                      const float* weight, const float* sums, double count, float* dx);

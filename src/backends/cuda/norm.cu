@@ -4,9 +4,13 @@
 // into chunks of its rows·spatial values; a block of the (channel, chunk)
 // grid visits its chunk. The sums accumulate in double, each thread over a
 // fixed stride of its chunk, then a fixed shared-memory tree per block, and
-// a second launch adds the chunks of a channel the same way: no atomics, and
-// the chunk count is a function of the shape alone, so the same inputs give
-// the same bits every run. The per-channel and elementwise arithmetic uses
+// the channel's last block to finish adds the chunks' partials the same way
+// in chunk order (which block is last decides who adds, never the order: an
+// integer count of arrivals, no float atomics), and the chunk count is a
+// function of the shape alone, so the same inputs give the same bits every
+// run. Where no sum over replicas comes between them, that block also
+// computes the batch statistics: the sums and the statistics of a bn's
+// forward are one launch, its gradient sums another. The per-channel and elementwise arithmetic uses
 // explicitly rounded operations (__dmul_rn, __fadd_rn, ...), which the
 // compiler never fuses into FMAs, so given the same statistics the output is
 // bitwise the CPU's (built with -ffp-contract=off). normalize may write
@@ -97,13 +101,45 @@ __device__ inline void block_sum(double& a, double& b) {
   b = sb[0];
 }
 
-// partials[2 (c · chunks + chunk) + {0, 1}] = this chunk's
+// What batch_stats computes besides the sums (NormKernels::batch_stats);
+// mean == nullptr: nothing (the sums alone).
+struct StatsArgs {
+  const float* shift = nullptr;
+  double count = 0, eps = 0, momentum = 0, unbias = 1;
+  float *mean = nullptr, *invstd = nullptr, *running_mean = nullptr, *running_var = nullptr;
+};
+
+// Channel c's mean and 1/std from its sums, and its running statistics'
+// update (shift may be running_mean: it is read first).
+__device__ inline void channel_stats(int c, const float* sums, int channels, const StatsArgs& a) {
+  const double m1 = __ddiv_rn(static_cast<double>(sums[c]), a.count);  // mean - shift
+  const double mu = __dadd_rn(static_cast<double>(a.shift[c]), m1);  // before running_mean changes
+  const double m2 = __ddiv_rn(static_cast<double>(sums[channels + c]), a.count);
+  const double var = fmax(0.0, __dsub_rn(m2, __dmul_rn(m1, m1)));
+  const double keep = 1.0 - a.momentum;
+  a.mean[c] = static_cast<float>(mu);
+  a.invstd[c] = static_cast<float>(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, a.eps))));
+  a.running_mean[c] = static_cast<float>(__dadd_rn(
+      __dmul_rn(keep, static_cast<double>(a.running_mean[c])), __dmul_rn(a.momentum, mu)));
+  a.running_var[c] = static_cast<float>(
+      __dadd_rn(__dmul_rn(keep, static_cast<double>(a.running_var[c])),
+                __dmul_rn(__dmul_rn(a.momentum, var), a.unbias)));
+}
+
+// Grid (channel, chunk). Each block sums its chunk into
+// partials[2 (c · chunks + chunk) + {0, 1}]:
 //   kShifted: Σ (x - center[c]), Σ (x - center[c])²
 //   kGrad:    Σ dy · (x - center[c]), Σ dy, dy from gate and dz
+// and counts itself in arrivals[c]. The channel's last block adds the
+// partials in chunk order: sums[c] = Σ a (times invstd[c] for kGrad, as the
+// CPU scales the total), sums[C + c] = Σ b; then, with stats.mean, the
+// channel's statistics from those sums; and sets arrivals[c] back to 0 for
+// the next launch.
 template <Sums K>
 __global__ void __launch_bounds__(kNormThreads)
-    chunk_sums_kernel(const float* x, const float* gate, const float* dz, NormShape s,
-                      const float* center, double* partials) {
+    channel_sums_kernel(const float* x, const float* gate, const float* dz, NormShape s,
+                        const float* center, double* partials, unsigned* arrivals,
+                        const float* invstd, float* sums, StatsArgs stats) {
   const int c = blockIdx.x;
   const double k = center[c];
   double a = 0.0, b = 0.0;
@@ -119,54 +155,39 @@ __global__ void __launch_bounds__(kNormThreads)
     }
   });
   block_sum(a, b);
+  __shared__ int last;
+  const std::size_t first = 2 * static_cast<std::size_t>(c) * gridDim.y;
   if (threadIdx.x == 0) {
-    double* p = partials + 2 * (static_cast<std::size_t>(c) * gridDim.y + blockIdx.y);
-    p[0] = a;
-    p[1] = b;
+    partials[first + 2 * blockIdx.y] = a;
+    partials[first + 2 * blockIdx.y + 1] = b;
+    __threadfence();  // the partials before the count, for whichever block is last
+    last = atomicAdd(arrivals + c, 1u) + 1 == gridDim.y;
   }
-}
-
-// One block per channel: sums[c] = Σ a (times invstd[c] for kGrad, as the
-// CPU scales the total), sums[C + c] = Σ b over the channel's chunks.
-template <Sums K>
-__global__ void __launch_bounds__(kNormThreads)
-    finish_sums_kernel(const double* partials, unsigned chunks, int channels,
-                       const float* invstd, float* sums) {
-  const int c = blockIdx.x;
-  double a = 0.0, b = 0.0;
-  for (unsigned k = threadIdx.x; k < chunks; k += kNormThreads) {
-    const double* p = partials + 2 * (static_cast<std::size_t>(c) * chunks + k);
-    a += p[0];
-    b += p[1];
+  __syncthreads();
+  if (!last) return;
+  // Past L1, which may hold what this block read of them before.
+  const volatile double* p = partials + first;
+  a = 0.0;
+  b = 0.0;
+  for (unsigned j = threadIdx.x; j < gridDim.y; j += kNormThreads) {
+    a += p[2 * j];
+    b += p[2 * j + 1];
   }
   block_sum(a, b);
   if (threadIdx.x == 0) {
+    arrivals[c] = 0;
     if constexpr (K == Sums::kGrad) a = __dmul_rn(a, static_cast<double>(invstd[c]));
     sums[c] = static_cast<float>(a);
-    sums[channels + c] = static_cast<float>(b);
+    sums[s.channels + c] = static_cast<float>(b);
+    if (stats.mean) channel_stats(c, sums, s.channels, stats);
   }
 }
 
-__global__ void batch_stats_kernel(const float* sums, const float* shift, int channels,
-                                   double count, double eps, double momentum, double unbias,
-                                   float* mean, float* invstd, float* running_mean,
-                                   float* running_var) {
+__global__ void batch_stats_kernel(const float* sums, int channels, StatsArgs a) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t c = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       c < static_cast<std::size_t>(channels); c += stride) {
-    const double m1 = __ddiv_rn(static_cast<double>(sums[c]), count);  // mean - shift
-    const double mu = __dadd_rn(static_cast<double>(shift[c]), m1);  // before running_mean changes
-    const double m2 = __ddiv_rn(static_cast<double>(sums[channels + c]), count);
-    const double var = fmax(0.0, __dsub_rn(m2, __dmul_rn(m1, m1)));
-    const double keep = 1.0 - momentum;
-    mean[c] = static_cast<float>(mu);
-    invstd[c] = static_cast<float>(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, eps))));
-    running_mean[c] = static_cast<float>(__dadd_rn(
-        __dmul_rn(keep, static_cast<double>(running_mean[c])), __dmul_rn(momentum, mu)));
-    running_var[c] = static_cast<float>(
-        __dadd_rn(__dmul_rn(keep, static_cast<double>(running_var[c])),
-                  __dmul_rn(__dmul_rn(momentum, var), unbias)));
-  }
+       c < static_cast<std::size_t>(channels); c += stride)
+    channel_stats(static_cast<int>(c), sums, channels, a);
 }
 
 __global__ void inverse_std_kernel(const float* var, int channels, double eps, float* invstd) {
@@ -207,14 +228,26 @@ __global__ void __launch_bounds__(kNormThreads)
 template <Sums K>
 void channel_sums(const Launch& l, const float* x, const float* gate, const float* dz,
                   const NormShape& s, const float* center, const float* invstd, float* sums,
-                  double* partials) {
+                  const NormScratch& scratch, const StatsArgs& stats = {}) {
   if (s.channels <= 0) return;
-  const dim3 grid = channel_grid(s);
-  chunk_sums_kernel<K><<<grid, kNormThreads, 0, l.stream>>>(x, gate, dz, s, center, partials);
+  channel_sums_kernel<K><<<channel_grid(s), kNormThreads, 0, l.stream>>>(
+      x, gate, dz, s, center, scratch.partials, scratch.arrivals, invstd, sums, stats);
   DPT_CUDA_CHECK(cudaGetLastError());
-  finish_sums_kernel<K><<<grid.x, kNormThreads, 0, l.stream>>>(partials, grid.y, s.channels,
-                                                               invstd, sums);
-  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+StatsArgs stats_args(const float* shift, double count, float eps, float momentum, float* mean,
+                     float* invstd, float* running_mean, float* running_var) {
+  StatsArgs a;
+  a.shift = shift;
+  a.count = count;
+  a.eps = static_cast<double>(eps);
+  a.momentum = static_cast<double>(momentum);
+  a.unbias = count > 1.0 ? count / (count - 1.0) : 1.0;  // as the CPU computes it
+  a.mean = mean;
+  a.invstd = invstd;
+  a.running_mean = running_mean;
+  a.running_var = running_var;
+  return a;
 }
 
 }  // namespace
@@ -225,24 +258,32 @@ std::size_t norm_partials(const NormShape& s) {
 }
 
 void norm_batch_sums(const Launch& l, const float* x, const NormShape& s, const float* shift,
-                     float* sums, double* partials) {
-  channel_sums<Sums::kShifted>(l, x, nullptr, nullptr, s, shift, nullptr, sums, partials);
+                     float* sums, const NormScratch& scratch) {
+  channel_sums<Sums::kShifted>(l, x, nullptr, nullptr, s, shift, nullptr, sums, scratch);
+}
+
+void norm_batch_sums_stats(const Launch& l, const float* x, const NormShape& s,
+                           const float* shift, double count, float eps, float momentum,
+                           float* sums, float* mean, float* invstd, float* running_mean,
+                           float* running_var, const NormScratch& scratch) {
+  channel_sums<Sums::kShifted>(
+      l, x, nullptr, nullptr, s, shift, nullptr, sums, scratch,
+      stats_args(shift, count, eps, momentum, mean, invstd, running_mean, running_var));
 }
 
 void norm_grad_sums(const Launch& l, const float* x, const float* gate, const float* dz,
                     const NormShape& s, const float* mean, const float* invstd, float* sums,
-                    double* partials) {
-  channel_sums<Sums::kGrad>(l, x, gate, dz, s, mean, invstd, sums, partials);
+                    const NormScratch& scratch) {
+  channel_sums<Sums::kGrad>(l, x, gate, dz, s, mean, invstd, sums, scratch);
 }
 
 void norm_batch_stats(const Launch& l, const float* sums, const float* shift, int channels,
                       double count, float eps, float momentum, float* mean, float* invstd,
                       float* running_mean, float* running_var) {
   if (channels <= 0) return;
-  const double unbias = count > 1.0 ? count / (count - 1.0) : 1.0;  // as the CPU computes it
   batch_stats_kernel<<<grid_for(static_cast<std::size_t>(channels), l), kThreads, 0, l.stream>>>(
-      sums, shift, channels, count, static_cast<double>(eps), static_cast<double>(momentum),
-      unbias, mean, invstd, running_mean, running_var);
+      sums, channels,
+      stats_args(shift, count, eps, momentum, mean, invstd, running_mean, running_var));
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

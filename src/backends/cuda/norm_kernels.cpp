@@ -1,9 +1,11 @@
 // Implements: the CUDA normalization kernel table — batch norm as custom
 // kernels on the compute stream (norm.cu), with the device scratch of the
-// per-chunk partial sums grown once to the largest shape. Not cuDNN's
+// per-chunk partial sums and the per-channel arrival counts grown once to
+// the largest shape. Not cuDNN's
 // batch-norm API: its training forward computes the batch statistics inside
 // one call, with no point where `bn` could sum them over the replicas of
 // the global batch (docs/gpu.md).
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 
@@ -15,16 +17,26 @@ namespace dptrain::cuda {
 namespace {
 
 // Partials for up to 65536 (channel, chunk) pairs, e.g. 64 channels of
-// 8 million values each, before the scratch has to grow.
+// 8 million values each, and counts for 4096 channels, before the scratch
+// has to grow.
 constexpr std::size_t kInitialPartials = 2 * 65536;
+constexpr std::size_t kInitialChannels = 4096;
 
 class CudaNormKernels final : public NormKernels {
  public:
   explicit CudaNormKernels(const Launch& l)
-      : launch_(l), partials_(l.stream, kInitialPartials * sizeof(double)) {}
+      : launch_(l), partials_(l.stream, kInitialPartials * sizeof(double)) {
+    grow_arrivals(kInitialChannels);
+  }
 
   void batch_sums(const float* x, const NormShape& s, const float* shift, float* sums) override {
-    norm_batch_sums(launch_, x, s, shift, sums, partials(s));
+    norm_batch_sums(launch_, x, s, shift, sums, scratch(s));
+  }
+  void batch_sums_and_stats(const float* x, const NormShape& s, const float* shift,
+                            double count, float eps, float momentum, float* sums, float* mean,
+                            float* invstd, float* running_mean, float* running_var) override {
+    norm_batch_sums_stats(launch_, x, s, shift, count, eps, momentum, sums, mean, invstd,
+                          running_mean, running_var, scratch(s));
   }
   void batch_stats(const float* sums, const float* shift, int channels, double count, float eps,
                    float momentum, float* mean, float* invstd, float* running_mean,
@@ -41,7 +53,7 @@ class CudaNormKernels final : public NormKernels {
   }
   void grad_sums(const float* x, const float* gate, const float* dz, const NormShape& s,
                  const float* mean, const float* invstd, float* sums) override {
-    norm_grad_sums(launch_, x, gate, dz, s, mean, invstd, sums, partials(s));
+    norm_grad_sums(launch_, x, gate, dz, s, mean, invstd, sums, scratch(s));
   }
   void input_grad(const float* x, const float* gate, const float* dz, const NormShape& s,
                   const float* mean, const float* invstd, const float* weight, const float* sums,
@@ -51,11 +63,24 @@ class CudaNormKernels final : public NormKernels {
 
  private:
   // One scratch for every bn layer: their kernels run one after another on
-  // the stream.
-  double* partials(const NormShape& s) { return partials_.get<double>(norm_partials(s)); }
+  // the stream, and each launch leaves the arrival counts at zero.
+  NormScratch scratch(const NormShape& s) {
+    if (static_cast<std::size_t>(std::max(s.channels, 0)) > arrival_counts_)
+      grow_arrivals(static_cast<std::size_t>(s.channels));
+    return {partials_.get<double>(norm_partials(s)), static_cast<unsigned*>(arrivals_.get())};
+  }
+  void grow_arrivals(std::size_t channels) {
+    DPT_CUDA_CHECK(cudaStreamSynchronize(launch_.stream));  // queued launches count in the old
+    arrivals_ = DeviceMemory();
+    arrivals_ = DeviceMemory(channels * sizeof(unsigned));
+    DPT_CUDA_CHECK(cudaMemsetAsync(arrivals_.get(), 0, channels * sizeof(unsigned), launch_.stream));
+    arrival_counts_ = channels;
+  }
 
   Launch launch_;
   Scratch partials_;
+  DeviceMemory arrivals_;
+  std::size_t arrival_counts_ = 0;
 };
 
 }  // namespace

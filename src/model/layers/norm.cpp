@@ -149,9 +149,16 @@ class BatchNorm final : public Layer {
 
   // The batch mean and 1/std into mean_ and invstd_, and the running
   // statistics' update. The sums are shifted by the running mean, which
-  // every replica holds bit for bit.
+  // every replica holds bit for bit. Without replicas to sum over, sums and
+  // statistics are one call (one launch on CUDA).
   void batch_statistics(const float* x, int rows) {
     float* running_mean = arenas().buffers + running_mean_;
+    if (!over_replicas() && rows > 0) {
+      norm_->batch_sums_and_stats(x, shape(rows), running_mean, batch_values(rows), kEps,
+                                  kMomentum, sums_.get(), mean_.get(), invstd_.get(),
+                                  running_mean, arenas().buffers + running_var_);
+      return;
+    }
     norm_->batch_sums(x, shape(rows), running_mean, sums_.get());
     sum_over_replicas();
     const double count = batch_values(rows);

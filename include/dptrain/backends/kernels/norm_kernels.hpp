@@ -44,6 +44,17 @@ class NormKernels : public KernelFamily {
   virtual void batch_stats(const float* sums, const float* shift, int channels, double count,
                            float eps, float momentum, float* mean, float* invstd,
                            float* running_mean, float* running_var) = 0;
+  // batch_sums, then batch_stats over `count` >= 1 values from those sums:
+  // for a layer with nothing between the two (no sum over replicas), which
+  // a backend may run as one pass. The same bits as the two calls.
+  virtual void batch_sums_and_stats(const float* x, const NormShape& s, const float* shift,
+                                    double count, float eps, float momentum, float* sums,
+                                    float* mean, float* invstd, float* running_mean,
+                                    float* running_var) {
+    batch_sums(x, s, shift, sums);
+    batch_stats(sums, shift, s.channels, count, eps, momentum, mean, invstd, running_mean,
+                running_var);
+  }
   // invstd[c] = 1 / sqrt(var[c] + eps): evaluation with the running variance.
   virtual void inverse_std(const float* var, int channels, float eps, float* invstd) = 0;
   // y = (x - mean[c]) · invstd[c] · weight[c] + bias[c]; with `relu`, its
