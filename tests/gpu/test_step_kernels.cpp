@@ -7,7 +7,8 @@
 //    dense layer's bias (add_bias_kernel), bias gradient (bias_grad_kernel)
 //    or GELU forward and backward (activation_*_kernel), the materialized
 //    attention's softmax and its gradient, and its head shuffles
-//    (qkv_kernel, heads_kernel);
+//    (qkv_kernel, heads_kernel), and the loss's sum over its blocks
+//    (add_partials_kernel: the fused classifier's last block makes it);
 //  - conversions to bf16 that do not grow with the depth: the optimizer's
 //    pass rounds the weights, and the blocks' activations and gradients
 //    get their bf16 copies from the kernels that make them, so no layer of
@@ -115,9 +116,12 @@ TEST(CudaStepKernels, Bf16GptStepRunsNoPassTheEpiloguesAndFusedKernelsTakeIn) {
     std::printf("  %-36s %3ld %3ld (%ld a block)\n", "all", total(two), total(four),
                 (total(four) - total(two)) / 2);
   }
+  // (add_partials_kernel: the loss's sum over its blocks, now made by the
+  // classifier's last block.)
   for (const char* absorbed : {"add_bias_kernel", "bias_grad_kernel", "activation_forward_kernel",
                                "activation_backward_kernel", "attention_softmax_kernel",
-                               "attention_softmax_grad_kernel", "qkv_kernel", "heads_kernel"})
+                               "attention_softmax_grad_kernel", "qkv_kernel", "heads_kernel",
+                               "add_partials_kernel"})
     EXPECT_EQ(four.count(absorbed), 0u) << absorbed << " runs in the step: " << four.at(absorbed)
                                         << " launches";
   const long to2 = two.count("to_bf16_kernel") ? two.at("to_bf16_kernel") : 0;

@@ -62,19 +62,25 @@ void activation_backward(const Launch& l, Activation f, const float* x, const fl
 void count_nonfinite(const Launch& l, const float* x, std::size_t n,
                      unsigned long long* counter);
 
-// --- loss.cu --- partials: device scratch of 2 * kMaxLossBlocks doubles.
+// --- loss.cu --- scratch: 2 * kMaxLossBlocks doubles of per-block partials,
+// which the grid's last block adds up in the same launch, and the count of
+// blocks arrived, zero before the first launch (each leaves it so).
 // The gradient's bf16 copy (dlogits_bf16, dpred_bf16: may be null) is
 // written by the pass that writes the gradient.
+struct LossScratch {
+  double* partials = nullptr;
+  unsigned* arrivals = nullptr;
+};
 void softmax_xent(const Launch& l, const float* logits, const std::int32_t* labels, int rows,
                   int cols, float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
-                  float* stats, double* partials);
+                  float* stats, const LossScratch& scratch);
 // The same over bf16 logits, the gradient written as bf16 (may be logits16).
 void softmax_xent_bf16(const Launch& l, const std::uint16_t* logits16,
                        const std::int32_t* labels, int rows, int cols, float grad_scale,
-                       std::uint16_t* dlogits16, float* stats, double* partials);
+                       std::uint16_t* dlogits16, float* stats, const LossScratch& scratch);
 void mse(const Launch& l, const float* pred, const float* target, int rows, int cols,
          float grad_scale, float* dpred, std::uint16_t* dpred_bf16, float* stats,
-         double* partials);
+         const LossScratch& scratch);
 
 // --- optimizer.cu --- one launch each over the whole arena.
 // The sum of x[i]^2 in double into *out: per-block partials (max_blocks of

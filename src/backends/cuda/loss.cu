@@ -8,9 +8,10 @@
 // output under bf16) the same kernel reads bf16 and writes the gradient as
 // bf16 only, in place: 2 bytes a logit where there were 6; a row of a
 // multiple of 8 is read and written 16 bytes a thread at a time. MSE: one
-// warp per row. Each block writes its partial sums, and a one-warp launch
-// adds them in block order, so the sums are reproducible (no float
-// atomics). The row math follows
+// warp per row. Each block writes its partial sums, and the grid's last
+// block to finish (an integer count of arrivals) adds them in block order
+// with one warp, so the sums are reproducible (no float atomics) and the
+// loss is one launch. The row math follows
 // src/backends/cpu/loss_kernels.cpp (the first maximum, the sums and the
 // loss in double) but for the exponentials: CUDA's expf here.
 #include <cuda_bf16.h>
@@ -50,6 +51,35 @@ __device__ inline void write_block_partials(double a, double b, double* partials
     }
     partials[2 * blockIdx.x] = ta;
     partials[2 * blockIdx.x + 1] = tb;
+  }
+}
+
+// After thread 0 has written the block's partials: counts the block in
+// *arrivals, and the grid's last block (which sets the count back to 0)
+// adds every block's partials with its first warp, lane-strided in block
+// order and then the butterfly, into stats. Every thread of the block
+// calls it.
+__device__ inline void add_partials_if_last(double* partials, unsigned* arrivals, float* stats,
+                                            bool with_count) {
+  __shared__ int last;
+  if (threadIdx.x == 0) {
+    __threadfence();  // the partials before the count, for whichever block is last
+    last = atomicAdd(arrivals, 1u) + 1 == gridDim.x;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  const volatile double* p = partials;  // past L1
+  double a = 0.0, b = 0.0;
+  for (unsigned i = threadIdx.x; i < gridDim.x; i += 32) {
+    a += p[2 * i];
+    b += p[2 * i + 1];
+  }
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (threadIdx.x == 0) {
+    *arrivals = 0;
+    stats[0] += static_cast<float>(a);
+    if (with_count) stats[1] += static_cast<float>(b);
   }
 }
 
@@ -134,7 +164,7 @@ __device__ inline void store_group(T* p, const float* v) {
 template <typename In, typename Out, int W>
 __global__ void softmax_xent_kernel(const In* logits, const std::int32_t* labels, int rows,
                                     int cols, float grad_scale, Out* dlogits,
-                                    __nv_bfloat16* d16, double* partials) {
+                                    __nv_bfloat16* d16, LossScratch scratch, float* stats) {
   __shared__ RowStats shared[32];
   double loss = 0.0, correct = 0.0;
   const int step = static_cast<int>(blockDim.x) * W;
@@ -177,13 +207,15 @@ __global__ void softmax_xent_kernel(const In* logits, const std::int32_t* labels
     }
   }
   if (threadIdx.x == 0) {
-    partials[2 * blockIdx.x] = loss;
-    partials[2 * blockIdx.x + 1] = correct;
+    scratch.partials[2 * blockIdx.x] = loss;
+    scratch.partials[2 * blockIdx.x + 1] = correct;
   }
+  add_partials_if_last(scratch.partials, scratch.arrivals, stats, true);
 }
 
 __global__ void mse_kernel(const float* pred, const float* target, int rows, int cols, float g,
-                           float* dpred, __nv_bfloat16* d16, double* partials) {
+                           float* dpred, __nv_bfloat16* d16, LossScratch scratch,
+                           float* stats) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double loss = 0.0;
   for (int r = blockIdx.x * kWarps + warp; r < rows; r += gridDim.x * kWarps) {
@@ -198,23 +230,8 @@ __global__ void mse_kernel(const float* pred, const float* target, int rows, int
     const double row_sum = warp_sum(part);
     if (lane == 0) loss += row_sum / cols;
   }
-  write_block_partials(loss, 0.0, partials);
-}
-
-// One warp: lane-strided sums in fixed order, then the butterfly.
-__global__ void add_partials_kernel(const double* partials, int blocks, float* stats,
-                                    bool with_count) {
-  double a = 0.0, b = 0.0;
-  for (int i = threadIdx.x; i < blocks; i += 32) {
-    a += partials[2 * i];
-    b += partials[2 * i + 1];
-  }
-  a = warp_sum(a);
-  b = warp_sum(b);
-  if (threadIdx.x == 0) {
-    stats[0] += static_cast<float>(a);
-    if (with_count) stats[1] += static_cast<float>(b);
-  }
+  write_block_partials(loss, 0.0, scratch.partials);
+  add_partials_if_last(scratch.partials, scratch.arrivals, stats, false);
 }
 
 // The grid depends on rows alone, so the summation order does too.
@@ -231,7 +248,7 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 template <typename In, typename Out>
 void launch_softmax_xent(const Launch& l, const In* logits, const std::int32_t* labels, int rows,
                          int cols, float grad_scale, Out* dlogits, __nv_bfloat16* d16,
-                         float* stats, double* partials) {
+                         float* stats, const LossScratch& scratch) {
   if (rows <= 0 || cols <= 0) return;
   const unsigned grid = static_cast<unsigned>(rows < kMaxLossBlocks ? rows : kMaxLossBlocks);
   const unsigned threads = cols <= 1024 ? 32u : cols <= 8192 ? 128u : 512u;
@@ -240,13 +257,11 @@ void launch_softmax_xent(const Launch& l, const In* logits, const std::int32_t* 
     grouped = cols % 8 == 0 && aligned16(logits) && aligned16(dlogits);
     if (grouped)
       softmax_xent_kernel<In, Out, 8><<<grid, threads, 0, l.stream>>>(
-          logits, labels, rows, cols, grad_scale, dlogits, d16, partials);
+          logits, labels, rows, cols, grad_scale, dlogits, d16, scratch, stats);
   }
   if (!grouped)
     softmax_xent_kernel<In, Out, 1><<<grid, threads, 0, l.stream>>>(
-        logits, labels, rows, cols, grad_scale, dlogits, d16, partials);
-  DPT_CUDA_CHECK(cudaGetLastError());
-  add_partials_kernel<<<1, 32, 0, l.stream>>>(partials, static_cast<int>(grid), stats, true);
+        logits, labels, rows, cols, grad_scale, dlogits, d16, scratch, stats);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -254,30 +269,28 @@ void launch_softmax_xent(const Launch& l, const In* logits, const std::int32_t* 
 
 void softmax_xent(const Launch& l, const float* logits, const std::int32_t* labels, int rows,
                   int cols, float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
-                  float* stats, double* partials) {
+                  float* stats, const LossScratch& scratch) {
   auto* d16 = dlogits ? reinterpret_cast<__nv_bfloat16*>(dlogits_bf16) : nullptr;
-  launch_softmax_xent(l, logits, labels, rows, cols, grad_scale, dlogits, d16, stats, partials);
+  launch_softmax_xent(l, logits, labels, rows, cols, grad_scale, dlogits, d16, stats, scratch);
 }
 
 void softmax_xent_bf16(const Launch& l, const std::uint16_t* logits16,
                        const std::int32_t* labels, int rows, int cols, float grad_scale,
-                       std::uint16_t* dlogits16, float* stats, double* partials) {
+                       std::uint16_t* dlogits16, float* stats, const LossScratch& scratch) {
   launch_softmax_xent(l, reinterpret_cast<const __nv_bfloat16*>(logits16), labels, rows, cols,
                       grad_scale, reinterpret_cast<__nv_bfloat16*>(dlogits16), nullptr, stats,
-                      partials);
+                      scratch);
 }
 
 void mse(const Launch& l, const float* pred, const float* target, int rows, int cols,
          float grad_scale, float* dpred, std::uint16_t* dpred_bf16, float* stats,
-         double* partials) {
+         const LossScratch& scratch) {
   if (rows <= 0 || cols <= 0) return;
   const unsigned grid = loss_grid(rows);
   const float g = grad_scale * 2.0f / static_cast<float>(cols);
   mse_kernel<<<grid, kThreads, 0, l.stream>>>(pred, target, rows, cols, g, dpred,
                                               reinterpret_cast<__nv_bfloat16*>(dpred_bf16),
-                                              partials);
-  DPT_CUDA_CHECK(cudaGetLastError());
-  add_partials_kernel<<<1, 32, 0, l.stream>>>(partials, static_cast<int>(grid), stats, false);
+                                              scratch, stats);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,8 @@
 // Implements: the CUDA loss kernel table — softmax cross-entropy and MSE on
 // the compute stream (loss.cu), with the device scratch of their per-block
-// partial sums, allocated once with the table.
+// partial sums and the count of blocks arrived, allocated (and the count
+// zeroed) once with the table.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -14,30 +16,39 @@ namespace {
 class CudaLossKernels final : public LossKernels {
  public:
   explicit CudaLossKernels(const Launch& l)
-      : launch_(l), partials_(2 * kMaxLossBlocks * sizeof(double)) {}
+      : launch_(l), scratch_(kPartialBytes + sizeof(unsigned)) {
+    DPT_CUDA_CHECK(cudaMemsetAsync(scratch().arrivals, 0, sizeof(unsigned), launch_.stream));
+  }
 
   // dlogits / dpred may be null (evaluation), as on the CPU backend.
   void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
                     float grad_scale, float* dlogits, std::uint16_t* dlogits_bf16,
                     float* stats) override {
     cuda::softmax_xent(launch_, logits, labels, rows, cols, grad_scale, dlogits, dlogits_bf16, stats,
-                       static_cast<double*>(partials_.get()));
+                       scratch());
   }
   void softmax_xent_bf16(const std::uint16_t* logits16, const std::int32_t* labels, int rows,
                          int cols, float grad_scale, std::uint16_t* dlogits16,
                          float* stats) override {
     cuda::softmax_xent_bf16(launch_, logits16, labels, rows, cols, grad_scale, dlogits16, stats,
-                            static_cast<double*>(partials_.get()));
+                            scratch());
   }
   void mse(const float* pred, const float* target, int rows, int cols, float grad_scale,
            float* dpred, std::uint16_t* dpred_bf16, float* stats) override {
-    cuda::mse(launch_, pred, target, rows, cols, grad_scale, dpred, dpred_bf16, stats,
-              static_cast<double*>(partials_.get()));
+    cuda::mse(launch_, pred, target, rows, cols, grad_scale, dpred, dpred_bf16, stats, scratch());
   }
 
  private:
+  static constexpr std::size_t kPartialBytes = 2 * kMaxLossBlocks * sizeof(double);
+
+  // The partials, then the count (the kernels leave it at zero).
+  LossScratch scratch() {
+    auto* bytes = static_cast<char*>(scratch_.get());
+    return {reinterpret_cast<double*>(bytes), reinterpret_cast<unsigned*>(bytes + kPartialBytes)};
+  }
+
   Launch launch_;
-  DeviceMemory partials_;  // 2 * kMaxLossBlocks doubles
+  DeviceMemory scratch_;
 };
 
 }  // namespace
