@@ -164,9 +164,12 @@ struct LayerNormChunks {
   int rows = 0, count = 0;
 };
 LayerNormChunks layer_norm_chunks(int rows);
+// arrivals: layer_norm_column_blocks(dim) counters, zero before the first
+// launch (each leaves them so).
 void layer_norm_param_grad(const Launch& l, const float* x, const float* dy, const float* mean,
-                           const float* rstd, int rows, int dim, float* partials, float* dw,
-                           float* db);
+                           const float* rstd, int rows, int dim, float* partials,
+                           unsigned* arrivals, float* dw, float* db);
+unsigned layer_norm_column_blocks(int dim);
 // split: qkv [N, T, 3, H, hd] -> q, k, v [N, H, T, hd]; else the reverse.
 void move_qkv(const Launch& l, float* qkv, const HeadShape& s, float* q, float* k, float* v,
               bool split);

@@ -6,7 +6,8 @@
 //    a bf16 copy of the output written beside it where asked.
 //  - The weight and bias gradients: per column, fixed chunks of rows each
 //    summed in order by one thread, then the chunks in order (one chunk, and
-//    so the CPU's bits, up to kParamRows rows).
+//    so the CPU's bits, up to kParamRows rows) by the column block's last
+//    chunk block to finish, in the same launch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -83,32 +84,40 @@ __global__ void layer_norm_grad_kernel(const float* x, const float* dy, const fl
   }
 }
 
-// Chunk blockIdx.y of `chunk` rows, column c: partial sums of dy · x̂ and dy.
-__global__ void layer_norm_param_partials_kernel(const float* x, const float* dy,
-                                                 const float* mean, const float* rstd, int rows,
-                                                 int dim, int chunk, float* part_w, float* part_b) {
-  const int c = static_cast<int>(first_index());
-  if (c >= dim) return;
-  const int r0 = static_cast<int>(blockIdx.y) * chunk;
-  const int r1 = rows - r0 < chunk ? rows : r0 + chunk;
-  float sw = 0.0f, sb = 0.0f;
-  for (int r = r0; r < r1; ++r) {
-    const size_t i = static_cast<size_t>(r) * dim + c;
-    sw = __fadd_rn(sw, __fmul_rn(dy[i], __fmul_rn(__fsub_rn(x[i], mean[r]), rstd[r])));
-    sb = __fadd_rn(sb, dy[i]);
+// Chunk blockIdx.y of `chunk` rows, column c: partial sums of dy · x̂ and dy
+// into part_w and part_b. The last chunk block of column block blockIdx.x
+// to finish (counted in arrivals[blockIdx.x], which it sets back to 0) adds
+// its columns' chunks in chunk order into dw and db.
+__global__ void layer_norm_param_grad_kernel(const float* x, const float* dy, const float* mean,
+                                             const float* rstd, int rows, int dim, int chunk,
+                                             float* part_w, float* part_b, unsigned* arrivals,
+                                             float* dw, float* db) {
+  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (c < dim) {
+    const int r0 = static_cast<int>(blockIdx.y) * chunk;
+    const int r1 = rows - r0 < chunk ? rows : r0 + chunk;
+    float sw = 0.0f, sb = 0.0f;
+    for (int r = r0; r < r1; ++r) {
+      const size_t i = static_cast<size_t>(r) * dim + c;
+      sw = __fadd_rn(sw, __fmul_rn(dy[i], __fmul_rn(__fsub_rn(x[i], mean[r]), rstd[r])));
+      sb = __fadd_rn(sb, dy[i]);
+    }
+    part_w[static_cast<size_t>(blockIdx.y) * dim + c] = sw;
+    part_b[static_cast<size_t>(blockIdx.y) * dim + c] = sb;
   }
-  part_w[static_cast<size_t>(blockIdx.y) * dim + c] = sw;
-  part_b[static_cast<size_t>(blockIdx.y) * dim + c] = sb;
-}
-
-__global__ void add_chunks_kernel(const float* part_w, const float* part_b, int chunks, int dim,
-                                  float* dw, float* db) {
-  const int c = static_cast<int>(first_index());
+  __threadfence();  // each thread's partials before the count
+  __syncthreads();
+  __shared__ int last;
+  if (threadIdx.x == 0) last = atomicAdd(arrivals + blockIdx.x, 1u) + 1 == gridDim.y;
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
   if (c >= dim) return;
-  float sw = part_w[c], sb = part_b[c];
-  for (int k = 1; k < chunks; ++k) {
-    sw = __fadd_rn(sw, part_w[static_cast<size_t>(k) * dim + c]);
-    sb = __fadd_rn(sb, part_b[static_cast<size_t>(k) * dim + c]);
+  const volatile float *pw = part_w, *pb = part_b;  // past L1
+  float sw = pw[c], sb = pb[c];
+  for (unsigned k = 1; k < gridDim.y; ++k) {
+    sw = __fadd_rn(sw, pw[static_cast<size_t>(k) * dim + c]);
+    sb = __fadd_rn(sb, pb[static_cast<size_t>(k) * dim + c]);
   }
   dw[c] = sw;
   db[c] = sb;
@@ -142,19 +151,20 @@ LayerNormChunks layer_norm_chunks(int rows) {
 }
 
 void layer_norm_param_grad(const Launch& l, const float* x, const float* dy, const float* mean,
-                           const float* rstd, int rows, int dim, float* partials, float* dw,
-                           float* db) {
+                           const float* rstd, int rows, int dim, float* partials,
+                           unsigned* arrivals, float* dw, float* db) {
   if (dim <= 0) return;
   const LayerNormChunks chunks = layer_norm_chunks(rows);
   float* part_w = partials;
   float* part_b = partials + static_cast<size_t>(chunks.count) * static_cast<size_t>(dim);
-  const unsigned col_blocks = static_cast<unsigned>((dim + kThreads - 1) / kThreads);
-  layer_norm_param_partials_kernel<<<dim3(col_blocks, chunks.count), kThreads, 0, l.stream>>>(
-      x, dy, mean, rstd, rows, dim, chunks.rows, part_w, part_b);
+  layer_norm_param_grad_kernel<<<dim3(layer_norm_column_blocks(dim), chunks.count), kThreads, 0,
+                                 l.stream>>>(x, dy, mean, rstd, rows, dim, chunks.rows, part_w,
+                                             part_b, arrivals, dw, db);
   DPT_CUDA_CHECK(cudaGetLastError());
-  add_chunks_kernel<<<col_blocks, kThreads, 0, l.stream>>>(part_w, part_b, chunks.count, dim, dw,
-                                                           db);
-  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+unsigned layer_norm_column_blocks(int dim) {
+  return static_cast<unsigned>((std::max(dim, 0) + kThreads - 1) / kThreads);
 }
 
 }  // namespace dptrain::cuda

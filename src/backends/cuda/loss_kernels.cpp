@@ -1,13 +1,14 @@
 // Implements: the CUDA loss kernel table — softmax cross-entropy and MSE on
 // the compute stream (loss.cu), with the device scratch of their per-block
-// partial sums and the count of blocks arrived, allocated (and the count
-// zeroed) once with the table.
+// partial sums and the count of blocks arrived, allocated once with the
+// table.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "backends/cuda/cuda_handles.hpp"
 #include "backends/cuda/kernel_factory.hpp"
+#include "backends/cuda/scratch.hpp"
 #include "dptrain/backends/kernels/loss_kernels.hpp"
 
 namespace dptrain::cuda {
@@ -16,9 +17,7 @@ namespace {
 class CudaLossKernels final : public LossKernels {
  public:
   explicit CudaLossKernels(const Launch& l)
-      : launch_(l), scratch_(kPartialBytes + sizeof(unsigned)) {
-    DPT_CUDA_CHECK(cudaMemsetAsync(scratch().arrivals, 0, sizeof(unsigned), launch_.stream));
-  }
+      : launch_(l), partials_(2 * kMaxLossBlocks * sizeof(double)), arrivals_(l.stream, 1) {}
 
   // dlogits / dpred may be null (evaluation), as on the CPU backend.
   void softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
@@ -39,16 +38,11 @@ class CudaLossKernels final : public LossKernels {
   }
 
  private:
-  static constexpr std::size_t kPartialBytes = 2 * kMaxLossBlocks * sizeof(double);
-
-  // The partials, then the count (the kernels leave it at zero).
-  LossScratch scratch() {
-    auto* bytes = static_cast<char*>(scratch_.get());
-    return {reinterpret_cast<double*>(bytes), reinterpret_cast<unsigned*>(bytes + kPartialBytes)};
-  }
+  LossScratch scratch() { return {static_cast<double*>(partials_.get()), arrivals_.get(1)}; }
 
   Launch launch_;
-  DeviceMemory scratch_;
+  DeviceMemory partials_;  // 2 * kMaxLossBlocks doubles
+  ArrivalCounts arrivals_;
 };
 
 }  // namespace

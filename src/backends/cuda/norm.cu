@@ -10,13 +10,13 @@
 // function of the shape alone, so the same inputs give the same bits every
 // run. Where no sum over replicas comes between them, that block also
 // computes the batch statistics: the sums and the statistics of a bn's
-// forward are one launch, its gradient sums another. The per-channel and elementwise arithmetic uses
-// explicitly rounded operations (__dmul_rn, __fadd_rn, ...), which the
-// compiler never fuses into FMAs, so given the same statistics the output is
-// bitwise the CPU's (built with -ffp-contract=off). normalize may write
-// the relu of its result, and the gradient kernels then take relu's
-// gradient from that output (a bn and the relu after it in one pass each
-// way: NormKernels).
+// forward are one launch, its gradient sums another. The per-channel and
+// elementwise arithmetic uses explicitly rounded operations (__dmul_rn,
+// __fadd_rn, ...), which the compiler never fuses into FMAs, so given the
+// same statistics the output is bitwise the CPU's (built with
+// -ffp-contract=off). normalize may write the relu of its result, and the
+// gradient kernels then take relu's gradient from that output (a bn and
+// the relu after it in one pass each way: NormKernels).
 #include <cuda_runtime.h>
 
 #include <algorithm>

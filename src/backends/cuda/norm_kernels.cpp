@@ -25,9 +25,9 @@ constexpr std::size_t kInitialChannels = 4096;
 class CudaNormKernels final : public NormKernels {
  public:
   explicit CudaNormKernels(const Launch& l)
-      : launch_(l), partials_(l.stream, kInitialPartials * sizeof(double)) {
-    grow_arrivals(kInitialChannels);
-  }
+      : launch_(l),
+        partials_(l.stream, kInitialPartials * sizeof(double)),
+        arrivals_(l.stream, kInitialChannels) {}
 
   void batch_sums(const float* x, const NormShape& s, const float* shift, float* sums) override {
     norm_batch_sums(launch_, x, s, shift, sums, scratch(s));
@@ -65,22 +65,13 @@ class CudaNormKernels final : public NormKernels {
   // One scratch for every bn layer: their kernels run one after another on
   // the stream, and each launch leaves the arrival counts at zero.
   NormScratch scratch(const NormShape& s) {
-    if (static_cast<std::size_t>(std::max(s.channels, 0)) > arrival_counts_)
-      grow_arrivals(static_cast<std::size_t>(s.channels));
-    return {partials_.get<double>(norm_partials(s)), static_cast<unsigned*>(arrivals_.get())};
-  }
-  void grow_arrivals(std::size_t channels) {
-    DPT_CUDA_CHECK(cudaStreamSynchronize(launch_.stream));  // queued launches count in the old
-    arrivals_ = DeviceMemory();
-    arrivals_ = DeviceMemory(channels * sizeof(unsigned));
-    DPT_CUDA_CHECK(cudaMemsetAsync(arrivals_.get(), 0, channels * sizeof(unsigned), launch_.stream));
-    arrival_counts_ = channels;
+    return {partials_.get<double>(norm_partials(s)),
+            arrivals_.get(static_cast<std::size_t>(std::max(s.channels, 0)))};
   }
 
   Launch launch_;
   Scratch partials_;
-  DeviceMemory arrivals_;
-  std::size_t arrival_counts_ = 0;
+  ArrivalCounts arrivals_;  // one a channel
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Implements: device scratch a kernel table owns (internal to src/backends/cuda/):
 // it grows to the largest request seen, normally on the first step, so the
 // steady state allocates nothing; a smaller request reuses what is there.
+// ArrivalCounts: the counters of kernels whose last block to finish adds
+// the other blocks' partial sums (norm.cu, layer_norm.cu, loss.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,6 +38,37 @@ class Scratch {
  private:
   cudaStream_t stream_;
   DeviceMemory memory_;
+};
+
+// Counters for blocks that count themselves as they finish, so that the last
+// one of a group adds the group's partials: zero between launches, since
+// that block sets its counter back. Grows, zeroed, to the largest request
+// (growing waits for the stream first: queued kernels count in the old).
+class ArrivalCounts {
+ public:
+  ArrivalCounts(cudaStream_t stream, std::size_t initial_counters) : stream_(stream) {
+    grow(initial_counters);
+  }
+
+  // At least `counters` zeroed counters, for work queued from now on.
+  unsigned* get(std::size_t counters) {
+    if (counters > counters_) grow(counters);
+    return static_cast<unsigned*>(memory_.get());
+  }
+
+ private:
+  void grow(std::size_t counters) {
+    DPT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    memory_ = DeviceMemory();
+    memory_ = DeviceMemory(counters * sizeof(unsigned));
+    if (counters)
+      DPT_CUDA_CHECK(cudaMemsetAsync(memory_.get(), 0, counters * sizeof(unsigned), stream_));
+    counters_ = counters;
+  }
+
+  cudaStream_t stream_;
+  DeviceMemory memory_;
+  std::size_t counters_ = 0;
 };
 
 }  // namespace dptrain::cuda

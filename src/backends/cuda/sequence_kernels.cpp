@@ -1,22 +1,28 @@
 // Implements: the CUDA sequence kernel table — embeddings, positions, layer
 // norm, the head shuffles of attention, its softmax, and images read as
 // sequences, each one launcher of sequence.cu (layer norm's of
-// layer_norm.cu) on the compute stream. The
-// table holds no memory: layer norm's per-chunk partial sums live in a
-// workspace each ln layer allocates when it is built.
+// layer_norm.cu) on the compute stream. Layer norm's per-chunk partial
+// sums live in a workspace each ln layer allocates when it is built; the
+// table holds the counts of the chunk blocks arrived, which every ln layer
+// shares (their kernels run one after another on the stream, and each
+// launch leaves the counts at zero).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "backends/cuda/kernel_factory.hpp"
+#include "backends/cuda/scratch.hpp"
 #include "dptrain/backends/kernels/sequence_kernels.hpp"
 
 namespace dptrain::cuda {
 namespace {
 
+constexpr int kInitialWidth = 65536;  // layer norms this wide never grow the counts
+
 class CudaSequenceKernels final : public SequenceKernels {
  public:
-  explicit CudaSequenceKernels(const Launch& l) : launch_(l) {}
+  explicit CudaSequenceKernels(const Launch& l)
+      : launch_(l), arrivals_(l.stream, layer_norm_column_blocks(kInitialWidth)) {}
 
   void embed(const std::int32_t* ids, const float* table, int rows, int dim, float* y) override {
     cuda::embed(launch_, ids, table, rows, dim, y);
@@ -49,7 +55,8 @@ class CudaSequenceKernels final : public SequenceKernels {
   void layer_norm_param_grad(const float* x, const float* dy, const float* mean, const float* rstd,
                              int rows, int dim, float* dweight, float* dbias,
                              float* workspace) override {
-    cuda::layer_norm_param_grad(launch_, x, dy, mean, rstd, rows, dim, workspace, dweight, dbias);
+    cuda::layer_norm_param_grad(launch_, x, dy, mean, rstd, rows, dim, workspace,
+                                arrivals_.get(layer_norm_column_blocks(dim)), dweight, dbias);
   }
   void split_qkv(const float* qkv, const HeadShape& s, float* q, float* k, float* v) override {
     move_qkv(launch_, const_cast<float*>(qkv), s, q, k, v, true);
@@ -88,6 +95,7 @@ class CudaSequenceKernels final : public SequenceKernels {
 
  private:
   Launch launch_;
+  ArrivalCounts arrivals_;  // one a column block of layer norm's parameter gradients
 };
 
 }  // namespace
