@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kNormThreads)
   }
   __syncthreads();
   if (!last) return;
-  // Past L1, which may hold what this block read of them before.
+  // Read past L1 (volatile): other blocks wrote them in this launch.
   const volatile double* p = partials + first;
   a = 0.0;
   b = 0.0;

@@ -133,6 +133,7 @@ class BatchNorm final : public Layer {
     norm_->input_grad(x.data, gate, dy.data, shape(x.rows), mean_.get(), invstd_.get(),
                       arenas().params + weight_, sums_.get(), batch_values(x.rows), dx.data);
   }
+
   bool over_replicas() const { return global_ && step().replicas; }
 
   // Values per channel in the batch the statistics cover: the global batch
