@@ -216,29 +216,30 @@ TEST_F(CudaSequence, LayerNormWritesItsCopyAloneWithTheSameBits) {
 // the last with idle columns).
 TEST_F(CudaSequence, LayerNormParameterGradientsOverChunks) {
   for (const int dim : {37, 600}) {
-  const int rows = 1000;
-  const Floats x = random_vector(at(rows, dim), 9), dy = random_vector(at(rows, dim), 10);
-  const Floats mean = random_vector(rows, 11, -0.1f, 0.1f), rstd = random_vector(rows, 12, 0.5f, 2.0f);
-  auto run = [&](dptrain::Backend& be) {
-    auto dx = upload(be, x), dg = upload(be, dy), dm = upload(be, mean), dr = upload(be, rstd);
-    DeviceBuffer<float> gw(be, dim), gb(be, dim),
-        work(be, be.kernels<dptrain::SequenceKernels>().layer_norm_workspace(rows, dim));
-    be.kernels<dptrain::SequenceKernels>().layer_norm_param_grad(
-        dx.get(), dg.get(), dm.get(), dr.get(), rows, dim, gw.get(), gb.get(), work.get());
-    return std::vector<Floats>{download(be, gw), download(be, gb)};
-  };
-  const auto g = run(*gpu_), c = run(*cpu_);
-  for (int col = 0; col < dim; ++col) {
-    double abs_w = 0.0, abs_b = 0.0;
-    for (int r = 0; r < rows; ++r) {
-      const std::size_t i = at(r, dim) + col;
-      abs_w += std::fabs(dy[i] * (x[i] - mean[r]) * rstd[r]);
-      abs_b += std::fabs(dy[i]);
+    const int rows = 1000;
+    const Floats x = random_vector(at(rows, dim), 9), dy = random_vector(at(rows, dim), 10);
+    const Floats mean = random_vector(rows, 11, -0.1f, 0.1f),
+                 rstd = random_vector(rows, 12, 0.5f, 2.0f);
+    auto run = [&](dptrain::Backend& be) {
+      auto dx = upload(be, x), dg = upload(be, dy), dm = upload(be, mean), dr = upload(be, rstd);
+      DeviceBuffer<float> gw(be, dim), gb(be, dim),
+          work(be, be.kernels<dptrain::SequenceKernels>().layer_norm_workspace(rows, dim));
+      be.kernels<dptrain::SequenceKernels>().layer_norm_param_grad(
+          dx.get(), dg.get(), dm.get(), dr.get(), rows, dim, gw.get(), gb.get(), work.get());
+      return std::vector<Floats>{download(be, gw), download(be, gb)};
+    };
+    const auto g = run(*gpu_), c = run(*cpu_);
+    for (int col = 0; col < dim; ++col) {
+      double abs_w = 0.0, abs_b = 0.0;
+      for (int r = 0; r < rows; ++r) {
+        const std::size_t i = at(r, dim) + col;
+        abs_w += std::fabs(dy[i] * (x[i] - mean[r]) * rstd[r]);
+        abs_b += std::fabs(dy[i]);
+      }
+      EXPECT_LE(std::fabs(g[0][col] - c[0][col]), rows * 0x1p-24 * abs_w) << "dweight " << col;
+      EXPECT_LE(std::fabs(g[1][col] - c[1][col]), rows * 0x1p-24 * abs_b) << "dbias " << col;
     }
-    EXPECT_LE(std::fabs(g[0][col] - c[0][col]), rows * 0x1p-24 * abs_w) << "dweight " << col;
-    EXPECT_LE(std::fabs(g[1][col] - c[1][col]), rows * 0x1p-24 * abs_b) << "dbias " << col;
-  }
-  EXPECT_EQ(g, run(*gpu_)) << "width " << dim;
+    EXPECT_EQ(g, run(*gpu_)) << "width " << dim;
   }
 }
 
